@@ -1,0 +1,55 @@
+# bulkd: `make run` serves the API locally, `make test` runs every test.
+SHELL := /usr/bin/env bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+FUZZTIME ?= 20s
+BENCHTIME ?= 1s
+
+.PHONY: all build run test test-race bench lint fmt vet fuzz generate manifests deps clean help
+
+all: build
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+deps: ## install what tests and `run` need (redis-server from Debian)
+	@hack/ensure-redis.sh
+
+build: ## build bin/bulkd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bulkd ./cmd/bulkd
+
+run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
+	hack/run-local.sh
+
+test: deps ## run all tests (each starts its own redis-server on a free loopback port)
+	$(GO) test -count=1 ./...
+
+test-race: deps ## all tests under the race detector
+	$(GO) test -count=1 -race ./...
+
+bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.md
+	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -benchmem ./...
+	$(GO) run ./hack/loadgen credits --bin bin/bulkd
+
+fuzz: ## run every fuzzer for FUZZTIME each
+	@hack/fuzz-all.sh $(FUZZTIME)
+
+lint: fmt vet ## gofmt + go vet
+
+fmt:
+	@out=$$(find . -name '*.go' -not -path './vendor/*' -not -path './var/*' -print0 | xargs -0 gofmt -l); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+generate: ## controller-gen object code for api/ types
+	@if [ -d api ]; then $$(hack/tools.sh controller-gen) object paths=./api/...; fi
+
+manifests: ## CRDs and RBAC from kubebuilder markers
+	@if [ -d api ]; then $$(hack/tools.sh controller-gen) crd rbac:roleName=bulkd-controller paths=./api/... paths=./controllers/... output:crd:artifacts:config=config/crd/bases; fi
+
+clean:
+	rm -rf bin

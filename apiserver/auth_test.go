@@ -1,0 +1,121 @@
+package apiserver_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+// Each key family and key state against each endpoint family (SPEC section 5).
+func TestAuthMatrix(t *testing.T) {
+	api := newTestAPI(t)
+	ctx := context.Background()
+	now := api.Clock.Now()
+
+	_, payg := api.account(credits.Whole(5), accounts.PayAsYouGo)
+	_, revoked := api.account(credits.Whole(5), accounts.PayAsYouGo)
+	if err := api.Accounts.RevokeKey(ctx, accounts.KeyIDOf(revoked)); err != nil {
+		t.Fatal(err)
+	}
+	_, active := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, now.Add(24*time.Hour))
+	_, lapsed := api.unlimitedAccount(accounts.PlanStandard, accounts.StateLapsed, now.Add(24*time.Hour))
+	_, expired := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, now.Add(-time.Minute))
+	_, noPlan := api.unlimitedAccount(accounts.PlanNone, "", time.Time{})
+	wrongSecret := payg[:len(payg)-1] + "a" // same key id, different secret
+	if strings.HasSuffix(payg, "a") {
+		wrongSecret = payg[:len(payg)-1] + "b"
+	}
+	unknown := "bkd_AAAAAAAAAAAA_" + strings.Repeat("x", 40)
+
+	type want struct{ credits, usage, spam int }
+	const ok, spam = 200, 503 // the spam-check route answers 503 engine_unavailable once past auth
+	cases := []struct {
+		name    string
+		headers []string
+		want    want
+		code    [3]string
+	}{
+		{"missing", nil, want{401, 401, 401}, [3]string{}},
+		{"empty", []string{"X-API-Key", ""}, want{401, 401, 401}, [3]string{}},
+		{"unknown", []string{"X-API-Key", unknown}, want{401, 401, 401}, [3]string{}},
+		{"garbage", []string{"X-API-Key", "hello"}, want{401, 401, 401}, [3]string{}},
+		{"wrong secret", []string{"X-API-Key", wrongSecret}, want{401, 401, 401}, [3]string{}},
+		{"revoked", []string{"X-API-Key", revoked}, want{401, 401, 401}, [3]string{}},
+		{"inner space", []string{"X-API-Key", payg[:10] + " " + payg[10:]}, want{401, 401, 401}, [3]string{}},
+		{"nbsp padded", []string{"X-API-Key", payg + "\u00a0"}, want{401, 401, 401}, [3]string{}},
+		{"quoted", []string{"X-API-Key", `"` + payg + `"`}, want{401, 401, 401}, [3]string{}},
+		{"two headers", []string{"X-API-Key", payg, "X-API-Key", payg}, want{401, 401, 401}, [3]string{}},
+		{"bearer instead", []string{"Authorization", "Bearer " + payg}, want{401, 401, 401}, [3]string{}},
+		{"other header name", []string{"X-API-Token", payg}, want{401, 401, 401}, [3]string{}},
+		{"payg", []string{"X-API-Key", payg}, want{ok, 403, spam}, [3]string{"", "wrong_key_plan", "engine_unavailable"}},
+		{"payg lowercase header", []string{"x-api-key", payg}, want{ok, 403, spam}, [3]string{"", "wrong_key_plan", "engine_unavailable"}},
+		{"unlimited active", []string{"X-API-Key", active}, want{403, ok, spam}, [3]string{"wrong_key_plan", "", "engine_unavailable"}},
+		{"unlimited lapsed", []string{"X-API-Key", lapsed}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", "engine_unavailable"}},
+		{"unlimited period over", []string{"X-API-Key", expired}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", "engine_unavailable"}},
+		{"unlimited no plan", []string{"X-API-Key", noPlan}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", "engine_unavailable"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rs := []response{
+				api.do(http.MethodGet, "/v1/credits", "", c.headers...),
+				api.do(http.MethodGet, "/v1/unlimited/usage", "", c.headers...),
+				api.do(http.MethodPost, "/v1/content-spam-check", `{"content":"hi"}`, c.headers...),
+			}
+			for i, w := range []int{c.want.credits, c.want.usage, c.want.spam} {
+				r := rs[i]
+				if w == ok {
+					if r.Status != 200 {
+						t.Fatalf("route %d: status %d: %s", i, r.Status, r.Body)
+					}
+				} else {
+					m := checkError(t, r, w, c.code[i])
+					if w == 401 && m["detail"] != "An API key is required in the X-API-Key header." {
+						t.Fatalf("401 detail %q", m["detail"])
+					}
+				}
+				// Rate-limit headers on every authenticated answer, none on a 401.
+				has := r.Header.Get("X-RateLimit-Limit") != ""
+				if has != (w != 401) {
+					t.Fatalf("route %d status %d: X-RateLimit-Limit present=%v", i, r.Status, has)
+				}
+			}
+		})
+	}
+
+	// Revoking works at once, reinstating a lapsed plan works at once.
+	id, key := api.unlimitedAccount(accounts.PlanProfessional, accounts.StateLapsed, now.Add(time.Hour))
+	checkError(t, api.get("/v1/unlimited/usage", key), 402, "subscription_inactive")
+	if err := api.Accounts.SetPlan(ctx, id, accounts.PlanProfessional, accounts.StateActive, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.get("/v1/unlimited/usage", key); r.Status != 200 {
+		t.Fatalf("reinstated: %d %s", r.Status, r.Body)
+	}
+	if err := api.Accounts.RevokeKey(ctx, "bkd_"+accounts.KeyIDOf(key)); err != nil {
+		t.Fatal(err)
+	}
+	checkError(t, api.get("/v1/unlimited/usage", key), 401, "")
+}
+
+func TestCreditsAndUsage(t *testing.T) {
+	api := newTestAPI(t)
+	acct, key := api.account(12400, accounts.PayAsYouGo)
+	r := api.get("/v1/credits", key)
+	if r.Status != 200 || strings.TrimSpace(string(r.Body)) != `{"credits":12.4,"user_id":"`+acct+`"}` {
+		t.Fatalf("credits: %d %s", r.Status, r.Body)
+	}
+
+	api.Clock.Set(time.Date(2026, 3, 9, 15, 0, 0, 0, time.UTC))
+	pe := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+	_, ukey := api.unlimitedAccount(accounts.PlanStandard, accounts.StateActive, pe)
+	m := api.get("/v1/unlimited/usage", ukey).JSON(t)
+	if m["bulk_searches_reset_at"] != "2026-03-10T00:00:00Z" || m["current_period_end"] != "2026-04-01T00:00:00Z" ||
+		m["bulk_searches_limit"] != float64(30000) || m["bulk_searches_remaining"] != float64(30000) || m["plan"] != "standard" {
+		t.Fatalf("usage %v", m)
+	}
+}

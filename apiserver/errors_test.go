@@ -1,0 +1,154 @@
+package apiserver_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+// A burst of 100 requests within one second: exactly 20 pass (SPEC section 8).
+func TestRateLimitBurst(t *testing.T) {
+	api := newTestAPI(t, withRateLimit(20))
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	_, other := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	// Warm connections so the burst is not spread out by dialing.
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); api.do(http.MethodGet, "/healthz", "") }()
+	}
+	wg.Wait()
+
+	var mu sync.Mutex
+	codes := map[int]int{}
+	retry := map[string]int{}
+	start := time.Now()
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := api.get("/v1/credits", key)
+			mu.Lock()
+			defer mu.Unlock()
+			codes[r.Status]++
+			for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+				if _, err := strconv.ParseInt(r.Header.Get(h), 10, 64); err != nil {
+					t.Errorf("%s = %q on %d", h, r.Header.Get(h), r.Status)
+				}
+			}
+			if r.Status == 429 {
+				retry[r.Header.Get("Retry-After")]++
+				if !strings.Contains(string(r.Body), `"code":"rate_limited"`) {
+					t.Errorf("429 body %s", r.Body)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if elapsed > time.Second {
+		t.Fatalf("burst took %v; the machine is too slow for this test to mean anything", elapsed)
+	}
+	// GCRA lets one more through every 50 ms; on this machine the burst
+	// finishes well inside that, but allow for a slow CI runner.
+	extra := int(elapsed / (50 * time.Millisecond))
+	if codes[200] < 20 || codes[200] > 20+extra || codes[200]+codes[429] != 100 {
+		t.Fatalf("codes %v in %v", codes, elapsed)
+	}
+	if elapsed < 50*time.Millisecond && codes[200] != 20 {
+		t.Fatalf("exactly 20 must pass, got %v", codes)
+	}
+	t.Logf("burst of 100 in %v: %v, Retry-After %v", elapsed, codes, retry)
+	// 100 requests is 5x the limit: once past 3x, Retry-After becomes 5.
+	if retry["5"] == 0 || retry["1"] == 0 || len(retry) != 2 {
+		t.Fatalf("Retry-After values %v", retry)
+	}
+	// Another key is unaffected.
+	r := api.get("/v1/credits", other)
+	if r.Status != 200 || r.Header.Get("X-RateLimit-Remaining") != "19" || r.Header.Get("X-RateLimit-Limit") != "20" {
+		t.Fatalf("other key: %d remaining=%s", r.Status, r.Header.Get("X-RateLimit-Remaining"))
+	}
+	reset, _ := strconv.ParseInt(r.Header.Get("X-RateLimit-Reset"), 10, 64)
+	if now := time.Now().Unix(); reset < now || reset > now+2 {
+		t.Fatalf("X-RateLimit-Reset %d, now %d", reset, now)
+	}
+}
+
+func TestErrorBodies(t *testing.T) {
+	api := newTestAPI(t)
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	k := []string{"X-API-Key", key}
+	post := func(body string) response { return api.do(http.MethodPost, "/v1/content-spam-check", body, k...) }
+
+	checkError(t, api.do(http.MethodGet, "/v2/nothing", ""), 404, "")
+	checkError(t, api.do(http.MethodGet, "/v1/nothing", "", k...), 404, "")
+	r := api.do(http.MethodDelete, "/v1/credits", "", k...)
+	checkError(t, r, 405, "")
+	checkError(t, post(`{"content": "x"`), 400, "")
+	checkError(t, post(`not json`), 400, "")
+	checkError(t, post(`   `), 400, "")
+	checkError(t, post(`{"content":"x"} {"content":"y"}`), 400, "")
+	checkError(t, post(`{"content":"`+strings.Repeat("x", 2<<20)+`"}`), 400, "")
+
+	m := checkError(t, post(`{}`), 422, "")
+	items := m["errors"].([]any)
+	it := items[0].(map[string]any)
+	if len(items) != 1 || it["loc"] != "body.content" || it["type"] != "missing" || m["detail"] != it["msg"] {
+		t.Fatalf("422 single: %v", m)
+	}
+	m = checkError(t, post(`{"content": 5}`), 422, "")
+	if it := m["errors"].([]any)[0].(map[string]any); it["loc"] != "body.content" || it["type"] != "string_type" {
+		t.Fatalf("422 type: %v", m)
+	}
+	m = checkError(t, post(fmt.Sprintf(`{"content":"", "subject":"%s"}`, strings.Repeat("s", 999))), 422, "")
+	if items := m["errors"].([]any); len(items) != 2 || m["detail"] == items[0].(map[string]any)["msg"] {
+		t.Fatalf("422 multiple: %v", m)
+	}
+	checkError(t, post(`[]`), 422, "")
+	checkError(t, post(`{"content":"hello"}`), 503, "engine_unavailable")
+}
+
+// When Redis is gone, requests fail with a generic 500 that reveals nothing
+// about the infrastructure.
+func TestInternalErrorLeaksNothing(t *testing.T) {
+	api := newTestAPI(t)
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	_ = api.Redis.Close()
+	r := api.get("/v1/credits", key)
+	m := checkError(t, r, 500, "")
+	for _, leak := range []string{"redis", "closed", "127.0.0.1", "dial"} {
+		if strings.Contains(strings.ToLower(m["detail"].(string)), leak) {
+			t.Fatalf("500 detail leaks %q: %s", leak, r.Body)
+		}
+	}
+	if r := api.do(http.MethodGet, "/readyz", ""); r.Status != 503 {
+		t.Fatalf("readyz with redis down: %d", r.Status)
+	}
+}
+
+// The rate-limit headers go out spelled exactly as SPEC section 8 names them.
+func TestHeaderSpelling(t *testing.T) {
+	api := newTestAPI(t)
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(api.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /v1/credits HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nConnection: close\r\n\r\n", key)
+	raw, _ := io.ReadAll(conn)
+	for _, h := range []string{"\r\nX-RateLimit-Limit: 1000\r\n", "\r\nX-RateLimit-Remaining: ", "\r\nX-RateLimit-Reset: "} {
+		if !strings.Contains(string(raw), h) {
+			t.Fatalf("response lacks %q:\n%s", h, raw)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
+)
+
+type ctxKey int
+
+const (
+	principalKey ctxKey = iota
+	requestIDKey
+)
+
+// PrincipalFrom returns the authenticated key and account of a request.
+func PrincipalFrom(ctx context.Context) *accounts.Principal {
+	p, _ := ctx.Value(principalKey).(*accounts.Principal)
+	return p
+}
+
+// RequestIDFrom returns the request id.
+func RequestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+var safeRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// requestID takes a caller's X-Request-ID when it is short and plain (so it
+// cannot inject anything into logs), otherwise makes one, and echoes it.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-ID")
+		if !safeRequestID.MatchString(id) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-ID", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe logs each request and feeds the request metrics, labelled by
+// route pattern (never the raw path, which would carry job ids).
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		d := time.Since(start)
+		s.Metrics.Requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
+		s.Metrics.Latency.WithLabelValues(route, r.Method).Observe(d.Seconds())
+		attrs := []any{"request_id", RequestIDFrom(r.Context()), "method", r.Method, "route", route,
+			"status", sw.status, "duration_ms", float64(d.Microseconds()) / 1000}
+		if p := PrincipalFrom(r.Context()); p != nil {
+			attrs = append(attrs, "key", p.Key.Prefix, "account", p.Account.ID)
+		}
+		if sw.status >= 500 {
+			s.Logger.Error("request", attrs...)
+		} else {
+			s.Logger.Debug("request", attrs...)
+		}
+	})
+}
+
+// recoverer turns a panic into a plain 500; the stack goes to the log only.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.Logger.Error("panic serving request", "request_id", RequestIDFrom(r.Context()),
+					"panic", v, "stack", string(debug.Stack()))
+				apierr.Write(w, apierr.ErrInternal)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate applies SPEC section 5 in this order: a valid key (401), the
+// key's rate limit (429; every response after this point carries the
+// X-RateLimit-* headers), the key's family (403 wrong_key_plan), and for the
+// unlimited family an active plan (402 subscription_inactive).
+//
+// The header name is matched case-insensitively: HTTP field names are
+// case-insensitive and HTTP/2 lowercases them, so "case-sensitive" in the
+// spec can only sensibly mean the exact name X-API-Key, not its letter case.
+func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			vals := r.Header.Values("X-API-Key")
+			if len(vals) != 1 {
+				s.Metrics.AuthFailures.Inc()
+				apierr.Write(w, apierr.ErrAPIKeyRequired)
+				return
+			}
+			p, err := s.Accounts.Authenticate(r.Context(), vals[0])
+			if errors.Is(err, accounts.ErrInvalidKey) {
+				s.Metrics.AuthFailures.Inc()
+				apierr.Write(w, apierr.ErrAPIKeyRequired)
+				return
+			}
+			if err != nil {
+				s.internalError(w, r, err)
+				return
+			}
+			ctx := context.WithValue(r.Context(), principalKey, p)
+			r = r.WithContext(ctx)
+
+			rl, err := s.Limiter.Allow(ctx, p.Key.ID)
+			if err != nil {
+				s.internalError(w, r, err)
+				return
+			}
+			// Set by map key, not Header.Set, so the names go out spelled as
+			// in the spec rather than canonicalised to X-Ratelimit-*.
+			h := w.Header()
+			h["X-RateLimit-Limit"] = []string{strconv.Itoa(rl.Limit)}
+			h["X-RateLimit-Remaining"] = []string{strconv.Itoa(rl.Remaining)}
+			h["X-RateLimit-Reset"] = []string{strconv.FormatInt(rl.Reset.Unix(), 10)}
+			if !rl.Allowed {
+				s.Metrics.RateLimited.Inc()
+				e := apierr.WithCode(http.StatusTooManyRequests, apierr.CodeRateLimited,
+					"Rate limit exceeded: at most "+strconv.Itoa(rl.Limit)+" requests per second per API key. Retry after "+
+						strconv.Itoa(rl.RetryAfter)+" s.")
+				e.RetryAfter = rl.RetryAfter
+				apierr.Write(w, e)
+				return
+			}
+
+			switch {
+			case f == Metered && p.Key.Type != accounts.PayAsYouGo:
+				apierr.Write(w, apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
+					"This endpoint takes a pay-as-you-go API key; unlimited-plan keys work only on /v1/unlimited/* endpoints."))
+				return
+			case f == UnlimitedPlan && p.Key.Type != accounts.Unlimited:
+				apierr.Write(w, apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
+					"This endpoint takes an unlimited-plan API key; pay-as-you-go keys work only on the credit-metered /v1 endpoints."))
+				return
+			case f == UnlimitedPlan && !p.Account.PlanActive(s.Now()):
+				apierr.Write(w, apierr.WithCode(http.StatusPaymentRequired, apierr.CodeSubscriptionInactive,
+					"The unlimited plan of this account is not active. Renew the subscription to use /v1/unlimited/* endpoints."))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// internalError logs err and answers a generic 500: nothing internal leaks.
+func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	s.Logger.Error("internal error", "request_id", RequestIDFrom(r.Context()), "err", err)
+	apierr.Write(w, apierr.ErrInternal)
+}

@@ -1,0 +1,163 @@
+// Package apiserver is bulkd's HTTP API (SPEC section 4): routing,
+// authentication, rate limiting, errors, and the handlers. Both run modes
+// (standalone and Kubernetes) serve this same API; they differ only in the
+// job executor behind it.
+package apiserver
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/ratelimit"
+)
+
+// Deps are the parts the API is built from.
+type Deps struct {
+	Redis        redis.UniversalClient
+	Accounts     *accounts.Store
+	Billing      *billing.Billing
+	Limiter      *ratelimit.Limiter
+	Plans        billing.Plans
+	Logger       *slog.Logger
+	Metrics      *Metrics
+	MaxBodyBytes int64
+	Now          func() time.Time
+}
+
+// Server holds the API's state.
+type Server struct {
+	Deps
+	router chi.Router
+}
+
+// New builds the API.
+func New(d Deps) *Server {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics()
+	}
+	if d.Plans == nil {
+		d.Plans = billing.DefaultPlans()
+	}
+	if d.MaxBodyBytes == 0 {
+		d.MaxBodyBytes = 64 << 20
+	}
+	s := &Server{Deps: d}
+	s.router = s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Family is which kind of key a route accepts (SPEC section 5).
+type Family int
+
+const (
+	// Metered routes take pay-as-you-go keys.
+	Metered Family = iota
+	// UnlimitedPlan routes take unlimited keys with an active plan.
+	UnlimitedPlan
+	// AnyKey routes take both (POST /v1/content-spam-check).
+	AnyKey
+)
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.observe, s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { apierr.Write(w, apierr.ErrNotFound) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, "Method "+r.Method+" is not allowed on "+r.URL.Path))
+	})
+
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.readyz)
+	r.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+	r.Get("/openapi.json", serveOpenAPI)
+
+	r.Route("/v1", func(v1 chi.Router) {
+		v1.Group(func(g chi.Router) {
+			g.Use(s.authenticate(Metered))
+			g.Get("/credits", s.getCredits)
+		})
+		v1.Group(func(g chi.Router) {
+			g.Use(s.authenticate(AnyKey))
+			g.Post("/content-spam-check", s.contentSpamCheck)
+		})
+		v1.Route("/unlimited", func(u chi.Router) {
+			u.Use(s.authenticate(UnlimitedPlan))
+			u.Get("/usage", s.getUsage)
+		})
+	})
+	return r
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.Redis.Ping(ctx).Err(); err != nil {
+		s.Logger.Warn("readiness: redis unreachable", "err", err)
+		apierr.Write(w, apierr.New(http.StatusServiceUnavailable, "Redis is unreachable"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// contentSpamCheck exists so the route and its key policy (both families,
+// SPEC 4.6) are in place; no analysis engine is wired in yet, which the spec
+// answers with 503 engine_unavailable.
+func (s *Server) contentSpamCheck(w http.ResponseWriter, r *http.Request) {
+	var req SpamCheckRequest
+	if e := decodeJSON(w, r, 1<<20, &req); e != nil {
+		apierr.Write(w, e)
+		return
+	}
+	if e := validateSpamCheck(&req); e != nil {
+		apierr.Write(w, e)
+		return
+	}
+	apierr.Write(w, apierr.WithCode(http.StatusServiceUnavailable, apierr.CodeEngineUnavailable,
+		"The content analysis engine is unavailable. Try again later."))
+}
+
+// SpamCheckRequest is POST /v1/content-spam-check's body (SPEC 4.6 leaves
+// its shape to us; docs/api.md).
+type SpamCheckRequest struct {
+	Subject *string `json:"subject"`
+	Content *string `json:"content"`
+}
+
+// maxSpamContent bounds the text a spam check reads.
+const maxSpamContent = 100_000
+
+func validateSpamCheck(req *SpamCheckRequest) *apierr.Error {
+	var v apierr.Validation
+	switch {
+	case req.Content == nil:
+		v.Add("body.content", apierr.TypeMissing, "Field required")
+	case len(*req.Content) == 0:
+		v.Add("body.content", apierr.TypeStringTooShort, "String should have at least 1 character")
+	case len(*req.Content) > maxSpamContent:
+		v.Add("body.content", apierr.TypeStringTooLong, "String should have at most 100000 characters")
+	}
+	if req.Subject != nil && len(*req.Subject) > 998 {
+		v.Add("body.subject", apierr.TypeStringTooLong, "String should have at most 998 characters")
+	}
+	return v.Err()
+}

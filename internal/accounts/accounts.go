@@ -1,0 +1,366 @@
+// Package accounts stores accounts, their unlimited plans and their API keys
+// in Redis.
+//
+// API keys are high-entropy random strings of the form bkd_<id>_<secret>.
+// Only the SHA-256 of the whole key is stored, under the key id; a presented
+// key is looked up by its id and its hash compared in constant time, so
+// neither a database leak nor response timing reveals a usable key.
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+// KeyType is the family a key authenticates.
+type KeyType string
+
+const (
+	// PayAsYouGo keys authenticate the credit-metered /v1 endpoints.
+	PayAsYouGo KeyType = "payg"
+	// Unlimited keys authenticate /v1/unlimited/* and need an active plan.
+	Unlimited KeyType = "unlimited"
+)
+
+// Plan is an unlimited plan tier.
+type Plan string
+
+const (
+	PlanNone         Plan = ""
+	PlanStarter      Plan = "starter"
+	PlanStandard     Plan = "standard"
+	PlanProfessional Plan = "professional"
+)
+
+// PlanState says whether the unlimited subscription is paid up.
+type PlanState string
+
+const (
+	StateActive PlanState = "active"
+	StateLapsed PlanState = "lapsed"
+)
+
+// ParsePlan validates a plan name.
+func ParsePlan(s string) (Plan, error) {
+	switch p := Plan(strings.ToLower(strings.TrimSpace(s))); p {
+	case PlanStarter, PlanStandard, PlanProfessional:
+		return p, nil
+	case "none":
+		return PlanNone, nil
+	}
+	return "", fmt.Errorf("unknown plan %q (want starter, standard, professional or none)", s)
+}
+
+// Account is a customer account.
+type Account struct {
+	ID        string
+	Name      string
+	Balance   credits.Amount
+	Plan      Plan
+	PlanState PlanState
+	PeriodEnd time.Time // end of the current billing period; zero when no plan
+	CreatedAt time.Time
+}
+
+// PlanActive reports whether the unlimited plan may be used at now: a plan is
+// set, its state is active and its billing period has not ended. A period that
+// ran out without renewal counts as lapsed (we read "subscription has lapsed"
+// as covering both an explicit lapse and a period nobody renewed).
+func (a *Account) PlanActive(now time.Time) bool {
+	if a.Plan == PlanNone || a.PlanState != StateActive {
+		return false
+	}
+	return a.PeriodEnd.IsZero() || now.Before(a.PeriodEnd)
+}
+
+// Key is an API key's stored record (never the key itself).
+type Key struct {
+	ID        string
+	AccountID string
+	Type      KeyType
+	Prefix    string // safe to display: bkd_<id>
+	Revoked   bool
+	CreatedAt time.Time
+	RevokedAt time.Time
+}
+
+// Errors.
+var (
+	ErrNotFound   = errors.New("not found")
+	ErrInvalidKey = errors.New("invalid API key")
+)
+
+// Store reads and writes accounts and keys.
+type Store struct {
+	rdb redis.UniversalClient
+	now func() time.Time
+}
+
+// NewStore returns a store; now may be nil for time.Now.
+func NewStore(rdb redis.UniversalClient, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{rdb: rdb, now: now}
+}
+
+// Key layout. Every key of one account carries the account id as a hash tag
+// so that the billing scripts, which touch several of them at once, also work
+// on Redis Cluster.
+const prefix = "bulkd:"
+
+// AccountKey is the hash holding an account.
+func AccountKey(id string) string { return prefix + "acct:{" + id + "}" }
+
+// AccountKeysKey is the set of key ids of an account.
+func AccountKeysKey(id string) string { return prefix + "acct:{" + id + "}:keys" }
+
+// LedgerKey is the stream of an account's money and quota movements.
+func LedgerKey(id string) string { return prefix + "acct:{" + id + "}:ledger" }
+
+// ChargeKey records one charge so it can be reversed exactly once.
+func ChargeKey(account, chargeID string) string {
+	return prefix + "acct:{" + account + "}:charge:" + chargeID
+}
+
+// QuotaKey counts one quota window's use.
+func QuotaKey(account, window string) string {
+	return prefix + "acct:{" + account + "}:quota:" + window
+}
+
+func accountsIndexKey() string   { return prefix + "accounts" }
+func apiKeyKey(id string) string { return prefix + "apikey:" + id }
+
+const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// randomString returns n characters from alphabet using crypto/rand with
+// rejection sampling (no modulo bias).
+func randomString(n int) string {
+	out := make([]byte, 0, n)
+	buf := make([]byte, n*2)
+	for len(out) < n {
+		if _, err := rand.Read(buf); err != nil {
+			panic(fmt.Sprintf("crypto/rand: %v", err))
+		}
+		for _, b := range buf {
+			if int(b) < 248 { // 248 = 4*62
+				out = append(out, alphabet[int(b)%62])
+				if len(out) == n {
+					break
+				}
+			}
+		}
+	}
+	return string(out)
+}
+
+// CreateAccount stores a new account with an opening balance.
+func (s *Store) CreateAccount(ctx context.Context, name string, balance credits.Amount) (*Account, error) {
+	if balance < 0 {
+		return nil, errors.New("opening balance must not be negative")
+	}
+	a := &Account{ID: "acct_" + strings.ToLower(randomString(16)), Name: name, Balance: balance, CreatedAt: s.now().UTC()}
+	ok, err := s.rdb.HSetNX(ctx, AccountKey(a.ID), "id", a.ID).Result()
+	if err != nil {
+		return nil, fmt.Errorf("create account: %w", err)
+	}
+	if !ok {
+		return nil, errors.New("create account: id collision, try again")
+	}
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, AccountKey(a.ID), "name", name, "balance", int64(balance), "plan", "", "plan_state", "",
+		"period_end", 0, "created_at", a.CreatedAt.Unix())
+	pipe.SAdd(ctx, accountsIndexKey(), a.ID)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("create account: %w", err)
+	}
+	return a, nil
+}
+
+// Account reads one account.
+func (s *Store) Account(ctx context.Context, id string) (*Account, error) {
+	m, err := s.rdb.HGetAll(ctx, AccountKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read account: %w", err)
+	}
+	if len(m) == 0 || m["id"] == "" {
+		return nil, ErrNotFound
+	}
+	return accountFromMap(m), nil
+}
+
+func accountFromMap(m map[string]string) *Account {
+	bal, _ := strconv.ParseInt(m["balance"], 10, 64)
+	pe, _ := strconv.ParseInt(m["period_end"], 10, 64)
+	ca, _ := strconv.ParseInt(m["created_at"], 10, 64)
+	a := &Account{ID: m["id"], Name: m["name"], Balance: credits.Amount(bal), Plan: Plan(m["plan"]),
+		PlanState: PlanState(m["plan_state"]), CreatedAt: time.Unix(ca, 0).UTC()}
+	if pe > 0 {
+		a.PeriodEnd = time.Unix(pe, 0).UTC()
+	}
+	return a
+}
+
+// ListAccounts returns every account id.
+func (s *Store) ListAccounts(ctx context.Context) ([]string, error) {
+	return s.rdb.SMembers(ctx, accountsIndexKey()).Result()
+}
+
+// SetPlan sets an account's unlimited plan, state and period end.
+func (s *Store) SetPlan(ctx context.Context, id string, plan Plan, state PlanState, periodEnd time.Time) error {
+	if _, err := s.Account(ctx, id); err != nil {
+		return err
+	}
+	if state != StateActive && state != StateLapsed {
+		return fmt.Errorf("unknown plan state %q (want active or lapsed)", state)
+	}
+	var pe int64
+	if !periodEnd.IsZero() {
+		pe = periodEnd.Unix()
+	}
+	return s.rdb.HSet(ctx, AccountKey(id), "plan", string(plan), "plan_state", string(state), "period_end", pe).Err()
+}
+
+// CreateKey makes a new API key for an account and returns its value, which
+// is never stored and cannot be shown again.
+func (s *Store) CreateKey(ctx context.Context, accountID string, typ KeyType) (string, *Key, error) {
+	if typ != PayAsYouGo && typ != Unlimited {
+		return "", nil, fmt.Errorf("unknown key type %q (want payg or unlimited)", typ)
+	}
+	if _, err := s.Account(ctx, accountID); err != nil {
+		return "", nil, err
+	}
+	id := randomString(12)
+	value := "bkd_" + id + "_" + randomString(40)
+	k := &Key{ID: id, AccountID: accountID, Type: typ, Prefix: "bkd_" + id, CreatedAt: s.now().UTC()}
+	ok, err := s.rdb.HSetNX(ctx, apiKeyKey(id), "account", accountID).Result()
+	if err != nil {
+		return "", nil, fmt.Errorf("create key: %w", err)
+	}
+	if !ok {
+		return "", nil, errors.New("create key: id collision, try again")
+	}
+	sum := sha256.Sum256([]byte(value))
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, apiKeyKey(id), "type", string(typ), "hash", hex.EncodeToString(sum[:]), "revoked", 0,
+		"created_at", k.CreatedAt.Unix())
+	pipe.SAdd(ctx, AccountKeysKey(accountID), id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", nil, fmt.Errorf("create key: %w", err)
+	}
+	return value, k, nil
+}
+
+// KeyIDOf extracts the key id of a presented key, or "" when the value is
+// not shaped like one of ours.
+func KeyIDOf(value string) string {
+	if len(value) != 4+12+1+40 || !strings.HasPrefix(value, "bkd_") || value[16] != '_' {
+		return ""
+	}
+	id := value[4:16]
+	for i := 0; i < len(id); i++ {
+		if strings.IndexByte(alphabet, id[i]) < 0 {
+			return ""
+		}
+	}
+	return id
+}
+
+// Principal is what a successful authentication yields.
+type Principal struct {
+	Key     Key
+	Account Account
+}
+
+// authScript fetches a key and its account in one round trip.
+var authScript = redis.NewScript(`
+local k = redis.call('HMGET', KEYS[1], 'account', 'type', 'hash', 'revoked', 'created_at')
+if not k[1] then return false end
+local a = redis.call('HMGET', ARGV[1] .. 'acct:{' .. k[1] .. '}', 'id', 'name', 'balance', 'plan', 'plan_state', 'period_end', 'created_at')
+return {k[1], k[2] or '', k[3] or '', k[4] or '0', k[5] or '0', a[1] or '', a[2] or '', a[3] or '0', a[4] or '', a[5] or '', a[6] or '0', a[7] or '0'}
+`)
+
+// Authenticate checks a presented key. It returns ErrInvalidKey for any
+// unknown, malformed, revoked or wrong value, without saying which.
+func (s *Store) Authenticate(ctx context.Context, value string) (*Principal, error) {
+	id := KeyIDOf(value)
+	if id == "" {
+		return nil, ErrInvalidKey
+	}
+	res, err := authScript.Run(ctx, s.rdb, []string{apiKeyKey(id)}, prefix).StringSlice()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrInvalidKey
+	}
+	if err != nil {
+		return nil, fmt.Errorf("authenticate: %w", err)
+	}
+	sum := sha256.Sum256([]byte(value))
+	want, err := hex.DecodeString(res[2])
+	if err != nil || subtle.ConstantTimeCompare(sum[:], want) != 1 || res[3] != "0" || res[5] == "" {
+		return nil, ErrInvalidKey
+	}
+	ca, _ := strconv.ParseInt(res[4], 10, 64)
+	p := &Principal{Key: Key{ID: id, AccountID: res[0], Type: KeyType(res[1]), Prefix: "bkd_" + id, CreatedAt: time.Unix(ca, 0).UTC()}}
+	p.Account = *accountFromMap(map[string]string{"id": res[5], "name": res[6], "balance": res[7], "plan": res[8],
+		"plan_state": res[9], "period_end": res[10], "created_at": res[11]})
+	return p, nil
+}
+
+// RevokeKey revokes a key by id or display prefix; it stops working at once.
+func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) error {
+	id := strings.TrimPrefix(idOrPrefix, "bkd_")
+	if i := strings.IndexByte(id, '_'); i >= 0 { // a whole key value was given
+		id = id[:i]
+	}
+	n, err := s.rdb.Exists(ctx, apiKeyKey(id)).Result()
+	if err != nil {
+		return fmt.Errorf("revoke key: %w", err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return s.rdb.HSet(ctx, apiKeyKey(id), "revoked", 1, "revoked_at", s.now().UTC().Unix()).Err()
+}
+
+// Keys lists an account's keys.
+func (s *Store) Keys(ctx context.Context, accountID string) ([]Key, error) {
+	ids, err := s.rdb.SMembers(ctx, AccountKeysKey(accountID)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, apiKeyKey(id))
+	}
+	if len(ids) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("list keys: %w", err)
+		}
+	}
+	out := make([]Key, 0, len(ids))
+	for i, id := range ids {
+		m := cmds[i].Val()
+		ca, _ := strconv.ParseInt(m["created_at"], 10, 64)
+		ra, _ := strconv.ParseInt(m["revoked_at"], 10, 64)
+		k := Key{ID: id, AccountID: accountID, Type: KeyType(m["type"]), Prefix: "bkd_" + id, Revoked: m["revoked"] == "1",
+			CreatedAt: time.Unix(ca, 0).UTC()}
+		if ra > 0 {
+			k.RevokedAt = time.Unix(ra, 0).UTC()
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}

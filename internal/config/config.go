@@ -1,0 +1,157 @@
+// Package config reads bulkd's settings from flags, each with a BULKD_*
+// environment equivalent (the flag wins when both are given). README's
+// configuration table is generated from the same definitions by
+// `bulkd serve --help`.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything `bulkd serve` (and the other server modes) needs.
+type Config struct {
+	Listen    string
+	RedisURL  string
+	LogFormat string // json | text
+	LogLevel  string // debug | info | warn | error
+
+	// Outbound network: tests and demos point all of it at local servers.
+	DNSServer string
+	SMTPPort  int
+	HTTPProxy string
+
+	ReadTimeout     time.Duration
+	WriteTimeout    time.Duration
+	IdleTimeout     time.Duration
+	ShutdownTimeout time.Duration
+	MaxBodyBytes    int64
+
+	RateLimit int // requests per second per key
+
+	// MonthlyLookupCaps overrides the unlimited plans' monthly single-lookup
+	// caps: "starter=20000,standard=60000,professional=150000".
+	MonthlyLookupCaps string
+
+	// Demo creates a demo account with credits and both key types on first
+	// start and writes the keys to DemoKeysFile (make run uses it).
+	Demo         bool
+	DemoKeysFile string
+}
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		RedisURL:        "redis://127.0.0.1:6379/0",
+		LogFormat:       "json",
+		LogLevel:        "info",
+		SMTPPort:        25,
+		ReadTimeout:     60 * time.Second,
+		WriteTimeout:    60 * time.Second,
+		IdleTimeout:     120 * time.Second,
+		ShutdownTimeout: 30 * time.Second,
+		MaxBodyBytes:    64 << 20,
+		RateLimit:       20,
+		DemoKeysFile:    "var/demo-keys.env",
+	}
+}
+
+// Register adds the flags to fs, with defaults taken from the environment.
+func (c *Config) Register(fs *flag.FlagSet) {
+	str(fs, &c.Listen, "listen", "address to serve HTTP on")
+	str(fs, &c.RedisURL, "redis-url", "Redis URL (redis://[user:pass@]host:port/db, rediss:// for TLS)")
+	str(fs, &c.LogFormat, "log-format", "log format: json or text")
+	str(fs, &c.LogLevel, "log-level", "log level: debug, info, warn or error")
+	str(fs, &c.DNSServer, "dns-server", "DNS server host:port for all outbound lookups (default: system resolver)")
+	num(fs, &c.SMTPPort, "smtp-port", "TCP port for outbound SMTP checks")
+	str(fs, &c.HTTPProxy, "http-proxy", "HTTP proxy URL for outbound website checks (default: from HTTP_PROXY/HTTPS_PROXY)")
+	dur(fs, &c.ReadTimeout, "read-timeout", "maximum time to read a request, body included")
+	dur(fs, &c.WriteTimeout, "write-timeout", "maximum time to write a response")
+	dur(fs, &c.IdleTimeout, "idle-timeout", "keep-alive idle timeout")
+	dur(fs, &c.ShutdownTimeout, "shutdown-timeout", "how long graceful shutdown waits for in-flight requests")
+	num64(fs, &c.MaxBodyBytes, "max-body-bytes", "largest request body accepted, in bytes")
+	num(fs, &c.RateLimit, "rate-limit", "requests per second per API key (SPEC: 20)")
+	str(fs, &c.MonthlyLookupCaps, "monthly-lookup-caps", "monthly single-lookup caps per unlimited plan, e.g. starter=20000,standard=60000")
+	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
+	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
+}
+
+// EnvName is the environment variable of a flag: redis-url -> BULKD_REDIS_URL.
+func EnvName(flagName string) string {
+	return "BULKD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func env(name string) (string, bool) { return os.LookupEnv(EnvName(name)) }
+
+func usage(u, name string) string { return u + " [" + EnvName(name) + "]" }
+
+func str(fs *flag.FlagSet, p *string, name, u string) {
+	if v, ok := env(name); ok {
+		*p = v
+	}
+	fs.StringVar(p, name, *p, usage(u, name))
+}
+
+func num(fs *flag.FlagSet, p *int, name, u string) {
+	if v, ok := env(name); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			*p = n
+		} else {
+			fmt.Fprintf(os.Stderr, "ignoring %s=%q: not an integer\n", EnvName(name), v)
+		}
+	}
+	fs.IntVar(p, name, *p, usage(u, name))
+}
+
+func num64(fs *flag.FlagSet, p *int64, name, u string) {
+	if v, ok := env(name); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			*p = n
+		} else {
+			fmt.Fprintf(os.Stderr, "ignoring %s=%q: not an integer\n", EnvName(name), v)
+		}
+	}
+	fs.Int64Var(p, name, *p, usage(u, name))
+}
+
+func dur(fs *flag.FlagSet, p *time.Duration, name, u string) {
+	if v, ok := env(name); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			*p = d
+		} else {
+			fmt.Fprintf(os.Stderr, "ignoring %s=%q: not a duration\n", EnvName(name), v)
+		}
+	}
+	fs.DurationVar(p, name, *p, usage(u, name))
+}
+
+func boolean(fs *flag.FlagSet, p *bool, name, u string) {
+	if v, ok := env(name); ok {
+		if b, err := strconv.ParseBool(v); err == nil {
+			*p = b
+		}
+	}
+	fs.BoolVar(p, name, *p, usage(u, name))
+}
+
+// Validate checks values that flag parsing cannot.
+func (c *Config) Validate() error {
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return fmt.Errorf("--log-format must be json or text, not %q", c.LogFormat)
+	}
+	if c.RateLimit < 1 {
+		return fmt.Errorf("--rate-limit must be at least 1")
+	}
+	if c.MaxBodyBytes < 1024 {
+		return fmt.Errorf("--max-body-bytes must be at least 1024")
+	}
+	if c.SMTPPort < 1 || c.SMTPPort > 65535 {
+		return fmt.Errorf("--smtp-port must be 1..65535")
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+// Package serve wires a configured bulkd API server together and runs it
+// until its context ends, shutting down gracefully.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/apiserver"
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/ratelimit"
+)
+
+// NewLogger builds the process logger: JSON in production, text for people.
+func NewLogger(w io.Writer, format, level string) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// NewRedis connects to the configured Redis with bounded timeouts on every
+// call, and checks it answers.
+func NewRedis(ctx context.Context, url string) (*redis.Client, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	opt.DialTimeout = 5 * time.Second
+	opt.ReadTimeout = 5 * time.Second
+	opt.WriteTimeout = 5 * time.Second
+	if opt.PoolSize == 0 {
+		opt.PoolSize = 128
+	}
+	rdb := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis at %s does not answer: %w", redactURL(url), err)
+	}
+	return rdb, nil
+}
+
+// redactURL hides a password in a Redis URL before it is logged.
+func redactURL(u string) string {
+	at := strings.LastIndexByte(u, '@')
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 {
+		return u
+	}
+	return u[:scheme+3] + "***" + u[at:]
+}
+
+// ParseCaps reads --monthly-lookup-caps into plans.
+func ParseCaps(plans billing.Plans, s string) error {
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		p, err := accounts.ParsePlan(name)
+		if !ok || err != nil || p == accounts.PlanNone {
+			return fmt.Errorf("--monthly-lookup-caps: bad entry %q", part)
+		}
+		var n int64
+		if _, err := fmt.Sscan(val, &n); err != nil || n < 0 {
+			return fmt.Errorf("--monthly-lookup-caps: bad number in %q", part)
+		}
+		l := plans[p]
+		l.MonthlySingleLookups = n
+		plans[p] = l
+	}
+	return nil
+}
+
+// Run serves the API on cfg.Listen until ctx is cancelled. ready, if not
+// nil, receives the bound address once the listener is up.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, ready chan<- string) error {
+	rdb, err := NewRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	plans := billing.DefaultPlans()
+	if err := ParseCaps(plans, cfg.MonthlyLookupCaps); err != nil {
+		return err
+	}
+	st := accounts.NewStore(rdb, nil)
+	bl := billing.New(rdb, nil)
+	if cfg.Demo {
+		if err := Demo(ctx, st, bl, cfg.DemoKeysFile, stdout, log); err != nil {
+			return fmt.Errorf("demo account: %w", err)
+		}
+	}
+	api := apiserver.New(apiserver.Deps{
+		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit), Plans: plans,
+		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
+	})
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("bulkd serving", "addr", ln.Addr().String(), "mode", "standalone")
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("graceful shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Demo makes sure a demo account with credits, an active starter plan and
+// one key of each type exists, and that its keys are in keysFile (mode
+// 0600). Keys are shown once, when they are created: a later start finds the
+// file, checks the keys still work, and only says where they are.
+func Demo(ctx context.Context, st *accounts.Store, bl *billing.Billing, keysFile string, stdout io.Writer, log *slog.Logger) error {
+	if b, err := os.ReadFile(keysFile); err == nil {
+		vals := parseEnvFile(string(b))
+		if _, err := st.Authenticate(ctx, vals["BULKD_PAYG_KEY"]); err == nil {
+			if _, err := st.Authenticate(ctx, vals["BULKD_UNLIMITED_KEY"]); err == nil {
+				log.Info("demo account ready; its keys are in the keys file", "file", keysFile, "account", vals["BULKD_ACCOUNT"])
+				return nil
+			}
+		}
+	}
+	a, err := st.CreateAccount(ctx, "Demo", 0)
+	if err != nil {
+		return err
+	}
+	if _, err := bl.Adjust(ctx, a.ID, 1_000_000*1000, "demo opening balance"); err != nil {
+		return err
+	}
+	if err := st.SetPlan(ctx, a.ID, accounts.PlanStarter, accounts.StateActive, time.Now().UTC().AddDate(0, 1, 0).Truncate(time.Second)); err != nil {
+		return err
+	}
+	payg, _, err := st.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
+	if err != nil {
+		return err
+	}
+	unl, _, err := st.CreateKey(ctx, a.ID, accounts.Unlimited)
+	if err != nil {
+		return err
+	}
+	content := fmt.Sprintf("BULKD_ACCOUNT=%s\nBULKD_PAYG_KEY=%s\nBULKD_UNLIMITED_KEY=%s\n", a.ID, payg, unl)
+	if i := strings.LastIndexByte(keysFile, '/'); i > 0 {
+		if err := os.MkdirAll(keysFile[:i], 0o700); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(keysFile, []byte(content), 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nDemo account %s created with 1,000,000 credits and an active starter plan.\n"+
+		"These keys are shown once (also saved to %s):\n  pay-as-you-go: %s\n  unlimited:     %s\n\n", a.ID, keysFile, payg, unl)
+	return nil
+}
+
+func parseEnvFile(s string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
