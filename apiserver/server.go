@@ -17,6 +17,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 )
 
@@ -31,6 +32,9 @@ type Deps struct {
 	Metrics      *Metrics
 	MaxBodyBytes int64
 	Now          func() time.Time
+
+	Jobs    *jobs.Engine
+	Company CompanyDeps
 }
 
 // Server holds the API's state.
@@ -95,6 +99,10 @@ func (s *Server) routes() chi.Router {
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(Metered))
 			g.Get("/credits", s.getCredits)
+			g.Get("/company-enrichment", s.getCompany)
+			g.Post("/company-enrichment/bulk", s.submitCompanyBulk)
+			g.Get("/company-enrichment/bulk/{job_id}", s.getCompanyJob)
+			g.Get("/company-enrichment/bulk/{job_id}/results", s.getCompanyResults)
 		})
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(AnyKey))

@@ -28,8 +28,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "company" {
+		if err := companyMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)

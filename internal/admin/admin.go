@@ -26,6 +26,7 @@ import (
 // Env is what commands run against.
 type Env struct {
 	Stdout, Stderr io.Writer
+	Stdin          io.Reader
 	Now            func() time.Time
 	// Extra holds commands registered by other packages (e.g. companies).
 	Extra map[string]Command
@@ -48,7 +49,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-`
+` + CompaniesUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -60,6 +61,9 @@ func Main(ctx context.Context, args []string, env Env) error {
 	}
 	fs.StringVar(&redisURL, "redis-url", redisURL, "Redis URL ["+config.EnvName("redis-url")+"]")
 	fs.Usage = func() { fmt.Fprint(env.Stderr, Usage) }
+	if env.Stdin == nil {
+		env.Stdin = os.Stdin
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,6 +94,9 @@ func Run(ctx context.Context, rdb redis.UniversalClient, env Env, args []string)
 	}
 	if c, ok := env.Extra[args[0]]; ok {
 		return c(ctx, rdb, env, args[1:])
+	}
+	if args[0] == "companies" {
+		return companies(ctx, rdb, env, args[1:])
 	}
 	if len(args) < 2 {
 		return fmt.Errorf("unknown command %q; see bulkd admin help", strings.Join(args, " "))

@@ -37,6 +37,20 @@ type Config struct {
 	// caps: "starter=20000,standard=60000,professional=150000".
 	MonthlyLookupCaps string
 
+	// Job engine.
+	ShardSize int           // distinct inputs per shard
+	Workers   int           // in-process shard workers (standalone mode)
+	Retention time.Duration // how long job data is kept
+	// InstanceID names this process as the holder of shard leases. Stable
+	// across restarts, it lets a restarted instance resume its own shards at
+	// once; empty means "hostname/listen address".
+	InstanceID string
+
+	// Company enrichment.
+	NetworkHosts   string // comma-separated recognised network hosts
+	RedirectChecks bool   // check whether domain rows redirect elsewhere
+	CompanyData    string // JSON Lines file imported at start when the company store is empty
+
 	// Demo creates a demo account with credits and both key types on first
 	// start and writes the keys to DemoKeysFile (make run uses it).
 	Demo         bool
@@ -58,6 +72,11 @@ func Default() Config {
 		MaxBodyBytes:    64 << 20,
 		RateLimit:       20,
 		DemoKeysFile:    "var/demo-keys.env",
+		ShardSize:       1000,
+		Workers:         4,
+		Retention:       30 * 24 * time.Hour,
+		NetworkHosts:    "linkedin.com",
+		RedirectChecks:  true,
 	}
 }
 
@@ -77,6 +96,13 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num64(fs, &c.MaxBodyBytes, "max-body-bytes", "largest request body accepted, in bytes")
 	num(fs, &c.RateLimit, "rate-limit", "requests per second per API key (SPEC: 20)")
 	str(fs, &c.MonthlyLookupCaps, "monthly-lookup-caps", "monthly single-lookup caps per unlimited plan, e.g. starter=20000,standard=60000")
+	num(fs, &c.ShardSize, "shard-size", "distinct inputs per shard (the unit of work)")
+	num(fs, &c.Workers, "workers", "in-process shard workers in standalone mode")
+	dur(fs, &c.Retention, "retention", "how long job data (status and results) is kept after submission")
+	str(fs, &c.InstanceID, "instance-id", "stable id of this instance for shard leases (default: hostname/listen address)")
+	str(fs, &c.NetworkHosts, "network-hosts", "comma-separated professional-network hosts recognised in network_url")
+	boolean(fs, &c.RedirectChecks, "redirect-checks", "check whether a domain row's website redirects to another domain")
+	str(fs, &c.CompanyData, "company-data", "JSON Lines company file to import at start when the company store is empty")
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
 }
@@ -139,8 +165,13 @@ func boolean(fs *flag.FlagSet, p *bool, name, u string) {
 	fs.BoolVar(p, name, *p, usage(u, name))
 }
 
-// Validate checks values that flag parsing cannot.
+// Validate checks values that flag parsing cannot, and fills derived
+// defaults.
 func (c *Config) Validate() error {
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = host + "/" + c.Listen
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		return fmt.Errorf("--log-format must be json or text, not %q", c.LogFormat)
 	}
@@ -149,6 +180,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024")
+	}
+	if c.ShardSize < 1 || c.ShardSize > 100_000 {
+		return fmt.Errorf("--shard-size must be 1..100000")
+	}
+	if c.Workers < 1 || c.Workers > 1024 {
+		return fmt.Errorf("--workers must be 1..1024")
+	}
+	if c.Retention < time.Hour {
+		return fmt.Errorf("--retention must be at least 1h")
 	}
 	if c.SMTPPort < 1 || c.SMTPPort > 65535 {
 		return fmt.Errorf("--smtp-port must be 1..65535")

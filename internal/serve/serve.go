@@ -19,9 +19,110 @@ import (
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/company"
+	"github.com/bulkd/bulkd/internal/company/normalize"
+	"github.com/bulkd/bulkd/internal/company/redirect"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 )
+
+// Components are the parts of a configured bulkd, for `serve`, the
+// processor and tests.
+type Components struct {
+	API       *apiserver.Server
+	Engine    *jobs.Engine
+	Processor *jobs.Processor
+	Local     *jobs.Local
+	Companies *company.Store
+	Normalize *normalize.Normalizer
+}
+
+// Build assembles the components on rdb. Nothing starts running.
+func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Components, error) {
+	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy}.WithDefaults()
+	if err := out.Validate(); err != nil {
+		return nil, err
+	}
+	var hosts []string
+	for _, h := range strings.Split(cfg.NetworkHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, strings.ToLower(h))
+		}
+	}
+	if len(hosts) == 0 {
+		hosts = normalize.DefaultHosts
+	}
+	norm := normalize.New(hosts)
+	companies := company.NewStore(rdb, "bulkd:")
+	ans := &enrich.Answerer{Store: companies}
+	if cfg.RedirectChecks {
+		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
+	}
+	st := accounts.NewStore(rdb, nil)
+	bl := billing.New(rdb, nil)
+	proc := jobs.NewProcessor(jobs.NewStore(rdb), map[string]jobs.Answerer{enrich.Family: ans}, log)
+	if cfg.InstanceID != "" {
+		proc.Owner = cfg.InstanceID
+	}
+	local := jobs.NewLocal(proc, cfg.Workers, log)
+	eng := jobs.NewEngine(proc.Store, bl, local, log)
+	eng.ShardSize = cfg.ShardSize
+	eng.Retention = cfg.Retention
+	bl.ChargeTTL = cfg.Retention + 24*time.Hour
+	api := apiserver.New(apiserver.Deps{
+		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
+		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Jobs: eng,
+		Company: apiserver.CompanyDeps{Normalizer: norm, Answerer: ans},
+	})
+	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: companies, Normalize: norm}, nil
+}
+
+// janitor rolls back submissions whose process died between charge and
+// commit. A submission takes well under a second; two minutes is far past
+// any live one (request timeouts end them sooner).
+func janitor(ctx context.Context, e *jobs.Engine, log *slog.Logger) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		if n, err := e.ReclaimAbandoned(ctx, 2*time.Minute); err != nil && ctx.Err() == nil {
+			log.Error("janitor", "err", err)
+		} else if n > 0 {
+			log.Warn("janitor reclaimed abandoned submissions", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func importIfEmpty(ctx context.Context, c *Components, path string, log *slog.Logger) error {
+	n, err := c.Companies.Count(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		log.Info("company store already loaded", "companies", n)
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("--company-data: %w", err)
+	}
+	defer f.Close()
+	stats, err := company.Import(ctx, f, company.Format("jsonl"), c.Companies, c.Normalize, func(s company.ImportStats) {
+		log.Info("importing companies", "read", s.Read, "imported", s.Imported, "skipped", s.Skipped)
+	})
+	if err != nil {
+		return fmt.Errorf("import %s: %w", path, err)
+	}
+	log.Info("company data imported", "file", path, "imported", stats.Imported, "skipped", stats.Skipped, "elapsed", stats.Elapsed.String())
+	return nil
+}
 
 // NewLogger builds the process logger: JSON in production, text for people.
 func NewLogger(w io.Writer, format, level string) *slog.Logger {
@@ -104,19 +205,31 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Wri
 	if err := ParseCaps(plans, cfg.MonthlyLookupCaps); err != nil {
 		return err
 	}
-	st := accounts.NewStore(rdb, nil)
-	bl := billing.New(rdb, nil)
+	c, err := Build(cfg, rdb, log)
+	if err != nil {
+		return err
+	}
+	c.API.Plans = plans
 	if cfg.Demo {
-		if err := Demo(ctx, st, bl, cfg.DemoKeysFile, stdout, log); err != nil {
+		if err := Demo(ctx, c.API.Accounts, c.API.Billing, cfg.DemoKeysFile, stdout, log); err != nil {
 			return fmt.Errorf("demo account: %w", err)
 		}
 	}
-	api := apiserver.New(apiserver.Deps{
-		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit), Plans: plans,
-		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes,
-	})
+	if cfg.CompanyData != "" {
+		if err := importIfEmpty(ctx, c, cfg.CompanyData, log); err != nil {
+			return err
+		}
+	}
+	// The executor and janitor outlive the listener a little: shutdown stops
+	// new requests first, then the workers (an interrupted shard resumes on
+	// the next start).
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopWork(); c.Local.Wait() }()
+	c.Local.Start(workCtx)
+	go janitor(workCtx, c.Engine, log)
+
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           c.API,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,

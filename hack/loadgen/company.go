@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/company"
+	"github.com/bulkd/bulkd/internal/company/normalize"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/testredis"
+)
+
+// companyMain measures the company-enrichment targets of issue 3:
+// dataset import rate, 100,000-row submission latency and the API
+// process's peak RSS, job completion time (redirect checks off and on),
+// and results-page latency under concurrent readers.
+func companyMain(args []string) error {
+	fs := flag.NewFlagSet("company", flag.ExitOnError)
+	bin := fs.String("bin", "bin/bulkd", "bulkd binary")
+	dataset := fs.Int("dataset", 1_000_000, "companies generated and imported")
+	rows := fs.Int("rows", 100_000, "distinct rows per submission")
+	jobs := fs.Int("jobs", 5, "submissions measured")
+	readers := fs.Int("readers", 20, "concurrent results-page readers")
+	readFor := fs.Duration("read-for", 10*time.Second, "how long the readers run")
+	redirectRows := fs.Int("redirect-rows", 20_000, "domain rows of the redirect-checks-on job (0 to skip)")
+	workers := fs.Int("workers", 4, "bulkd --workers")
+	_ = fs.Parse(args)
+
+	dir, err := os.MkdirTemp("", "bulkd-load-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := testredis.StartProcess(dir)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
+	defer rdb.Close()
+
+	// 1. Dataset: generate and import, streaming through a pipe.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(company.Generate(bufio.NewWriterSize(pw, 1<<20), *dataset, 7, "linkedin.com"))
+	}()
+	st := company.NewStore(rdb, "bulkd:")
+	norm := normalize.New(normalize.DefaultHosts)
+	stats, err := company.Import(ctx, pr, company.FormatJSONL, st, norm, nil)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	mem, _ := rdb.Info(ctx, "memory").Result()
+	fmt.Printf("import: %d companies in %s = %.0f companies/s (redis %s)\n", stats.Imported, stats.Elapsed.Round(time.Millisecond),
+		float64(stats.Imported)/stats.Elapsed.Seconds(), infoField(mem, "used_memory_human"))
+
+	// The inputs: slugs of generated companies (found) and invented ones
+	// (not found), all distinct.
+	slugs := make([]string, 0, *rows)
+	pr2, pw2 := io.Pipe()
+	go func() { pw2.CloseWithError(company.Generate(pw2, min(*dataset, *rows*9/10), 7, "linkedin.com")) }()
+	dec := json.NewDecoder(pr2)
+	for {
+		var r struct {
+			NetworkURL string `json:"network_url"`
+			Domain     string `json:"domain"`
+		}
+		if err := dec.Decode(&r); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return err
+		}
+		slugs = append(slugs, r.NetworkURL)
+	}
+	for i := len(slugs); i < *rows; i++ {
+		slugs = append(slugs, fmt.Sprintf("https://www.linkedin.com/company/no-such-company-%d", i))
+	}
+	body := submission(slugs, "network_url")
+	fmt.Printf("submission body: %d rows, %.1f MB\n", *rows, float64(len(body))/1e6)
+
+	acct, err := accounts.NewStore(rdb, nil).CreateAccount(ctx, "load", credits.Whole(int64(*rows)*int64(*jobs+2)))
+	if err != nil {
+		return err
+	}
+	key, _, err := accounts.NewStore(rdb, nil).CreateKey(ctx, acct.ID, accounts.PayAsYouGo)
+	if err != nil {
+		return err
+	}
+
+	// 2. Submissions and completion, redirect checks off.
+	b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=false")
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var submitLat, doneLat []time.Duration
+	var lastJob string
+	for i := 0; i < *jobs; i++ {
+		t0 := time.Now()
+		id, err := submit(hc, b.base, key, body)
+		if err != nil {
+			b.stop()
+			return err
+		}
+		submitLat = append(submitLat, time.Since(t0))
+		if err := waitDone(hc, b.base, key, id, 120*time.Second); err != nil {
+			b.stop()
+			return err
+		}
+		doneLat = append(doneLat, time.Since(t0))
+		lastJob = id
+	}
+	rss := b.peakRSS()
+	fmt.Printf("submit %d distinct rows: p50=%s min=%s max=%s (n=%d)\n", *rows, pct(submitLat, 0.5), pct(submitLat, 0), pct(submitLat, 1), len(submitLat))
+	fmt.Printf("submit -> completed (redirect checks off, %d workers): p50=%s min=%s max=%s = %.0f rows/s at p50\n", *workers,
+		pct(doneLat, 0.5), pct(doneLat, 0), pct(doneLat, 1), float64(*rows)/pct(doneLat, 0.5).Seconds())
+	fmt.Printf("bulkd peak RSS (VmHWM) after %d jobs: %s\n", *jobs, rss)
+
+	// 3. Results pages under concurrent readers.
+	lat := readPages(hc, b.base, key, lastJob, *rows, *readers, *readFor)
+	fmt.Printf("results page limit=500, %d readers for %s: %d pages, %.0f pages/s, p50=%s p90=%s p99=%s max=%s\n", *readers, *readFor,
+		len(lat), float64(len(lat))/readFor.Seconds(), pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99), pct(lat, 1))
+	b.stop()
+
+	// 4. Redirect checks on, against a local website stand-in (proxy).
+	if *redirectRows > 0 {
+		proxy, count := websiteProxy()
+		defer proxy.Close()
+		b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=true", "--http-proxy", "http://"+proxy.Addr)
+		if err != nil {
+			return err
+		}
+		defer b.stop()
+		doms := make([]string, *redirectRows)
+		for i := range doms {
+			doms[i] = fmt.Sprintf("site-%d.example", i)
+		}
+		t0 := time.Now()
+		id, err := submit(hc, b.base, key, submission(doms, "domain"))
+		if err != nil {
+			return err
+		}
+		if err := waitDone(hc, b.base, key, id, 600*time.Second); err != nil {
+			return err
+		}
+		el := time.Since(t0)
+		fmt.Printf("redirect checks on: %d domain rows in %s = %.0f rows/s (%d website requests through the local proxy)\n",
+			*redirectRows, el.Round(time.Millisecond), float64(*redirectRows)/el.Seconds(), count())
+	}
+	return nil
+}
+
+func submission(values []string, field string) []byte {
+	var buf bytes.Buffer
+	buf.WriteString(`{"input":[`)
+	for i, v := range values {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		q, _ := json.Marshal(v)
+		fmt.Fprintf(&buf, `{"%s":%s}`, field, q)
+	}
+	buf.WriteString("]}")
+	return buf.Bytes()
+}
+
+type bulkd struct {
+	cmd  *exec.Cmd
+	base string
+}
+
+func startBulkd(bin, redisURL string, extra ...string) (*bulkd, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b := &bulkd{cmd: cmd, base: "http://" + addr}
+	if err := waitHealthy(b.base, 15*time.Second); err != nil {
+		b.stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bulkd) stop() {
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _, _ = b.cmd.Process.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (b *bulkd) peakRSS() string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.cmd.Process.Pid))
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func submit(hc *http.Client, base, key string, body []byte) (string, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/company-enrichment/bulk", bytes.NewReader(body))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		return "", fmt.Errorf("submit: %d %s", res.StatusCode, raw)
+	}
+	var r struct {
+		JobID string `json:"job_id"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return "", err
+	}
+	return r.JobID, nil
+}
+
+func waitDone(hc *http.Client, base, key, id string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/company-enrichment/bulk/"+id, nil)
+		req.Header.Set("X-API-Key", key)
+		res, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		_ = json.NewDecoder(res.Body).Decode(&st)
+		res.Body.Close()
+		if st.Status == "completed" {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("job %s not completed within %s", id, d)
+}
+
+func readPages(hc *http.Client, base, key, id string, rows, readers int, d time.Duration) []time.Duration {
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rnd := rand.New(rand.NewSource(seed))
+			var local []time.Duration
+			for time.Now().Before(deadline) {
+				off := rnd.Intn(max(1, rows-500))
+				req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/company-enrichment/bulk/%s/results?limit=500&offset=%d", base, id, off), nil)
+				req.Header.Set("X-API-Key", key)
+				t0 := time.Now()
+				res, err := hc.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode == 200 {
+					local = append(local, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			all = append(all, local...)
+			mu.Unlock()
+		}(int64(r))
+	}
+	wg.Wait()
+	return all
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(float64(len(s)-1)*p)].Round(100 * time.Microsecond)
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}

@@ -1,0 +1,225 @@
+// Package bulkdtest runs a whole standalone bulkd for end-to-end tests: a
+// private redis-server, the components `bulkd serve` builds, the in-process
+// executor and the HTTP API on a loopback port. Tests drive it over HTTP
+// like a client would.
+package bulkdtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/company"
+	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/serve"
+	"github.com/bulkd/bulkd/internal/testredis"
+)
+
+// Env is one running bulkd.
+type Env struct {
+	T      testing.TB
+	URL    string
+	Redis  *redis.Client
+	Parts  *serve.Components
+	Config config.Config
+	client *http.Client
+}
+
+// Option adjusts the configuration before the parts are built.
+type Option func(*config.Config)
+
+// WithConfig applies f to the configuration.
+func WithConfig(f func(*config.Config)) Option { return Option(f) }
+
+// NoWorkers builds the executor but does not start it, so every row stays
+// pending until StartWorkers.
+func NoWorkers() Option { return func(c *config.Config) { c.Workers = -1 } }
+
+// Start runs a standalone bulkd for t. Redirect checks are off unless an
+// option turns them on (they need a local website server).
+func Start(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	rdb, _ := testredis.Client(t)
+	cfg := config.Default()
+	cfg.RedirectChecks = false
+	cfg.ShardSize = 50
+	cfg.Workers = 4
+	for _, o := range opts {
+		o(&cfg)
+	}
+	start := cfg.Workers > 0
+	if !start {
+		cfg.Workers = 4
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(&tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	parts, err := serve.Build(cfg, rdb, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts.Local.Backoff = 20 * time.Millisecond
+	e := &Env{T: t, Redis: rdb, Parts: parts, Config: cfg, client: &http.Client{Timeout: 30 * time.Second}}
+	ts := httptest.NewServer(parts.API)
+	e.URL = ts.URL
+	t.Cleanup(ts.Close)
+	if start {
+		e.StartWorkers()
+	}
+	return e
+}
+
+// StartWorkers starts the in-process executor; it stops when the test ends.
+func (e *Env) StartWorkers() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.Parts.Local.Start(ctx)
+	e.T.Cleanup(func() { cancel(); e.Parts.Local.Wait() })
+}
+
+type tlog struct{ t testing.TB }
+
+func (l *tlog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Account creates an account with balance and a pay-as-you-go key.
+func (e *Env) Account(balance credits.Amount) (accountID, key string) {
+	e.T.Helper()
+	ctx := context.Background()
+	a, err := e.Parts.API.Accounts.CreateAccount(ctx, "test", balance)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return a.ID, e.Key(a.ID, accounts.PayAsYouGo)
+}
+
+// Key creates another key for an account.
+func (e *Env) Key(accountID string, typ accounts.KeyType) string {
+	e.T.Helper()
+	k, _, err := e.Parts.API.Accounts.CreateKey(context.Background(), accountID, typ)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return k
+}
+
+// Balance reads an account's balance.
+func (e *Env) Balance(accountID string) credits.Amount {
+	e.T.Helper()
+	b, err := e.Parts.API.Billing.Balance(context.Background(), accountID)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return b
+}
+
+// PutCompanies stores company records, normalizing their URL and domain the
+// way the importer does.
+func (e *Env) PutCompanies(recs ...company.Record) {
+	e.T.Helper()
+	var buf bytes.Buffer
+	for _, r := range recs {
+		b, _ := json.Marshal(r)
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	if _, err := company.Import(context.Background(), &buf, company.Format("jsonl"), e.Parts.Companies, e.Parts.Normalize, nil); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// Response is an HTTP answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Decode unmarshals the body into v.
+func (r Response) Decode(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+// Do sends a request with key (none when empty).
+func (e *Env) Do(method, path, key string, body []byte) Response {
+	e.T.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.URL+path, rd)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return Response{Status: res.StatusCode, Header: res.Header, Body: b}
+}
+
+// Get is Do(GET).
+func (e *Env) Get(path, key string) Response { return e.Do(http.MethodGet, path, key, nil) }
+
+// PostJSON marshals v and POSTs it.
+func (e *Env) PostJSON(path, key string, v any) Response {
+	e.T.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return e.Do(http.MethodPost, path, key, b)
+}
+
+// WaitFor polls the status path until status is completed, or fails after d.
+func (e *Env) WaitFor(statusPath, key string, d time.Duration) map[string]any {
+	e.T.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		r := e.Get(statusPath, key)
+		var m map[string]any
+		r.Decode(e.T, &m)
+		if m["status"] == "completed" {
+			return m
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("job not completed after %v: %s", d, r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Str is a helper for optional string fields.
+func Str(s string) *string { return &s }
+
+// Must fails the test on err.
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,165 @@
+package jobs
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Row is one submitted row as stored in the row map.
+type Row struct {
+	// Echo is what the family needs to echo the row back (its own encoding).
+	Echo string `json:"e"`
+	// Index is the distinct input the row points at; -1 for an invalid row.
+	Index int32 `json:"i"`
+	// First is set on the first row of each distinct input: it carries the
+	// charge, its repeats carry 0.
+	First bool `json:"f,omitempty"`
+	// Reason says why an invalid row was skipped.
+	Reason string `json:"r,omitempty"`
+}
+
+// Input is one distinct input of a shard.
+type Input struct {
+	// Payload is the canonical input the family's answerer reads.
+	Payload string `json:"p"`
+	// Rows is how many submitted rows point at this input; answering it
+	// answers all of them.
+	Rows int64 `json:"m"`
+}
+
+// Builder accumulates a submission's rows in order, deduplicating them by
+// key. It holds one small struct per row and one per distinct input, never
+// the request body.
+type Builder struct {
+	Family  string
+	rows    []Row
+	inputs  []Input
+	index   map[string]int32
+	invalid int64
+	// DropDuplicates keeps only the first row of each distinct input in the
+	// row map (bulk lookup counts and returns unique rows only).
+	DropDuplicates bool
+}
+
+// NewBuilder starts a submission of a family; sizeHint is the expected row
+// count (0 if unknown).
+func NewBuilder(family string, sizeHint int) *Builder {
+	return &Builder{Family: family, rows: make([]Row, 0, sizeHint), index: make(map[string]int32, sizeHint)}
+}
+
+// AddValid adds a row whose dedupe key is key and whose canonical input is
+// payload. Rows with equal keys are one distinct input.
+func (b *Builder) AddValid(echo, key, payload string) {
+	if i, ok := b.index[key]; ok {
+		// Rows counts the rows of the row map that point at the input:
+		// a dropped duplicate is not one of them (rows_processed must
+		// end at total_rows).
+		if !b.DropDuplicates {
+			b.inputs[i].Rows++
+			b.rows = append(b.rows, Row{Echo: echo, Index: i})
+		}
+		return
+	}
+	i := int32(len(b.inputs))
+	b.index[key] = i
+	b.inputs = append(b.inputs, Input{Payload: payload, Rows: 1})
+	b.rows = append(b.rows, Row{Echo: echo, Index: i, First: true})
+}
+
+// AddInvalid adds a row skipped as invalid.
+func (b *Builder) AddInvalid(echo, reason string) {
+	b.invalid++
+	b.rows = append(b.rows, Row{Echo: echo, Index: -1, Reason: reason})
+}
+
+// Rows is the number of rows in the row map.
+func (b *Builder) Rows() int { return len(b.rows) }
+
+// Invalid is the number of invalid rows.
+func (b *Builder) Invalid() int64 { return b.invalid }
+
+// Distinct is the number of distinct valid inputs.
+func (b *Builder) Distinct() int { return len(b.inputs) }
+
+// rowChunks encodes the row map in RowChunk-sized chunks.
+func (b *Builder) rowChunks() ([][]byte, error) {
+	n := (len(b.rows) + RowChunk - 1) / RowChunk
+	out := make([][]byte, 0, n)
+	for c := 0; c < n; c++ {
+		end := min((c+1)*RowChunk, len(b.rows))
+		out = append(out, encodeRows(b.rows[c*RowChunk:end]))
+	}
+	return out, nil
+}
+
+// encodeRows writes rows in a compact binary form that a results page
+// decodes in microseconds: per row uvarint(index+1) (0 = invalid), a flags
+// byte (1 = first), then the echo and the reason, each uvarint length +
+// bytes. Echoes are arbitrary client strings, so nothing is delimited.
+func encodeRows(rows []Row) []byte {
+	size := 0
+	for i := range rows {
+		size += 12 + len(rows[i].Echo) + len(rows[i].Reason)
+	}
+	buf := make([]byte, 0, size)
+	for _, r := range rows {
+		buf = binary.AppendUvarint(buf, uint64(int64(r.Index)+1))
+		var flags byte
+		if r.First {
+			flags = 1
+		}
+		buf = append(buf, flags)
+		buf = binary.AppendUvarint(buf, uint64(len(r.Echo)))
+		buf = append(buf, r.Echo...)
+		buf = binary.AppendUvarint(buf, uint64(len(r.Reason)))
+		buf = append(buf, r.Reason...)
+	}
+	return buf
+}
+
+// decodeRows reads what encodeRows wrote.
+func decodeRows(b []byte) ([]Row, error) {
+	rows := make([]Row, 0, RowChunk)
+	for len(b) > 0 {
+		idx, n := binary.Uvarint(b)
+		if n <= 0 || len(b) < n+1 {
+			return nil, errors.New("corrupt row chunk")
+		}
+		r := Row{Index: int32(int64(idx) - 1), First: b[n] == 1}
+		b = b[n+1:]
+		var err error
+		if r.Echo, b, err = takeString(b); err != nil {
+			return nil, err
+		}
+		if r.Reason, b, err = takeString(b); err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func takeString(b []byte) (string, []byte, error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < l {
+		return "", nil, errors.New("corrupt row chunk")
+	}
+	return string(b[n : n+int(l)]), b[n+int(l):], nil
+}
+
+// shardChunks encodes the distinct inputs in shards of size.
+func (b *Builder) shardChunks(size int) ([][]byte, error) {
+	n := (len(b.inputs) + size - 1) / size
+	out := make([][]byte, 0, n)
+	for s := 0; s < n; s++ {
+		end := min((s+1)*size, len(b.inputs))
+		blob, err := json.Marshal(b.inputs[s*size : end])
+		if err != nil {
+			return nil, fmt.Errorf("encode inputs: %w", err)
+		}
+		out = append(out, blob)
+	}
+	return out, nil
+}

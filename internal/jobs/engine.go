@@ -1,0 +1,275 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+// Executor runs a stored job's shards: in-process (Local) or as Kubernetes
+// Jobs. Enqueue must not block on the work itself.
+type Executor interface {
+	// Enqueue makes a stored job's shards runnable; an error refuses the job.
+	Enqueue(ctx context.Context, j *Job) error
+	// Cancel stops and forgets a job's work (its submission was rolled back,
+	// or the job was deleted).
+	Cancel(ctx context.Context, jobID string) error
+}
+
+// Metering is how a submission is paid for: a credit price per distinct
+// input, or units of an unlimited plan's quota.
+type Metering struct {
+	Price credits.Amount // per distinct input; used when Quota is nil
+	Quota *Quota
+}
+
+// Quota meters against a plan quota instead of credits.
+type Quota struct {
+	Window billing.Window
+	Limit  int64
+}
+
+// Engine submits jobs and reads them back.
+type Engine struct {
+	Store    *Store
+	Billing  *billing.Billing
+	Executor Executor
+	Log      *slog.Logger
+	Now      func() time.Time
+
+	ShardSize int           // distinct inputs per shard
+	Retention time.Duration // how long a job's data is kept after submission
+
+	// failpoint, when set (tests only), is called before each step of a
+	// submission; an error there behaves like a failure of that step.
+	failpoint func(step string) error
+}
+
+// NewEngine returns an engine with defaults: shards of 1,000 inputs,
+// retention 30 days.
+func NewEngine(st *Store, bl *billing.Billing, ex Executor, log *slog.Logger) *Engine {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Engine{Store: st, Billing: bl, Executor: ex, Log: log, Now: time.Now, ShardSize: 1000, Retention: 30 * 24 * time.Hour}
+}
+
+// SetFailpoint installs a failure injector (tests).
+func (e *Engine) SetFailpoint(f func(step string) error) { e.failpoint = f }
+
+func (e *Engine) fail(step string) error {
+	if e.failpoint == nil {
+		return nil
+	}
+	if err := e.failpoint(step); err != nil {
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	return nil
+}
+
+// Submission steps, in order (the failpoint names).
+const (
+	StepMark    = "mark"
+	StepCharge  = "charge"
+	StepStore   = "store"
+	StepEnqueue = "enqueue"
+	StepCommit  = "commit"
+)
+
+// Submit charges for b's distinct inputs, stores the job and hands it to the
+// executor. Either all of that happens, or the charge is reversed and no job
+// remains (SPEC section 3): on an error return there is nothing to clean up.
+// A process that dies half-way leaves a mark the janitor (ReclaimAbandoned)
+// finds and rolls back.
+//
+// A *billing.InsufficientError or *billing.QuotaError means the account
+// cannot pay; nothing was taken.
+func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, m Metering) (*Job, error) {
+	now := e.Now().UTC()
+	j := &Job{
+		ID: uuid.NewString(), Family: b.Family, AccountID: p.Account.ID, KeyID: p.Key.ID, Status: StatusRunning,
+		TotalRows: int64(b.Rows()), TotalInvalid: b.Invalid(), Distinct: int64(b.Distinct()),
+		ShardSize: e.ShardSize, CreatedAt: now, ExpiresAt: now.Add(e.Retention),
+	}
+	j.Shards = (b.Distinct() + e.ShardSize - 1) / e.ShardSize
+	if j.Distinct == 0 { // nothing to answer: the job is complete on arrival
+		j.Status, j.CompletedAt = StatusCompleted, now
+	}
+	if m.Quota != nil {
+		j.QuotaUnits, j.QuotaWindow = j.Distinct, m.Quota.Window.Name
+	} else {
+		amt, err := m.Price.Mul(j.Distinct)
+		if err != nil {
+			return nil, err
+		}
+		j.Charge = amt
+	}
+
+	if err := e.fail(StepMark); err != nil {
+		return nil, err
+	}
+	if err := e.Store.markPending(ctx, j.ID, j.AccountID, now); err != nil {
+		return nil, fmt.Errorf("mark submission: %w", err)
+	}
+	charged := false
+	rollback := func(cause error) error {
+		// Detach from the request: a client that hung up must not stop the
+		// refund.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		var errs []error
+		if err := e.Executor.Cancel(rctx, j.ID); err != nil {
+			errs = append(errs, err)
+		}
+		if err := e.Store.Delete(rctx, j.ID); err != nil {
+			errs = append(errs, err)
+		}
+		if charged {
+			if _, err := e.Billing.Reverse(rctx, j.AccountID, j.ID, "submission failed: "+cause.Error()); err != nil && !errors.Is(err, billing.ErrChargeNotFound) {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) == 0 {
+			// Only a complete rollback may drop the mark; otherwise the
+			// janitor finishes the job.
+			if err := e.Store.dropPending(rctx, j.ID, j.AccountID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			e.Log.Error("submission rollback incomplete; the janitor will finish it", "job", j.ID, "err", errors.Join(errs...))
+		} else {
+			e.Log.Warn("submission rolled back", "job", j.ID, "account", j.AccountID, "cause", cause)
+		}
+		return cause
+	}
+
+	if err := e.fail(StepCharge); err != nil {
+		return nil, rollback(err)
+	}
+	if err := e.charge(ctx, j, m); err != nil {
+		var ie *billing.InsufficientError
+		var qe *billing.QuotaError
+		if errors.As(err, &ie) || errors.As(err, &qe) {
+			_ = rollback(err)
+			return nil, err
+		}
+		// The script may have run even though we saw an error (a timeout on
+		// the reply): reverse in case it did.
+		charged = true
+		return nil, rollback(err)
+	}
+	charged = true
+
+	if err := e.fail(StepStore); err != nil {
+		return nil, rollback(err)
+	}
+	if err := e.Store.create(ctx, j, b); err != nil {
+		return nil, rollback(err)
+	}
+	if err := e.fail(StepEnqueue); err != nil {
+		return nil, rollback(err)
+	}
+	if j.Status == StatusRunning {
+		if err := e.Executor.Enqueue(ctx, j); err != nil {
+			return nil, rollback(fmt.Errorf("executor refused the job: %w", err))
+		}
+	}
+	if err := e.fail(StepCommit); err != nil {
+		return nil, rollback(err)
+	}
+	if err := e.Store.commit(ctx, j.ID, j.AccountID); err != nil {
+		return nil, rollback(err)
+	}
+	e.Log.Info("job accepted", "job", j.ID, "family", j.Family, "account", j.AccountID, "key", "bkd_"+j.KeyID,
+		"rows", j.TotalRows, "distinct", j.Distinct, "invalid", j.TotalInvalid, "shards", j.Shards,
+		"charge", j.Charge.String(), "quota_units", j.QuotaUnits)
+	return j, nil
+}
+
+func (e *Engine) charge(ctx context.Context, j *Job, m Metering) error {
+	if m.Quota != nil {
+		if j.QuotaUnits == 0 {
+			return nil
+		}
+		_, err := e.Billing.Consume(ctx, billing.Consumption{AccountID: j.AccountID, KeyID: j.KeyID, ChargeID: j.ID,
+			Window: m.Quota.Window, N: j.QuotaUnits, Limit: m.Quota.Limit})
+		return err
+	}
+	_, err := e.Billing.Charge(ctx, billing.Charge{AccountID: j.AccountID, KeyID: j.KeyID, ChargeID: j.ID,
+		Amount: j.Charge, Note: j.Family})
+	return err
+}
+
+// Get returns a job if keyID owns it; another key's job is ErrJobNotFound
+// (SPEC 5.7: a job belongs to the key that created it).
+func (e *Engine) Get(ctx context.Context, keyID, jobID string) (*Job, error) {
+	j, err := e.Store.Get(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	if j.KeyID != keyID {
+		return nil, ErrJobNotFound
+	}
+	return j, nil
+}
+
+// Page returns rows [offset, offset+limit) of a job keyID owns.
+func (e *Engine) Page(ctx context.Context, keyID, jobID string, offset, limit int) (*Page, error) {
+	p, err := e.Store.ReadPage(ctx, jobID, offset, limit)
+	if err != nil {
+		return nil, err
+	}
+	if p.Job.KeyID != keyID {
+		return nil, ErrJobNotFound
+	}
+	return p, nil
+}
+
+// ReclaimAbandoned rolls back submissions whose process died between the
+// charge and the commit: marked more than olderThan ago and never committed.
+// Whoever removes the mark first owns the job (commit or reclaim), so a slow
+// submission and the janitor never both win.
+func (e *Engine) ReclaimAbandoned(ctx context.Context, olderThan time.Duration) (int, error) {
+	stale, err := e.Store.stalePending(ctx, e.Now().Add(-olderThan))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range stale {
+		jobID, accountID := s[0], s[1]
+		removed, err := e.Store.rdb.ZRem(ctx, pendingKey, jobID+"|"+accountID).Result()
+		if err != nil {
+			return n, err
+		}
+		if removed == 0 {
+			continue // committed or reclaimed meanwhile
+		}
+		if err := e.Executor.Cancel(ctx, jobID); err != nil {
+			e.Log.Error("reclaim: cancel", "job", jobID, "err", err)
+		}
+		err = e.Store.Delete(ctx, jobID)
+		if err == nil {
+			_, err = e.Billing.Reverse(ctx, accountID, jobID, "submission abandoned")
+			if errors.Is(err, billing.ErrChargeNotFound) {
+				err = nil
+			}
+		}
+		if err != nil {
+			// Put the mark back so the next pass tries again.
+			_ = e.Store.markPending(ctx, jobID, accountID, time.UnixMilli(0))
+			return n, fmt.Errorf("reclaim %s: %w", jobID, err)
+		}
+		e.Log.Warn("reclaimed abandoned submission", "job", jobID, "account", accountID)
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,146 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+func (e *env) ledger() []billing.Entry {
+	e.t.Helper()
+	es, err := e.bl.Entries(e.ctx, e.p.Account.ID, "", 1000)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return es
+}
+
+func (e *env) checkNothingLeft(id string) {
+	e.t.Helper()
+	if bal, _ := e.bl.Balance(e.ctx, e.p.Account.ID); bal != e.balance {
+		e.t.Errorf("balance %v, want %v", bal, e.balance)
+	}
+	if left := e.jobKeysLeft(id); len(left) != 0 {
+		e.t.Errorf("job keys left: %v", left)
+	}
+	if e.active(id) {
+		e.t.Error("job left in the active set")
+	}
+	if n := e.rdb.ZCard(e.ctx, pendingKey).Val(); n != 0 {
+		e.t.Errorf("%d submission marks left", n)
+	}
+}
+
+// A failure at any submission step leaves no job, no charge and no mark;
+// a charge already taken shows in the ledger followed by its refund.
+func TestSubmitRollbackAtEachStep(t *testing.T) {
+	for _, step := range []string{StepMark, StepCharge, StepStore, StepEnqueue, StepCommit} {
+		t.Run(step, func(t *testing.T) {
+			e := newEnv(t)
+			boom := errors.New("injected")
+			var seen []string
+			e.eng.SetFailpoint(func(s string) error {
+				seen = append(seen, s)
+				if s == step {
+					return boom
+				}
+				return nil
+			})
+			var id string
+			e.exec.mu.Lock()
+			e.exec.enqueued = nil
+			e.exec.mu.Unlock()
+			j, err := e.eng.Submit(e.ctx, e.p, slugs("a", "b", "a", "!x"), Metering{Price: credits.Whole(1)})
+			if !errors.Is(err, boom) || j != nil {
+				t.Fatalf("submit: %v, %v", j, err)
+			}
+			if seen[len(seen)-1] != step {
+				t.Fatalf("steps seen %v", seen)
+			}
+			if len(e.exec.enqueued) > 0 {
+				id = e.exec.enqueued[0]
+				if len(e.exec.canceled) != 1 || e.exec.canceled[0] != id {
+					t.Errorf("enqueued job %s not canceled: %v", id, e.exec.canceled)
+				}
+			}
+			ledger := e.ledger()
+			charged := step != StepMark && step != StepCharge
+			if !charged {
+				if len(ledger) != 0 {
+					t.Errorf("ledger %+v, want nothing", ledger)
+				}
+			} else {
+				if len(ledger) != 2 || ledger[0].Kind != billing.KindCharge || ledger[1].Kind != billing.KindRefund ||
+					ledger[0].JobID != ledger[1].JobID || ledger[0].Amount != "-2" || ledger[1].Amount != "2" {
+					t.Errorf("ledger %+v, want a charge of 2 then its refund", ledger)
+				}
+				id = ledger[0].JobID
+			}
+			if id != "" {
+				e.checkNothingLeft(id)
+			} else if keys := e.rdb.Keys(e.ctx, prefix+"job:*").Val(); len(keys) != 0 {
+				t.Errorf("job keys left: %v", keys)
+			}
+			if n := e.rdb.ZCard(e.ctx, pendingKey).Val(); n != 0 {
+				t.Errorf("%d submission marks left", n)
+			}
+		})
+	}
+}
+
+// A submission that died between charge and commit is rolled back by the
+// janitor; a committed one is never touched.
+func TestReclaimAbandoned(t *testing.T) {
+	e := newEnv(t)
+	committed := e.submit(slugs("a", "b"))
+
+	// "Die" at the commit: the failpoint panics out of Submit, so no
+	// rollback runs, like a killed process.
+	e.eng.SetFailpoint(func(s string) error {
+		if s == StepCommit {
+			panic("process killed")
+		}
+		return nil
+	})
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = e.eng.Submit(e.ctx, e.p, slugs("c", "d", "e"), Metering{Price: credits.Whole(1)})
+	}()
+	e.eng.SetFailpoint(nil)
+	dead := e.exec.enqueued[len(e.exec.enqueued)-1]
+	if e.get(dead).Charge != 3000 {
+		t.Fatal("abandoned job not stored")
+	}
+	// Too young for the janitor.
+	if n, err := e.eng.ReclaimAbandoned(e.ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("reclaim young: %d, %v", n, err)
+	}
+	n, err := e.eng.ReclaimAbandoned(e.ctx, 0)
+	if err != nil || n != 1 {
+		t.Fatalf("reclaim: %d, %v", n, err)
+	}
+	if left := e.jobKeysLeft(dead); len(left) != 0 || e.active(dead) {
+		t.Errorf("abandoned job left %v", left)
+	}
+	if bal, _ := e.bl.Balance(e.ctx, e.p.Account.ID); bal != e.balance-committed.Charge {
+		t.Errorf("balance %v, want only the committed job's charge taken", bal)
+	}
+	if n, _ := e.eng.ReclaimAbandoned(e.ctx, 0); n != 0 {
+		t.Errorf("second pass reclaimed %d", n)
+	}
+	if _, err := e.st.Get(e.ctx, committed.ID); err != nil {
+		t.Errorf("committed job: %v", err)
+	}
+	var kinds []string
+	for _, en := range e.ledger() {
+		kinds = append(kinds, fmt.Sprintf("%s %s %s", en.Kind, en.JobID, en.Amount))
+	}
+	want := []string{"charge " + committed.ID + " -2", "charge " + dead + " -3", "refund " + dead + " 3"}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Errorf("ledger %v, want %v", kinds, want)
+	}
+}

@@ -1,0 +1,97 @@
+// Package jobs is the job engine every bulk family shares: company
+// enrichment, email lookup and email verification.
+//
+// A submission is classified and deduplicated by its family into a Builder:
+// every submitted row points at one distinct input (or carries the reason it
+// is invalid), and the distinct inputs are split into shards. Submit charges
+// the account, stores the job in Redis and hands it to an Executor. A shard
+// processor (in-process for `bulkd serve`, a Kubernetes pod in operator mode)
+// answers a shard's distinct inputs and records each answer exactly once;
+// results are read back in submission order through the row map, so
+// duplicates cost no work and pending rows keep their place.
+package jobs
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+// Job statuses.
+const (
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+)
+
+// Outcome names shared by the families. A family may add its own.
+const (
+	OutcomeFound    = "found"
+	OutcomeNotFound = "not_found"
+	OutcomeError    = "error"
+)
+
+// ErrJobNotFound is returned for unknown or expired jobs.
+var ErrJobNotFound = errors.New("job not found")
+
+// Job is a job's metadata (the jobs hash in Redis).
+type Job struct {
+	ID        string
+	Family    string
+	AccountID string
+	KeyID     string
+	Status    string
+
+	TotalRows    int64 // rows submitted, duplicates and invalid rows included
+	TotalInvalid int64 // rows skipped as invalid
+	Distinct     int64 // distinct valid inputs
+
+	RowsProcessed     int64 // rows answered so far (invalid rows count as answered at once)
+	DistinctProcessed int64
+	Outcomes          map[string]int64 // rows per outcome (invalid rows under the family's invalid outcome)
+
+	Shards     int
+	ShardSize  int
+	ShardsDone int64
+
+	Charge      credits.Amount // credits taken upfront
+	QuotaUnits  int64          // quota units taken upfront (unlimited plans)
+	QuotaWindow string         // which quota
+
+	CreatedAt   time.Time
+	CompletedAt time.Time // zero while running
+	ExpiresAt   time.Time
+}
+
+// Pending is the number of rows not answered yet.
+func (j *Job) Pending() int64 { return j.TotalRows - j.RowsProcessed }
+
+// Key layout. Every key of a job carries its id as a hash tag so the
+// scripts that touch several of them are valid on Redis Cluster.
+const prefix = "bulkd:"
+
+func metaKey(id string) string   { return prefix + "job:{" + id + "}" }
+func rowsKey(id string) string   { return prefix + "job:{" + id + "}:rows" }
+func inputsKey(id string) string { return prefix + "job:{" + id + "}:in" }
+func answersKey(id string) string {
+	return prefix + "job:{" + id + "}:ans"
+}
+func shardsDoneKey(id string) string { return prefix + "job:{" + id + "}:sdone" }
+func leaseKey(id string, shard int) string {
+	return prefix + "job:{" + id + "}:lease:" + strconv.Itoa(shard)
+}
+
+// jobKeys are all keys of a job, for deletion.
+func jobKeys(id string) []string {
+	return []string{metaKey(id), rowsKey(id), inputsKey(id), answersKey(id), shardsDoneKey(id)}
+}
+
+const (
+	activeKey  = prefix + "jobs:active"  // set of running job ids (for resume)
+	pendingKey = prefix + "jobs:pending" // zset of submissions not yet committed: "job|account" by start time (ms)
+)
+
+// RowChunk is how many rows one field of the row map holds: a results page
+// (at most 500 rows) touches at most two fields.
+const RowChunk = 500

@@ -1,0 +1,235 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Local runs shards in-process with a bounded pool of workers: the executor
+// of standalone mode. On start, and every ResumeEvery after, it picks up the
+// unfinished shards of running jobs (after a restart, or when another
+// replica died holding them); leases keep two replicas off one shard.
+type Local struct {
+	Proc        *Processor
+	Workers     int
+	Attempts    int           // tries per shard before its rows become errors
+	Backoff     time.Duration // first retry delay, doubled each try
+	ResumeEvery time.Duration
+	Log         *slog.Logger
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []task
+	queued   map[task]bool
+	running  map[task]bool
+	canceled map[string]bool
+	stopped  bool
+	started  bool
+	wg       sync.WaitGroup
+}
+
+type task struct {
+	job   string
+	shard int
+}
+
+// NewLocal returns an executor with workers goroutines.
+func NewLocal(proc *Processor, workers int, log *slog.Logger) *Local {
+	if log == nil {
+		log = slog.Default()
+	}
+	l := &Local{Proc: proc, Workers: workers, Attempts: 3, Backoff: 200 * time.Millisecond, ResumeEvery: 30 * time.Second,
+		Log: log, queued: map[task]bool{}, running: map[task]bool{}, canceled: map[string]bool{}}
+	l.cond = sync.NewCond(&l.mu)
+	return l
+}
+
+// Start runs the workers until ctx ends, then waits for them.
+func (l *Local) Start(ctx context.Context) {
+	l.mu.Lock()
+	if l.started {
+		l.mu.Unlock()
+		return
+	}
+	l.started = true
+	l.mu.Unlock()
+	for i := 0; i < l.Workers; i++ {
+		l.wg.Add(1)
+		go l.worker(ctx)
+	}
+	l.wg.Add(1)
+	go l.resumeLoop(ctx)
+	go func() {
+		<-ctx.Done()
+		l.mu.Lock()
+		l.stopped = true
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	}()
+}
+
+// Wait blocks until every worker has returned (after Start's ctx ended).
+func (l *Local) Wait() { l.wg.Wait() }
+
+// Enqueue queues every unfinished shard of j.
+func (l *Local) Enqueue(ctx context.Context, j *Job) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return errors.New("executor is shutting down")
+	}
+	delete(l.canceled, j.ID)
+	for s := 0; s < j.Shards; s++ {
+		l.push(task{j.ID, s})
+	}
+	return nil
+}
+
+func (l *Local) push(t task) {
+	if l.queued[t] || l.running[t] {
+		return
+	}
+	l.queued[t] = true
+	l.queue = append(l.queue, t)
+	l.cond.Signal()
+}
+
+// Cancel drops a job's queued shards; a running shard stops at its next
+// batch when it finds the job gone.
+func (l *Local) Cancel(ctx context.Context, jobID string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.canceled[jobID] = true
+	kept := l.queue[:0]
+	for _, t := range l.queue {
+		if t.job == jobID {
+			delete(l.queued, t)
+			continue
+		}
+		kept = append(kept, t)
+	}
+	l.queue = kept
+	return nil
+}
+
+// Resume queues the unfinished shards of every running job.
+func (l *Local) Resume(ctx context.Context) error {
+	ids, err := l.Proc.Store.ActiveJobs(ctx)
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		j, err := l.Proc.Store.Get(ctx, id)
+		if errors.Is(err, ErrJobNotFound) {
+			_ = l.Proc.Store.ForgetActive(ctx, id) // expired
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("resume %s: %w", id, err)
+		}
+		shards, err := l.Proc.Store.UnfinishedShards(ctx, j)
+		if err != nil {
+			return err
+		}
+		l.mu.Lock()
+		if !l.canceled[id] {
+			for _, s := range shards {
+				if !l.queued[task{id, s}] && !l.running[task{id, s}] {
+					l.push(task{id, s})
+					n++
+				}
+			}
+		}
+		l.mu.Unlock()
+	}
+	if n > 0 {
+		l.Log.Info("resumed unfinished shards", "shards", n)
+	}
+	return nil
+}
+
+func (l *Local) resumeLoop(ctx context.Context) {
+	defer l.wg.Done()
+	if err := l.Resume(ctx); err != nil && ctx.Err() == nil {
+		l.Log.Error("resume failed", "err", err)
+	}
+	t := time.NewTicker(l.ResumeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := l.Resume(ctx); err != nil && ctx.Err() == nil {
+				l.Log.Error("resume failed", "err", err)
+			}
+		}
+	}
+}
+
+func (l *Local) next() (task, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.queue) == 0 && !l.stopped {
+		l.cond.Wait()
+	}
+	if l.stopped {
+		return task{}, false
+	}
+	t := l.queue[0]
+	l.queue = l.queue[1:]
+	delete(l.queued, t)
+	l.running[t] = true
+	return t, true
+}
+
+func (l *Local) done(t task) {
+	l.mu.Lock()
+	delete(l.running, t)
+	l.mu.Unlock()
+}
+
+func (l *Local) worker(ctx context.Context) {
+	defer l.wg.Done()
+	for {
+		t, ok := l.next()
+		if !ok {
+			return
+		}
+		l.run(ctx, t)
+		l.done(t)
+	}
+}
+
+// run tries a shard up to Attempts times with doubling backoff, then
+// answers its remaining rows as errors.
+func (l *Local) run(ctx context.Context, t task) {
+	delay := l.Backoff
+	for attempt := 1; ; attempt++ {
+		err := l.Proc.ProcessShard(ctx, t.job, t.shard)
+		switch {
+		case err == nil, errors.Is(err, ErrShardBusy), errors.Is(err, ErrJobNotFound):
+			return
+		case ctx.Err() != nil:
+			return // shutting down: the shard resumes on the next start
+		}
+		l.Log.Warn("shard attempt failed", "job", t.job, "shard", t.shard, "attempt", attempt, "err", err)
+		if attempt >= l.Attempts {
+			if err := l.Proc.FailShard(ctx, t.job, t.shard); err != nil && ctx.Err() == nil {
+				l.Log.Error("could not record failed shard; it will be resumed", "job", t.job, "shard", t.shard, "err", err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+}

@@ -1,0 +1,171 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Answerer answers a family's distinct inputs. It returns exactly one Answer
+// per input, in order. An error means the batch could not be answered at all
+// (the store is down, say) and is retried; a per-input failure is an Answer
+// with the family's error outcome.
+type Answerer interface {
+	Answer(ctx context.Context, payloads []string) ([]Answer, error)
+	// ErrorAnswer is recorded for inputs still unanswered when a shard has
+	// failed for good, so no row is silently lost.
+	ErrorAnswer() Answer
+}
+
+// Processor answers shards. The same processor runs in-process (Local) and
+// in processor pods (`bulkd processor`).
+type Processor struct {
+	Store     *Store
+	Families  map[string]Answerer
+	Log       *slog.Logger
+	Now       func() time.Time
+	BatchSize int           // inputs per Answer call and per record script
+	LeaseTTL  time.Duration // how long a shard stays claimed without a heartbeat
+	Owner     string        // lease owner id (process)
+}
+
+// NewProcessor returns a processor with defaults.
+func NewProcessor(st *Store, families map[string]Answerer, log *slog.Logger) *Processor {
+	if log == nil {
+		log = slog.Default()
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &Processor{Store: st, Families: families, Log: log, Now: time.Now, BatchSize: 500,
+		LeaseTTL: 30 * time.Second, Owner: hex.EncodeToString(b[:])}
+}
+
+// ErrShardBusy means another worker holds the shard's lease.
+var ErrShardBusy = errors.New("shard is being processed elsewhere")
+
+// ProcessShard answers every unanswered input of one shard and marks it
+// done. Running it twice, or concurrently with a crashed predecessor's
+// leftovers, answers nothing twice: answers are recorded only where none
+// exists.
+func (p *Processor) ProcessShard(ctx context.Context, jobID string, shard int) error {
+	ok, err := p.Store.AcquireLease(ctx, jobID, shard, p.Owner, p.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrShardBusy
+	}
+	defer func() { _ = p.Store.ReleaseLease(context.WithoutCancel(ctx), jobID, shard, p.Owner) }()
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go p.heartbeat(hctx, jobID, shard)
+
+	j, err := p.Store.Get(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	fam, ok := p.Families[j.Family]
+	if !ok {
+		return fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
+	}
+	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
+	if err != nil {
+		return err
+	}
+	base := shard * j.ShardSize
+	for start := 0; start < len(inputs); start += p.BatchSize {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		end := min(start+p.BatchSize, len(inputs))
+		if err := p.answerBatch(ctx, j, fam, inputs[start:end], base+start); err != nil {
+			return err
+		}
+	}
+	return p.Store.MarkShardDone(ctx, j, shard)
+}
+
+func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch []Input, first int) error {
+	idx := make([]int, len(batch))
+	for i := range batch {
+		idx[i] = first + i
+	}
+	done, err := p.Store.Answered(ctx, j.ID, idx)
+	if err != nil {
+		return err
+	}
+	var todo []int // positions in batch
+	payloads := make([]string, 0, len(batch))
+	for i, d := range done {
+		if !d {
+			todo = append(todo, i)
+			payloads = append(payloads, batch[i].Payload)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	answers, err := fam.Answer(ctx, payloads)
+	if err != nil {
+		return fmt.Errorf("answer %d inputs of %s: %w", len(payloads), j.ID, err)
+	}
+	if len(answers) != len(payloads) {
+		return fmt.Errorf("answerer returned %d answers for %d inputs", len(answers), len(payloads))
+	}
+	rec := make([]Recorded, len(todo))
+	for k, i := range todo {
+		rec[k] = Recorded{Index: idx[i], Rows: batch[i].Rows, Outcome: answers[k].Outcome, Data: answers[k].Data}
+	}
+	_, err = p.Store.Record(ctx, j, p.Now(), rec)
+	return err
+}
+
+// FailShard answers every still-unanswered input of a shard with the
+// family's error answer: the shard failed for good and its rows must not
+// stay pending forever.
+func (p *Processor) FailShard(ctx context.Context, jobID string, shard int) error {
+	j, err := p.Store.Get(ctx, jobID)
+	if err != nil {
+		return err
+	}
+	fam, ok := p.Families[j.Family]
+	if !ok {
+		return fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
+	}
+	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
+	if err != nil {
+		return err
+	}
+	ea := fam.ErrorAnswer()
+	base := shard * j.ShardSize
+	rec := make([]Recorded, len(inputs))
+	for i, in := range inputs {
+		rec[i] = Recorded{Index: base + i, Rows: in.Rows, Outcome: ea.Outcome, Data: ea.Data}
+	}
+	for start := 0; start < len(rec); start += p.BatchSize {
+		if _, err := p.Store.Record(ctx, j, p.Now(), rec[start:min(start+p.BatchSize, len(rec))]); err != nil {
+			return err
+		}
+	}
+	p.Log.Warn("shard failed for good; its unanswered rows are answered as errors", "job", jobID, "shard", shard)
+	return p.Store.MarkShardDone(ctx, j, shard)
+}
+
+func (p *Processor) heartbeat(ctx context.Context, jobID string, shard int) {
+	t := time.NewTicker(p.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := p.Store.ExtendLease(ctx, jobID, shard, p.Owner, p.LeaseTTL); err != nil && ctx.Err() == nil {
+				p.Log.Warn("lease heartbeat failed", "job", jobID, "shard", shard, "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,436 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+// Store is the Redis side of the engine: one method per state transition,
+// each one atomic.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// NewStore returns a store on rdb.
+func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// create writes a whole job in one MULTI/EXEC: metadata, row map, shard
+// inputs, membership of the active set. Every key expires with the job.
+func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
+	rows, err := b.rowChunks()
+	if err != nil {
+		return err
+	}
+	shards, err := b.shardChunks(j.ShardSize)
+	if err != nil {
+		return err
+	}
+	exp := j.ExpiresAt
+	pipe := s.rdb.TxPipeline()
+	meta := map[string]any{
+		"id": j.ID, "family": j.Family, "account": j.AccountID, "key": j.KeyID, "status": j.Status,
+		"total_rows": j.TotalRows, "total_invalid": j.TotalInvalid, "distinct": j.Distinct,
+		"rows_processed": j.TotalInvalid, "distinct_processed": 0,
+		"shards": j.Shards, "shard_size": j.ShardSize, "shards_done": 0,
+		"charge": int64(j.Charge), "quota_units": j.QuotaUnits, "quota_window": j.QuotaWindow,
+		"created_at": j.CreatedAt.UnixMilli(), "completed_at": 0, "expires_at": exp.UnixMilli(),
+	}
+	if j.Status == StatusCompleted {
+		meta["completed_at"] = j.CompletedAt.UnixMilli()
+	}
+	pipe.HSet(ctx, metaKey(j.ID), meta)
+	// Chunks go in batches so no single command carries the whole job.
+	for start := 0; start < len(rows); start += 20 {
+		args := make([]any, 0, 40)
+		for c := start; c < min(start+20, len(rows)); c++ {
+			args = append(args, strconv.Itoa(c), rows[c])
+		}
+		pipe.HSet(ctx, rowsKey(j.ID), args...)
+	}
+	for start := 0; start < len(shards); start += 20 {
+		args := make([]any, 0, 40)
+		for c := start; c < min(start+20, len(shards)); c++ {
+			args = append(args, strconv.Itoa(c), shards[c])
+		}
+		pipe.HSet(ctx, inputsKey(j.ID), args...)
+	}
+	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
+		pipe.PExpireAt(ctx, k, exp)
+	}
+	if j.Status == StatusRunning {
+		pipe.SAdd(ctx, activeKey, j.ID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// Delete removes every key of a job.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.Del(ctx, jobKeys(id)...)
+	pipe.SRem(ctx, activeKey, id)
+	_, err := pipe.Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	return nil
+}
+
+// Get reads a job's metadata.
+func (s *Store) Get(ctx context.Context, id string) (*Job, error) {
+	m, err := s.rdb.HGetAll(ctx, metaKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read job %s: %w", id, err)
+	}
+	if len(m) == 0 || m["id"] == "" {
+		return nil, ErrJobNotFound
+	}
+	return jobFromMap(m), nil
+}
+
+func jobFromMap(m map[string]string) *Job {
+	i := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	t := func(k string) time.Time {
+		if v := i(k); v > 0 {
+			return time.UnixMilli(v).UTC()
+		}
+		return time.Time{}
+	}
+	j := &Job{
+		ID: m["id"], Family: m["family"], AccountID: m["account"], KeyID: m["key"], Status: m["status"],
+		TotalRows: i("total_rows"), TotalInvalid: i("total_invalid"), Distinct: i("distinct"),
+		RowsProcessed: i("rows_processed"), DistinctProcessed: i("distinct_processed"),
+		Shards: int(i("shards")), ShardSize: int(i("shard_size")), ShardsDone: i("shards_done"),
+		Charge: credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
+		CreatedAt: t("created_at"), CompletedAt: t("completed_at"), ExpiresAt: t("expires_at"),
+		Outcomes: map[string]int64{},
+	}
+	for k, v := range m {
+		if name, ok := strings.CutPrefix(k, "out:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			j.Outcomes[name] = n
+		}
+	}
+	return j
+}
+
+// ShardInputs reads one shard's distinct inputs. The first distinct index
+// of shard s is s*ShardSize.
+func (s *Store) ShardInputs(ctx context.Context, id string, shard int) ([]Input, error) {
+	blob, err := s.rdb.HGet(ctx, inputsKey(id), strconv.Itoa(shard)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrJobNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read shard %d of %s: %w", shard, id, err)
+	}
+	var in []Input
+	if err := json.Unmarshal(blob, &in); err != nil {
+		return nil, fmt.Errorf("decode shard %d of %s: %w", shard, id, err)
+	}
+	return in, nil
+}
+
+// Answered reports which of the given distinct indices already have an
+// answer, so a re-run shard only answers what is missing.
+func (s *Store) Answered(ctx context.Context, id string, idx []int) ([]bool, error) {
+	fields := make([]string, len(idx))
+	for i, x := range idx {
+		fields[i] = strconv.Itoa(x)
+	}
+	vals, err := s.rdb.HMGet(ctx, answersKey(id), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read answers of %s: %w", id, err)
+	}
+	out := make([]bool, len(vals))
+	for i, v := range vals {
+		out[i] = v != nil
+	}
+	return out, nil
+}
+
+// Recorded is one answer to record.
+type Recorded struct {
+	Index   int
+	Rows    int64 // rows pointing at the input
+	Outcome string
+	Data    []byte // the family's answer, JSON
+}
+
+// recordScript writes answers that do not exist yet and counts only those,
+// so a shard that runs twice (a retried pod, a restarted process) never
+// counts a row twice. It completes the job when the last input is answered.
+// KEYS = meta, answers, active set. ARGV = job id, now ms, expires ms, then
+// (index, rows, outcome, blob) per answer.
+var recordScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local rows, fresh = 0, 0
+for i = 4, #ARGV, 4 do
+  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i+2] .. '\n' .. ARGV[i+3]) == 1 then
+    local m = tonumber(ARGV[i+1])
+    rows = rows + m
+    fresh = fresh + 1
+    redis.call('HINCRBY', KEYS[1], 'out:' .. ARGV[i+2], m)
+  end
+end
+if fresh > 0 then
+  redis.call('HINCRBY', KEYS[1], 'rows_processed', rows)
+  local done = redis.call('HINCRBY', KEYS[1], 'distinct_processed', fresh)
+  redis.call('PEXPIREAT', KEYS[2], ARGV[3])
+  if done >= tonumber(redis.call('HGET', KEYS[1], 'distinct')) then
+    redis.call('HSET', KEYS[1], 'status', 'completed', 'completed_at', ARGV[2])
+    redis.call('SREM', KEYS[3], ARGV[1])
+  end
+end
+return fresh
+`)
+
+// Record stores answers exactly once and returns how many were new.
+func (s *Store) Record(ctx context.Context, j *Job, now time.Time, answers []Recorded) (int, error) {
+	if len(answers) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 3+4*len(answers))
+	args = append(args, j.ID, now.UnixMilli(), j.ExpiresAt.UnixMilli())
+	for _, a := range answers {
+		args = append(args, a.Index, a.Rows, a.Outcome, a.Data)
+	}
+	n, err := recordScript.Run(ctx, s.rdb, []string{metaKey(j.ID), answersKey(j.ID), activeKey}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("record answers of %s: %w", j.ID, err)
+	}
+	if n < 0 {
+		return 0, ErrJobNotFound
+	}
+	return n, nil
+}
+
+// markShardDoneScript: KEYS = meta, shard bitmap. ARGV = shard, expires ms.
+var markShardDoneScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('SETBIT', KEYS[2], ARGV[1], 1) == 0 then
+  redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+  return redis.call('HINCRBY', KEYS[1], 'shards_done', 1)
+end
+return redis.call('HGET', KEYS[1], 'shards_done')
+`)
+
+// MarkShardDone records that every input of a shard is answered.
+func (s *Store) MarkShardDone(ctx context.Context, j *Job, shard int) error {
+	n, err := markShardDoneScript.Run(ctx, s.rdb, []string{metaKey(j.ID), shardsDoneKey(j.ID)}, shard, j.ExpiresAt.UnixMilli()).Int()
+	if err != nil {
+		return fmt.Errorf("mark shard %d of %s done: %w", shard, j.ID, err)
+	}
+	if n < 0 {
+		return ErrJobNotFound
+	}
+	return nil
+}
+
+// UnfinishedShards lists the shards of a job not marked done.
+func (s *Store) UnfinishedShards(ctx context.Context, j *Job) ([]int, error) {
+	bits, err := s.rdb.Get(ctx, shardsDoneKey(j.ID)).Bytes()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read shard bitmap of %s: %w", j.ID, err)
+	}
+	var out []int
+	for sh := 0; sh < j.Shards; sh++ {
+		byteIdx, bit := sh/8, 7-uint(sh%8)
+		if byteIdx >= len(bits) || bits[byteIdx]&(1<<bit) == 0 {
+			out = append(out, sh)
+		}
+	}
+	return out, nil
+}
+
+// ActiveJobs lists running jobs.
+func (s *Store) ActiveJobs(ctx context.Context) ([]string, error) {
+	return s.rdb.SMembers(ctx, activeKey).Result()
+}
+
+// ForgetActive drops a job from the active set (it expired or was deleted).
+func (s *Store) ForgetActive(ctx context.Context, id string) error {
+	return s.rdb.SRem(ctx, activeKey, id).Err()
+}
+
+// acquireScript takes a lease that is free or already ours. "Ours" matters
+// after a restart: an instance with a stable owner id (serve uses host and
+// listen address) takes back the leases its previous life held instead of
+// waiting for them to expire. In-process, Local never runs one shard twice.
+var acquireScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == false or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// AcquireLease takes shard's lease for ttl if nobody else holds it.
+func (s *Store) AcquireLease(ctx context.Context, id string, shard int, owner string, ttl time.Duration) (bool, error) {
+	n, err := acquireScript.Run(ctx, s.rdb, []string{leaseKey(id, shard)}, owner, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("lease shard %d of %s: %w", shard, id, err)
+	}
+	return n == 1, nil
+}
+
+// extendScript extends a lease only when we still hold it.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+`)
+
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// ExtendLease keeps a lease alive while the shard runs.
+func (s *Store) ExtendLease(ctx context.Context, id string, shard int, owner string, ttl time.Duration) error {
+	return extendScript.Run(ctx, s.rdb, []string{leaseKey(id, shard)}, owner, ttl.Milliseconds()).Err()
+}
+
+// ReleaseLease gives a lease back.
+func (s *Store) ReleaseLease(ctx context.Context, id string, shard int, owner string) error {
+	return releaseScript.Run(ctx, s.rdb, []string{leaseKey(id, shard)}, owner).Err()
+}
+
+// Page is a window of a job's rows with the answers they point at.
+type Page struct {
+	Job         *Job
+	Rows        []Row
+	Answers     map[int32]StoredAnswer // by distinct index; missing = pending
+	AnswerBytes int                    // total size of the answers' data (to size a response buffer)
+}
+
+// Answer is what an Answerer returns for one input.
+type Answer struct {
+	Outcome string
+	Data    []byte // the family's answer fields, a JSON object
+}
+
+// StoredAnswer is an answer read back for a results page. Data stays a
+// string: the page copies it once, into the response.
+type StoredAnswer struct {
+	Outcome string
+	Data    string
+}
+
+// ReadPage reads rows [offset, offset+limit) and their answers in two round
+// trips: metadata and row chunks together, then the answers.
+func (s *Store) ReadPage(ctx context.Context, id string, offset, limit int) (*Page, error) {
+	first, last := offset/RowChunk, (offset+limit-1)/RowChunk
+	fields := make([]string, 0, last-first+1)
+	for c := first; c <= last; c++ {
+		fields = append(fields, strconv.Itoa(c))
+	}
+	pipe := s.rdb.Pipeline()
+	metaCmd := pipe.HGetAll(ctx, metaKey(id))
+	rowsCmd := pipe.HMGet(ctx, rowsKey(id), fields...)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read page of %s: %w", id, err)
+	}
+	m := metaCmd.Val()
+	if len(m) == 0 || m["id"] == "" {
+		return nil, ErrJobNotFound
+	}
+	p := &Page{Job: jobFromMap(m), Answers: map[int32]StoredAnswer{}}
+	if offset >= int(p.Job.TotalRows) {
+		return p, nil
+	}
+	end := min(offset+limit, int(p.Job.TotalRows))
+	for ci, v := range rowsCmd.Val() {
+		if (first+ci)*RowChunk >= end {
+			break // the window reaches past the last chunk
+		}
+		str, _ := v.(string)
+		if str == "" {
+			return nil, fmt.Errorf("job %s: row chunk %d missing", id, first+ci)
+		}
+		chunk, err := decodeRows([]byte(str))
+		if err != nil {
+			return nil, fmt.Errorf("job %s: row chunk %d: %w", id, first+ci, err)
+		}
+		base := (first + ci) * RowChunk
+		lo, hi := max(offset-base, 0), min(end-base, len(chunk))
+		if lo < hi {
+			p.Rows = append(p.Rows, chunk[lo:hi]...)
+		}
+	}
+	seen := map[int32]bool{}
+	var want []string
+	var wantIdx []int32
+	for _, r := range p.Rows {
+		if r.Index >= 0 && !seen[r.Index] {
+			seen[r.Index] = true
+			want = append(want, strconv.Itoa(int(r.Index)))
+			wantIdx = append(wantIdx, r.Index)
+		}
+	}
+	if len(want) == 0 {
+		return p, nil
+	}
+	vals, err := s.rdb.HMGet(ctx, answersKey(id), want...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read answers of %s: %w", id, err)
+	}
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue
+		}
+		outcome, data, _ := strings.Cut(str, "\n")
+		p.Answers[wantIdx[i]] = StoredAnswer{Outcome: outcome, Data: data}
+		p.AnswerBytes += len(data)
+	}
+	return p, nil
+}
+
+// markPending notes a submission in flight; commit removes the mark. A mark
+// that outlives its submission means the process died in between: the
+// janitor reverses the charge and deletes what was stored.
+func (s *Store) markPending(ctx context.Context, jobID, accountID string, now time.Time) error {
+	return s.rdb.ZAdd(ctx, pendingKey, redis.Z{Score: float64(now.UnixMilli()), Member: jobID + "|" + accountID}).Err()
+}
+
+func (s *Store) commit(ctx context.Context, jobID, accountID string) error {
+	n, err := s.rdb.ZRem(ctx, pendingKey, jobID+"|"+accountID).Result()
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", jobID, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("commit %s: submission mark gone (reclaimed as abandoned)", jobID)
+	}
+	return nil
+}
+
+// stalePending lists submissions marked before cutoff.
+func (s *Store) stalePending(ctx context.Context, cutoff time.Time) ([][2]string, error) {
+	ms, err := s.rdb.ZRangeByScore(ctx, pendingKey, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: 1000}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list pending submissions: %w", err)
+	}
+	out := make([][2]string, 0, len(ms))
+	for _, m := range ms {
+		if j, a, ok := strings.Cut(m, "|"); ok {
+			out = append(out, [2]string{j, a})
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) dropPending(ctx context.Context, jobID, accountID string) error {
+	return s.rdb.ZRem(ctx, pendingKey, jobID+"|"+accountID).Err()
+}
