@@ -23,11 +23,13 @@ build: ## build bin/bulkd
 run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 	hack/run-local.sh
 
-test: deps ## run all tests (each starts its own redis-server on a free loopback port)
-	$(GO) test -count=1 ./...
+# envtest needs kube-apiserver and etcd: hack/envtest.sh builds them from the
+# Go module proxy once and caches them outside the repository.
+test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller)
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./...
 
 test-race: deps ## all tests under the race detector
-	$(GO) test -count=1 -race ./...
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 -race ./...
 
 bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.md
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -benchmem ./...
@@ -45,11 +47,13 @@ fmt:
 vet:
 	$(GO) vet ./...
 
-generate: ## controller-gen object code for api/ types
-	@if [ -d api ]; then $$(hack/tools.sh controller-gen) object paths=./api/...; fi
+generate: ## controller-gen object code (zz_generated.deepcopy.go) for api/ types
+	$$(hack/tools.sh controller-gen) object paths=./api/...
 
-manifests: ## CRDs and RBAC from kubebuilder markers
-	@if [ -d api ]; then $$(hack/tools.sh controller-gen) crd rbac:roleName=bulkd-controller paths=./api/... paths=./controllers/... output:crd:artifacts:config=config/crd/bases; fi
+manifests: ## CRDs and RBAC from kubebuilder markers into config/ (and the chart's crds/)
+	$$(hack/tools.sh controller-gen) crd rbac:roleName=bulkd-controller paths=./api/... paths=./controllers/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@if [ -d charts/bulkd ]; then mkdir -p charts/bulkd/crds && cp config/crd/bases/*.yaml charts/bulkd/crds/; fi
 
 clean:
 	rm -rf bin

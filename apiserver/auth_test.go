@@ -119,3 +119,27 @@ func TestCreditsAndUsage(t *testing.T) {
 		t.Fatalf("usage %v", m)
 	}
 }
+
+// /metrics exposes requests by route pattern (never raw paths), latency,
+// auth failures and rate-limit rejections.
+func TestMetricsEndpoint(t *testing.T) {
+	api := newTestAPI(t, withRateLimit(1))
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	api.get("/v1/credits", key)
+	api.get("/v1/credits", key) // over the limit of 1/s
+	api.get("/v1/credits", "")
+	r := api.do("GET", "/metrics", "")
+	body := string(r.Body)
+	for _, want := range []string{
+		`bulkd_http_requests_total{method="GET",route="/v1/credits",status="200"} 1`,
+		`bulkd_http_requests_total{method="GET",route="/v1/credits",status="429"} 1`,
+		`bulkd_http_request_duration_seconds_bucket{method="GET",route="/v1/credits"`,
+		`bulkd_rate_limit_rejections_total 1`,
+		`bulkd_auth_failures_total 1`,
+		`bulkd_credits_charged_total`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
