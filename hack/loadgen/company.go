@@ -19,13 +19,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
-	"github.com/bulkd/bulkd/internal/testredis"
 )
 
 // companyMain measures the company-enrichment targets of issue 3:
@@ -44,19 +41,12 @@ func companyMain(args []string) error {
 	workers := fs.Int("workers", 4, "bulkd --workers")
 	_ = fs.Parse(args)
 
-	dir, err := os.MkdirTemp("", "bulkd-load-")
+	srv, rdb, cleanup, err := privateRedis()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := testredis.StartProcess(dir)
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
+	defer cleanup()
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
-	defer rdb.Close()
 
 	// 1. Dataset: generate and import, streaming through a pipe.
 	pr, pw := io.Pipe()

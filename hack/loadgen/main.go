@@ -54,19 +54,12 @@ func main() {
 }
 
 func credits_(bin string, clients, nkeys int, duration, warmup time.Duration, rateLimit int) error {
-	dir, err := os.MkdirTemp("", "bulkd-load-")
+	srv, rdb, cleanup, err := privateRedis()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := testredis.StartProcess(dir)
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
+	defer cleanup()
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
 	st := accounts.NewStore(rdb, nil)
 	keys := make([]string, nkeys)
 	for i := range keys {
@@ -149,6 +142,21 @@ func credits_(bin string, clients, nkeys int, duration, warmup time.Duration, ra
 		pct(0.50).Round(10*time.Microsecond), pct(0.90).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond),
 		pct(1).Round(10*time.Microsecond))
 	return nil
+}
+
+// privateRedis starts a redis-server of our own on a free loopback port.
+func privateRedis() (*testredis.Server, *redis.Client, func(), error) {
+	dir, err := os.MkdirTemp("", "bulkd-load-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	srv, err := testredis.StartProcess(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
+	return srv, rdb, func() { _ = rdb.Close(); srv.Stop(); _ = os.RemoveAll(dir) }, nil
 }
 
 func freeAddr() (string, error) {

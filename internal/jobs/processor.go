@@ -64,15 +64,7 @@ func (p *Processor) ProcessShard(ctx context.Context, jobID string, shard int) e
 	defer stop()
 	go p.heartbeat(hctx, jobID, shard)
 
-	j, err := p.Store.Get(ctx, jobID)
-	if err != nil {
-		return err
-	}
-	fam, ok := p.Families[j.Family]
-	if !ok {
-		return fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
-	}
-	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
+	j, fam, inputs, err := p.loadShard(ctx, jobID, shard)
 	if err != nil {
 		return err
 	}
@@ -128,15 +120,7 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 // family's error answer: the shard failed for good and its rows must not
 // stay pending forever.
 func (p *Processor) FailShard(ctx context.Context, jobID string, shard int) error {
-	j, err := p.Store.Get(ctx, jobID)
-	if err != nil {
-		return err
-	}
-	fam, ok := p.Families[j.Family]
-	if !ok {
-		return fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
-	}
-	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
+	j, fam, inputs, err := p.loadShard(ctx, jobID, shard)
 	if err != nil {
 		return err
 	}
@@ -153,6 +137,24 @@ func (p *Processor) FailShard(ctx context.Context, jobID string, shard int) erro
 	}
 	p.Log.Warn("shard failed for good; its unanswered rows are answered as errors", "job", jobID, "shard", shard)
 	return p.Store.MarkShardDone(ctx, j, shard)
+}
+
+// loadShard reads what answering a shard needs: the job, its family's
+// answerer and the shard's inputs.
+func (p *Processor) loadShard(ctx context.Context, jobID string, shard int) (*Job, Answerer, []Input, error) {
+	j, err := p.Store.Get(ctx, jobID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fam, ok := p.Families[j.Family]
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
+	}
+	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return j, fam, inputs, nil
 }
 
 func (p *Processor) heartbeat(ctx context.Context, jobID string, shard int) {
