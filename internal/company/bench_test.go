@@ -5,11 +5,14 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/redis/go-redis/v9"
@@ -217,4 +220,63 @@ func BenchmarkDecodeRecord(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkScale1M is a one-off at the design size: it streams 1,000,000
+// generated companies into a private redis-server (generator and importer
+// running concurrently through a pipe), then reports memory per record and
+// 500-input lookup latency. It takes a minute and about 1.5 GB of RAM, so
+// it only runs with BULKD_BENCH_1M=1.
+func BenchmarkScale1M(b *testing.B) {
+	if os.Getenv("BULKD_BENCH_1M") != "1" {
+		b.Skip("set BULKD_BENCH_1M=1 to run")
+	}
+	const n = 1_000_000
+	ctx := context.Background()
+	rdb := benchClient(b)
+	st := NewStore(rdb, "bulkd:")
+	m := &cpuMeter{b: b, rdb: rdb}
+	for b.Loop() {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		info, _ := rdb.InfoMap(ctx, "memory").Result()
+		before, _ := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(Generate(pw, n, 1, "network.example")) }()
+		start := time.Now()
+		r0 := m.redisCPU()
+		s, err := Import(ctx, pr, FormatJSONL, st, stubNorm, nil)
+		if err != nil || s.Imported != n {
+			b.Fatalf("import: %v %+v", err, s)
+		}
+		b.ReportMetric(n/time.Since(start).Seconds(), "import-companies/s")
+		b.ReportMetric((m.redisCPU()-r0)*1e6/n, "import-redis-cpu-µs/company")
+		info, _ = rdb.InfoMap(ctx, "memory").Result()
+		after, _ := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+		b.ReportMetric(float64(after-before)/n, "bytes/record")
+	}
+	// Lookups against the full data set: every 2,000th company's URL.
+	var urls []string
+	g := newGenerator(n, 1, "network.example")
+	for i := 0; i < n; i += 2000 {
+		urls = append(urls, g.networkURL(g.core(i).slug))
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	batch := make([]string, 500)
+	const rounds = 200
+	lat := make([]time.Duration, 0, rounds)
+	for range rounds {
+		for i := range batch {
+			batch[i] = urls[r.IntN(len(urls))]
+		}
+		t0 := time.Now()
+		if _, err := st.ByNetworkURL(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[rounds/2].Microseconds())/1000, "lookup500-p50-ms")
+	b.ReportMetric(float64(lat[rounds*99/100].Microseconds())/1000, "lookup500-p99-ms")
 }

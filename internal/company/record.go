@@ -1,14 +1,3 @@
-// Package company holds bulkd's company dataset: the Record type whose JSON
-// form is exactly the data part of a company result row (SPEC 2.4 and 2.6),
-// a Redis-backed Store with batch lookups by canonical network URL and by
-// website domain, streaming importers for our own JSONL and for the People
-// Data Labs free company dataset (NDJSON and CSV), and a deterministic
-// generator of fictional sample data.
-//
-// The package never normalizes lookup inputs itself: callers hand it
-// canonical network URLs and domains produced by a Normalizer (the real one
-// lives in internal/company/normalize), so the rules for "the same input
-// written differently" live in exactly one place.
 package company
 
 import (
@@ -26,6 +15,10 @@ const MaxNetworkID int64 = 1<<53 - 1
 // Call Normalize before encoding a Record built by hand so the two array
 // fields encode as [] rather than null; every Record the package returns is
 // already normalized.
+//
+// A normalized zero Record is the data part of a row with no company (all
+// null, both arrays empty); a not_found row built from a valid network URL
+// sets NetworkURL on it.
 //
 // Record deliberately has no MarshalJSON method: the job engine embeds it in
 // the full result row, and a promoted MarshalJSON would silently swallow the
