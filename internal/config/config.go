@@ -40,11 +40,16 @@ type Config struct {
 	// Job engine.
 	ShardSize int           // distinct inputs per shard
 	Workers   int           // in-process shard workers (standalone mode)
+	BatchSize int           // distinct inputs a shard processor answers per batch
 	Retention time.Duration // how long job data is kept
 	// InstanceID names this process as the holder of shard leases. Stable
 	// across restarts, it lets a restarted instance resume its own shards at
 	// once; empty means "hostname/listen address".
 	InstanceID string
+	// LeaseTTL is how long a shard stays claimed without a heartbeat; it is
+	// also how often unfinished shards are looked for again. Short leases
+	// are safe: answers are recorded once, so duplicated work never counts.
+	LeaseTTL time.Duration
 
 	// Company enrichment.
 	NetworkHosts   string // comma-separated recognised network hosts
@@ -74,7 +79,9 @@ func Default() Config {
 		DemoKeysFile:    "var/demo-keys.env",
 		ShardSize:       1000,
 		Workers:         4,
+		BatchSize:       500,
 		Retention:       30 * 24 * time.Hour,
+		LeaseTTL:        30 * time.Second,
 		NetworkHosts:    "linkedin.com",
 		RedirectChecks:  true,
 	}
@@ -98,7 +105,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.MonthlyLookupCaps, "monthly-lookup-caps", "monthly single-lookup caps per unlimited plan, e.g. starter=20000,standard=60000")
 	num(fs, &c.ShardSize, "shard-size", "distinct inputs per shard (the unit of work)")
 	num(fs, &c.Workers, "workers", "in-process shard workers in standalone mode")
+	num(fs, &c.BatchSize, "batch-size", "distinct inputs a shard processor answers per batch (and records at once)")
 	dur(fs, &c.Retention, "retention", "how long job data (status and results) is kept after submission")
+	dur(fs, &c.LeaseTTL, "lease-ttl", "how long a shard stays claimed without a heartbeat (and how often unfinished shards are looked for)")
 	str(fs, &c.InstanceID, "instance-id", "stable id of this instance for shard leases (default: hostname/listen address)")
 	str(fs, &c.NetworkHosts, "network-hosts", "comma-separated professional-network hosts recognised in network_url")
 	boolean(fs, &c.RedirectChecks, "redirect-checks", "check whether a domain row's website redirects to another domain")
@@ -187,11 +196,144 @@ func (c *Config) Validate() error {
 	if c.Workers < 1 || c.Workers > 1024 {
 		return fmt.Errorf("--workers must be 1..1024")
 	}
+	if c.BatchSize < 1 || c.BatchSize > 10_000 {
+		return fmt.Errorf("--batch-size must be 1..10000")
+	}
+	if c.LeaseTTL < time.Second {
+		return fmt.Errorf("--lease-ttl must be at least 1s")
+	}
 	if c.Retention < time.Hour {
 		return fmt.Errorf("--retention must be at least 1h")
 	}
 	if c.SMTPPort < 1 || c.SMTPPort > 65535 {
 		return fmt.Errorf("--smtp-port must be 1..65535")
+	}
+	return nil
+}
+
+// RegisterStore adds only the flags of the processes that use Redis but
+// serve no API (`bulkd controller`): Redis, logging and retention.
+func (c *Config) RegisterStore(fs *flag.FlagSet) {
+	str(fs, &c.RedisURL, "redis-url", "Redis URL (redis://[user:pass@]host:port/db, rediss:// for TLS)")
+	str(fs, &c.LogFormat, "log-format", "log format: json or text")
+	str(fs, &c.LogLevel, "log-level", "log level: debug, info, warn or error")
+	dur(fs, &c.Retention, "retention", "how long a job (its BulkJob and its data) is kept after submission")
+}
+
+// Kube is what the Kubernetes modes add: `bulkd apiserver` (the API,
+// creating a BulkJob per accepted submission) and `bulkd controller` (the
+// operator running BulkJobs as Indexed Jobs of processor pods).
+type Kube struct {
+	// Both.
+	Kubeconfig string // empty: in-cluster, or $KUBECONFIG
+	Namespace  string // where BulkJobs and their Jobs live; empty: the pod's own namespace
+
+	// apiserver.
+	Parallelism int // parallelism of a new BulkJob
+
+	// controller.
+	MetricsAddr          string
+	HealthAddr           string
+	LeaderElect          bool
+	Concurrency          int
+	ParallelismCap       int
+	Image                string
+	ImagePullPolicy      string
+	ServiceAccount       string
+	Resources            string // JSON of a container's resources: {"requests":{"cpu":"250m"},"limits":{"memory":"1Gi"}}
+	RedisSecretName      string
+	RedisSecretKey       string
+	ProcessorConfigMap   string
+	BackoffLimitPerShard int
+	MaxFailedShards      int
+	JobTTL               time.Duration
+	ProcessorTimeout     time.Duration
+	Requeue              time.Duration
+}
+
+// DefaultKube returns the defaults.
+func DefaultKube() Kube {
+	return Kube{
+		Parallelism:          8,
+		MetricsAddr:          ":8080",
+		HealthAddr:           ":8081",
+		LeaderElect:          true,
+		Concurrency:          4,
+		ParallelismCap:       32,
+		Image:                "bulkd:latest",
+		ImagePullPolicy:      "IfNotPresent",
+		RedisSecretName:      "bulkd-redis",
+		RedisSecretKey:       "redis-url",
+		BackoffLimitPerShard: 3,
+		JobTTL:               time.Hour,
+		ProcessorTimeout:     30 * time.Minute,
+		Requeue:              2 * time.Second,
+	}
+}
+
+func (k *Kube) registerCommon(fs *flag.FlagSet) {
+	str(fs, &k.Kubeconfig, "kubeconfig", "kubeconfig file (default: in-cluster configuration, or $KUBECONFIG)")
+	str(fs, &k.Namespace, "namespace", "namespace of the BulkJobs and their Jobs (default: the pod's own namespace)")
+}
+
+// RegisterAPIServer adds `bulkd apiserver`'s Kubernetes flags.
+func (k *Kube) RegisterAPIServer(fs *flag.FlagSet) {
+	k.registerCommon(fs)
+	num(fs, &k.Parallelism, "parallelism", "shards of one job processed at once (the controller may cap it)")
+}
+
+// RegisterController adds `bulkd controller`'s flags.
+func (k *Kube) RegisterController(fs *flag.FlagSet) {
+	k.registerCommon(fs)
+	str(fs, &k.MetricsAddr, "metrics-bind-address", `metrics listen address ("0" turns metrics off)`)
+	str(fs, &k.HealthAddr, "health-probe-bind-address", `health probe listen address: /healthz, /readyz ("0" turns probes off)`)
+	boolean(fs, &k.LeaderElect, "leader-elect", "elect one active controller among the replicas (a Lease in the namespace)")
+	num(fs, &k.Concurrency, "concurrency", "BulkJobs reconciled at once")
+	num(fs, &k.ParallelismCap, "parallelism-cap", "most processor pods one BulkJob runs at once (0: no cap)")
+	str(fs, &k.Image, "processor-image", "container image of the processor pods")
+	str(fs, &k.ImagePullPolicy, "processor-image-pull-policy", "image pull policy of the processor pods: Always, IfNotPresent or Never")
+	str(fs, &k.ServiceAccount, "processor-service-account", "service account of the processor pods (default: the namespace's default)")
+	str(fs, &k.Resources, "processor-resources", `resources of a processor container, JSON: {"requests":{"cpu":"250m"},"limits":{"memory":"1Gi"}}`)
+	str(fs, &k.RedisSecretName, "redis-secret-name", "Secret holding the Redis URL the processor pods use")
+	str(fs, &k.RedisSecretKey, "redis-secret-key", "key of the Redis URL in --redis-secret-name")
+	str(fs, &k.ProcessorConfigMap, "processor-config-map", "ConfigMap of BULKD_* settings for the processor pods (optional)")
+	num(fs, &k.BackoffLimitPerShard, "backoff-limit-per-shard", "retries of a failed shard before its unanswered rows are answered as errors")
+	num(fs, &k.MaxFailedShards, "max-failed-shards", "shards of one job that may fail for good before the rest are stopped and answered as errors (0: never stop early)")
+	dur(fs, &k.JobTTL, "job-ttl", "how long a finished processor Job and its pods are kept")
+	dur(fs, &k.ProcessorTimeout, "processor-timeout", "time limit of one processor run (one attempt at one shard)")
+	dur(fs, &k.Requeue, "requeue", "how often a running BulkJob's progress is read from Redis")
+}
+
+// Validate checks the Kubernetes settings and fills the namespace from the
+// pod's service account when it is not given.
+func (k *Kube) Validate() error {
+	if k.Namespace == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			k.Namespace = strings.TrimSpace(string(b))
+		}
+	}
+	if k.Namespace == "" {
+		return fmt.Errorf("--namespace is required outside a cluster")
+	}
+	if k.Parallelism < 1 || k.Parallelism > 10_000 {
+		return fmt.Errorf("--parallelism must be 1..10000")
+	}
+	if k.ParallelismCap < 0 || k.MaxFailedShards < 0 || k.BackoffLimitPerShard < 0 {
+		return fmt.Errorf("--parallelism-cap, --max-failed-shards and --backoff-limit-per-shard cannot be negative")
+	}
+	if k.Concurrency < 1 {
+		return fmt.Errorf("--concurrency must be at least 1")
+	}
+	switch k.ImagePullPolicy {
+	case "Always", "IfNotPresent", "Never":
+	default:
+		return fmt.Errorf("--processor-image-pull-policy must be Always, IfNotPresent or Never, not %q", k.ImagePullPolicy)
+	}
+	if k.Image == "" || k.RedisSecretName == "" || k.RedisSecretKey == "" {
+		return fmt.Errorf("--processor-image, --redis-secret-name and --redis-secret-key are required")
+	}
+	if k.JobTTL < 0 || k.ProcessorTimeout <= 0 || k.Requeue <= 0 {
+		return fmt.Errorf("--job-ttl cannot be negative; --processor-timeout and --requeue must be positive")
 	}
 	return nil
 }

@@ -24,6 +24,18 @@ type Executor interface {
 	Cancel(ctx context.Context, jobID string) error
 }
 
+// StatusReader is an optional Executor interface: an executor that keeps
+// its own record of a job's progress (the BulkJob status in Kubernetes
+// mode) reports it, and Get shows that record. Local does not implement it:
+// standalone status comes from the job's counters in Redis.
+type StatusReader interface {
+	// ReadStatus overwrites j's progress fields (Status, RowsProcessed,
+	// Outcomes, ShardsDone, CompletedAt) with the executor's record of the
+	// job. It returns false, leaving j as stored, when it has no record of
+	// the job (yet).
+	ReadStatus(ctx context.Context, j *Job) (bool, error)
+}
+
 // Metering is how a submission is paid for: a credit price per distinct
 // input, or units of an unlimited plan's quota.
 type Metering struct {
@@ -219,6 +231,12 @@ func (e *Engine) Get(ctx context.Context, keyID, jobID string) (*Job, error) {
 	if j.KeyID != keyID {
 		return nil, ErrJobNotFound
 	}
+	if sr, ok := e.Executor.(StatusReader); ok {
+		// The stored job stays the answer when the executor cannot say.
+		if _, err := sr.ReadStatus(ctx, j); err != nil {
+			e.Log.Warn("job status from the executor unavailable; using the stored counters", "job", j.ID, "err", err)
+		}
+	}
 	return j, nil
 }
 
@@ -236,36 +254,40 @@ func (e *Engine) Page(ctx context.Context, keyID, jobID string, offset, limit in
 
 // ReclaimAbandoned rolls back submissions whose process died between the
 // charge and the commit: marked more than olderThan ago and never committed.
-// Whoever removes the mark first owns the job (commit or reclaim), so a slow
-// submission and the janitor never both win.
+// Whoever takes the mark out of the pending set first owns the job (commit
+// or reclaim), so a slow submission and the janitor never both win. The
+// janitor moves the mark into a reclaiming set in the same step and clears
+// it only when the rollback is complete, so a janitor that dies half-way
+// leaves the mark where the next pass finds it: the refund is never lost.
+// Every rollback step is idempotent, so doing one twice is harmless.
 func (e *Engine) ReclaimAbandoned(ctx context.Context, olderThan time.Duration) (int, error) {
-	stale, err := e.Store.stalePending(ctx, e.Now().Add(-olderThan))
+	now := e.Now()
+	if _, err := e.Store.claimStale(ctx, now.Add(-olderThan), now); err != nil {
+		return 0, err
+	}
+	// Everything in the reclaiming set: just claimed, or left by a janitor
+	// that died (a live one finishes within seconds).
+	claimed, err := e.Store.reclaiming(ctx)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, s := range stale {
-		jobID, accountID := s[0], s[1]
-		removed, err := e.Store.rdb.ZRem(ctx, pendingKey, jobID+"|"+accountID).Result()
-		if err != nil {
-			return n, err
-		}
-		if removed == 0 {
-			continue // committed or reclaimed meanwhile
-		}
+	for _, c := range claimed {
+		jobID, accountID := c[0], c[1]
 		if err := e.Executor.Cancel(ctx, jobID); err != nil {
 			e.Log.Error("reclaim: cancel", "job", jobID, "err", err)
 		}
-		err = e.Store.Delete(ctx, jobID)
+		err := e.Store.Delete(ctx, jobID)
 		if err == nil {
 			_, err = e.Billing.Reverse(ctx, accountID, jobID, "submission abandoned")
 			if errors.Is(err, billing.ErrChargeNotFound) {
 				err = nil
 			}
 		}
+		if err == nil {
+			err = e.Store.doneReclaiming(ctx, jobID, accountID)
+		}
 		if err != nil {
-			// Put the mark back so the next pass tries again.
-			_ = e.Store.markPending(ctx, jobID, accountID, time.UnixMilli(0))
 			return n, fmt.Errorf("reclaim %s: %w", jobID, err)
 		}
 		e.Log.Warn("reclaimed abandoned submission", "job", jobID, "account", accountID)

@@ -144,3 +144,47 @@ func TestReclaimAbandoned(t *testing.T) {
 		t.Errorf("ledger %v, want %v", kinds, want)
 	}
 }
+
+// A janitor that dies after claiming an abandoned submission but before
+// rolling it back leaves the claim in the reclaiming set; the next pass
+// finishes the rollback, so the refund is never lost.
+func TestReclaimSurvivesJanitorDeath(t *testing.T) {
+	e := newEnv(t)
+	e.eng.SetFailpoint(func(s string) error {
+		if s == StepCommit {
+			panic("process killed")
+		}
+		return nil
+	})
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = e.eng.Submit(e.ctx, e.p, slugs("x", "y"), Metering{Price: credits.Whole(1)})
+	}()
+	e.eng.SetFailpoint(nil)
+	dead := e.exec.enqueued[len(e.exec.enqueued)-1]
+
+	// The first janitor claims the mark and dies before doing anything else.
+	if n, err := e.st.claimStale(e.ctx, time.Now(), time.Now()); err != nil || n != 1 {
+		t.Fatalf("claim: %d %v", n, err)
+	}
+	if bal, _ := e.bl.Balance(e.ctx, e.p.Account.ID); bal != e.balance-credits.Whole(2) {
+		t.Fatalf("balance %v before the rollback", bal)
+	}
+	// The next janitor pass, whatever its age threshold, finishes the job.
+	n, err := e.eng.ReclaimAbandoned(e.ctx, time.Hour)
+	if err != nil || n != 1 {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	if bal, _ := e.bl.Balance(e.ctx, e.p.Account.ID); bal != e.balance {
+		t.Fatalf("balance %v after the rollback, want %v", bal, e.balance)
+	}
+	if left := e.jobKeysLeft(dead); len(left) != 0 {
+		t.Fatalf("job keys left: %v", left)
+	}
+	if n, _ := e.rdb.ZCard(e.ctx, reclaimingKey).Result(); n != 0 {
+		t.Fatalf("%d claims left", n)
+	}
+	if n, _ := e.eng.ReclaimAbandoned(e.ctx, 0); n != 0 {
+		t.Fatalf("second pass reclaimed %d", n)
+	}
+}

@@ -88,8 +88,9 @@ func jobKeys(id string) []string {
 }
 
 const (
-	activeKey  = prefix + "jobs:active"  // set of running job ids (for resume)
-	pendingKey = prefix + "jobs:pending" // zset of submissions not yet committed: "job|account" by start time (ms)
+	activeKey     = prefix + "jobs:active"     // set of running job ids (for resume)
+	pendingKey    = prefix + "jobs:pending"    // zset of submissions not yet committed: "job|account" by start time (ms)
+	reclaimingKey = prefix + "jobs:reclaiming" // zset of abandoned submissions being rolled back
 )
 
 // RowChunk is how many rows one field of the row map holds: a results page

@@ -122,6 +122,20 @@ func (l *Local) Resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
+	// A canceled job only needs remembering while it is still active (its
+	// rollback has not deleted it yet); forget the rest, or every refused
+	// submission would stay in memory for the life of the process.
+	active := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		active[id] = true
+	}
+	l.mu.Lock()
+	for id := range l.canceled {
+		if !active[id] {
+			delete(l.canceled, id)
+		}
+	}
+	l.mu.Unlock()
 	n := 0
 	for _, id := range ids {
 		j, err := l.Proc.Store.Get(ctx, id)

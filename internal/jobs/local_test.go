@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/credits"
 )
 
 func (e *env) local(owner string, fam Answerer, workers int) *Local {
@@ -280,5 +282,37 @@ func (e *env) waitShardsDone(j *Job) {
 			e.t.Fatalf("shards %v not marked done (shards_done %d of %d)", left, g.ShardsDone, j.Shards)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Every rolled-back submission cancels its job on the executor, a refused
+// one (insufficient credits) included. The executor must not keep that
+// forever: once the job is gone from the active set, a resume pass forgets
+// it. (A long-running server sees a steady stream of refusals.)
+func TestLocalForgetsCanceledJobs(t *testing.T) {
+	e := newEnv(t)
+	l := e.local("w1", newMapAnswerer(nil), 1)
+	e.eng.Executor = l
+	poor := *e.p
+	poor.Account.ID = "acct_nobody" // no such account: the charge is refused
+	for i := 0; i < 20; i++ {
+		if _, err := e.eng.Submit(e.ctx, &poor, slugs("a", "b"), Metering{Price: credits.Whole(1)}); err == nil {
+			t.Fatal("submission for a missing account accepted")
+		}
+	}
+	live, _, _ := directoryJob(t, e, 5, 5)
+	if err := l.Cancel(e.ctx, live.ID); err != nil { // canceled, not yet deleted
+		t.Fatal(err)
+	}
+	if err := l.Resume(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.canceled) != 1 || !l.canceled[live.ID] {
+		t.Errorf("executor remembers %d canceled jobs, want only the one still active", len(l.canceled))
+	}
+	if len(l.queue) != 0 {
+		t.Errorf("resume queued %v", l.queue)
 	}
 }

@@ -416,11 +416,33 @@ func (s *Store) commit(ctx context.Context, jobID, accountID string) error {
 	return nil
 }
 
-// stalePending lists submissions marked before cutoff.
-func (s *Store) stalePending(ctx context.Context, cutoff time.Time) ([][2]string, error) {
-	ms, err := s.rdb.ZRangeByScore(ctx, pendingKey, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff.UnixMilli(), 10), Count: 1000}).Result()
+// claimScript moves marks older than the cutoff from the pending set to the
+// reclaiming set, atomically per mark. KEYS = pending, reclaiming.
+// ARGV = cutoff ms, now ms, max marks.
+var claimScript = redis.NewScript(`
+local marks = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, m in ipairs(marks) do
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('ZADD', KEYS[2], ARGV[2], m)
+end
+return #marks
+`)
+
+// claimStale moves up to 1,000 marks made before cutoff into the reclaiming
+// set.
+func (s *Store) claimStale(ctx context.Context, cutoff, now time.Time) (int, error) {
+	n, err := claimScript.Run(ctx, s.rdb, []string{pendingKey, reclaimingKey}, cutoff.UnixMilli(), now.UnixMilli(), 1000).Int()
 	if err != nil {
-		return nil, fmt.Errorf("list pending submissions: %w", err)
+		return 0, fmt.Errorf("claim abandoned submissions: %w", err)
+	}
+	return n, nil
+}
+
+// reclaiming lists marks whose rollback is not finished.
+func (s *Store) reclaiming(ctx context.Context) ([][2]string, error) {
+	ms, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: reclaimingKey, Start: 0, Stop: 999}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list reclaiming submissions: %w", err)
 	}
 	out := make([][2]string, 0, len(ms))
 	for _, m := range ms {
@@ -429,6 +451,10 @@ func (s *Store) stalePending(ctx context.Context, cutoff time.Time) ([][2]string
 		}
 	}
 	return out, nil
+}
+
+func (s *Store) doneReclaiming(ctx context.Context, jobID, accountID string) error {
+	return s.rdb.ZRem(ctx, reclaimingKey, jobID+"|"+accountID).Err()
 }
 
 func (s *Store) dropPending(ctx context.Context, jobID, accountID string) error {

@@ -35,13 +35,28 @@ type Components struct {
 	API       *apiserver.Server
 	Engine    *jobs.Engine
 	Processor *jobs.Processor
-	Local     *jobs.Local
+	Local     *jobs.Local // nil when Options.Executor replaces it
 	Companies *company.Store
 	Normalize *normalize.Normalizer
 }
 
-// Build assembles the components on rdb. Nothing starts running.
+// Options are what the modes other than standalone wire differently.
+type Options struct {
+	// Executor runs the engine's jobs instead of the in-process Local
+	// executor (Kubernetes mode: a BulkJob per job). Components.Local is
+	// then nil and no shard runs in this process.
+	Executor jobs.Executor
+	// Mode names the mode in the start log line (default "standalone").
+	Mode string
+}
+
+// Build assembles the standalone components on rdb. Nothing starts running.
 func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Components, error) {
+	return BuildWith(cfg, rdb, log, Options{})
+}
+
+// BuildWith assembles the components on rdb with another executor.
+func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
 	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy}.WithDefaults()
 	if err := out.Validate(); err != nil {
 		return nil, err
@@ -67,8 +82,24 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 	if cfg.InstanceID != "" {
 		proc.Owner = cfg.InstanceID
 	}
-	local := jobs.NewLocal(proc, cfg.Workers, log)
-	eng := jobs.NewEngine(proc.Store, bl, local, log)
+	if cfg.LeaseTTL > 0 {
+		proc.LeaseTTL = cfg.LeaseTTL
+	}
+	if cfg.BatchSize > 0 {
+		proc.BatchSize = cfg.BatchSize
+	}
+	var local *jobs.Local
+	var ex jobs.Executor
+	if o.Executor != nil {
+		ex = o.Executor
+	} else {
+		local = jobs.NewLocal(proc, cfg.Workers, log)
+		if cfg.LeaseTTL > 0 {
+			local.ResumeEvery = cfg.LeaseTTL
+		}
+		ex = local
+	}
+	eng := jobs.NewEngine(proc.Store, bl, ex, log)
 	eng.ShardSize = cfg.ShardSize
 	eng.Retention = cfg.Retention
 	bl.ChargeTTL = cfg.Retention + 24*time.Hour
@@ -196,6 +227,12 @@ func ParseCaps(plans billing.Plans, s string) error {
 // Run serves the API on cfg.Listen until ctx is cancelled. ready, if not
 // nil, receives the bound address once the listener is up.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, ready chan<- string) error {
+	return RunWith(ctx, cfg, log, stdout, ready, Options{})
+}
+
+// RunWith is Run with another executor (`bulkd apiserver`): no in-process
+// workers, the janitor still rolls back abandoned submissions.
+func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, ready chan<- string, o Options) error {
 	rdb, err := NewRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return err
@@ -205,7 +242,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Wri
 	if err := ParseCaps(plans, cfg.MonthlyLookupCaps); err != nil {
 		return err
 	}
-	c, err := Build(cfg, rdb, log)
+	c, err := BuildWith(cfg, rdb, log, o)
 	if err != nil {
 		return err
 	}
@@ -224,8 +261,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Wri
 	// new requests first, then the workers (an interrupted shard resumes on
 	// the next start).
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() { stopWork(); c.Local.Wait() }()
-	c.Local.Start(workCtx)
+	defer func() {
+		stopWork()
+		if c.Local != nil {
+			c.Local.Wait()
+		}
+	}()
+	if c.Local != nil {
+		c.Local.Start(workCtx)
+	}
 	go janitor(workCtx, c.Engine, log)
 
 	srv := &http.Server{
@@ -241,7 +285,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Wri
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("bulkd serving", "addr", ln.Addr().String(), "mode", "standalone")
+	mode := o.Mode
+	if mode == "" {
+		mode = "standalone"
+	}
+	log.Info("bulkd serving", "addr", ln.Addr().String(), "mode", mode)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
