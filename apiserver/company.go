@@ -343,7 +343,10 @@ func (s *Server) getCompanyResults(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, e)
 		return
 	}
-	page, err := s.Jobs.Page(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, offset, limit)
+	// No job has more than companyMaxRows rows, so every offset past that
+	// reads the same empty page; clamping keeps offset+limit from
+	// overflowing in the row arithmetic. The answer echoes the offset asked.
+	page, err := s.Jobs.Page(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, companyMaxRows), limit)
 	if errors.Is(err, jobs.ErrJobNotFound) || (err == nil && page.Job.Family != enrich.Family) {
 		apierr.Write(w, apierr.ErrJobNotFound)
 		return
