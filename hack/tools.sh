@@ -32,6 +32,10 @@ source "${HACK_DIR}/lib/tools-common.sh"
 
 : "${CONTROLLER_TOOLS_VERSION:=v0.21.0}"
 
+# Bump when a change to this script changes what it builds, so that cached
+# binaries of the old recipe are rebuilt.
+RECIPE=1
+
 # tool_spec NAME: sets MODULE, PACKAGE, VERSION for a known tool.
 tool_spec() {
   case "$1" in
@@ -65,7 +69,7 @@ ensure_tool() {
   cache="$(bulkd::cache_dir)"
   dir="${cache}/tools/${name}/${VERSION}"
   bin="${dir}/${name}"
-  want="${PACKAGE}@${VERSION} CGO_ENABLED=${BULKD_TOOLS_CGO_ENABLED:-0}"
+  want="${PACKAGE}@${VERSION} CGO_ENABLED=${BULKD_TOOLS_CGO_ENABLED:-0} recipe=${RECIPE}"
 
   if bulkd::stamp_ok "${bin}" "${want}"; then
     printf '%s\n' "${bin}"
