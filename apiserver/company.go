@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -102,8 +103,8 @@ func decodeCompanyBulk(r io.Reader, n *normalize.Normalizer, b *jobs.Builder) *a
 }
 
 type companyRow struct {
-	NetworkURL json.RawMessage `json:"network_url"`
-	Domain     json.RawMessage `json:"domain"`
+	NetworkURL *string `json:"network_url"`
+	Domain     *string `json:"domain"`
 }
 
 func decodeCompanyRows(dec *json.Decoder, n *normalize.Normalizer, b *jobs.Builder, v *apierr.Validation) *apierr.Error {
@@ -123,20 +124,29 @@ func decodeCompanyRows(dec *json.Decoder, n *normalize.Normalizer, b *jobs.Build
 			return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeTooLong,
 				Msg: fmt.Sprintf("List should have at most %d items", companyMaxRows)})
 		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return tokenError(err)
-		}
+		// One typed decode per row: the decoder scans the row once. A value
+		// of the wrong type comes back as an UnmarshalTypeError naming the
+		// field (or none when the row is not an object), and the decoder has
+		// moved past the row either way.
 		var row companyRow
-		if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &row) != nil {
+		if err := dec.Decode(&row); err != nil {
+			var te *json.UnmarshalTypeError
+			if !errors.As(err, &te) {
+				return tokenError(err)
+			}
 			if len(v.Items) < maxReportedErrors {
-				v.Add(apierr.Loc("body", "input", i), apierr.TypeObjectType, "Input should be a valid object")
+				if te.Field == "" || strings.Contains(te.Field, ".") {
+					v.Add(apierr.Loc("body", "input", i), apierr.TypeObjectType, "Input should be a valid object")
+				} else {
+					v.Add(apierr.Loc("body", "input", i, te.Field), apierr.TypeStringType, "Input should be a valid string")
+				}
 			}
 			i++
 			continue
 		}
-		nu, ok1 := stringField(row.NetworkURL, apierr.Loc("body", "input", i, "network_url"), v)
-		dm, ok2 := stringField(row.Domain, apierr.Loc("body", "input", i, "domain"), v)
+		ok1 := checkLength(row.NetworkURL, i, "network_url", v)
+		ok2 := checkLength(row.Domain, i, "domain", v)
+		nu, dm := row.NetworkURL, row.Domain
 		if ok1 && ok2 && v.Empty() {
 			echo, in, reason := enrich.Classify(n, nu, dm)
 			if reason != "" {
@@ -153,26 +163,17 @@ func decodeCompanyRows(dec *json.Decoder, n *normalize.Normalizer, b *jobs.Build
 	return nil
 }
 
-// stringField reads an optional string: absent or null is nil; anything
-// but a string, or a string over the length limit, is a 422 item.
-func stringField(raw json.RawMessage, loc string, v *apierr.Validation) (*string, bool) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, true
+// checkLength records a value over the length limit; the location is
+// only built when there is a problem to report.
+func checkLength(val *string, row int, field string, v *apierr.Validation) bool {
+	if val == nil || len(*val) <= companyMaxValueLen || utf8.RuneCountInString(*val) <= companyMaxValueLen {
+		return true
 	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		if len(v.Items) < maxReportedErrors {
-			v.Add(loc, apierr.TypeStringType, "Input should be a valid string")
-		}
-		return nil, false
+	if len(v.Items) < maxReportedErrors {
+		v.Add(apierr.Loc("body", "input", row, field), apierr.TypeStringTooLong,
+			fmt.Sprintf("String should have at most %d characters", companyMaxValueLen))
 	}
-	if utf8.RuneCountInString(s) > companyMaxValueLen {
-		if len(v.Items) < maxReportedErrors {
-			v.Add(loc, apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", companyMaxValueLen))
-		}
-		return nil, false
-	}
-	return &s, true
+	return false
 }
 
 func tokenError(err error) *apierr.Error {
