@@ -44,15 +44,7 @@ func (n *Normalizer) Domain(raw string) (string, error) {
 // redirects to, which may legitimately be the network itself. The error is
 // always an *Invalid.
 func CanonicalDomain(raw string) (string, error) {
-	s, inv := prepare(raw)
-	if inv != nil {
-		return "", inv
-	}
-	auth, _, inv := splitURL(s)
-	if inv != nil {
-		return "", inv
-	}
-	host, ip, inv := splitHostPort(auth)
+	host, _, ip, inv := splitInput(raw)
 	if inv != nil {
 		return "", inv
 	}

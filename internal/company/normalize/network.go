@@ -19,15 +19,7 @@ import (
 // url.PathEscape, so "Soci%C3%A9t%C3%A9", "société" and "SOCIÉTÉ" are one
 // input. The error is always an *Invalid.
 func (n *Normalizer) NetworkURL(raw string) (string, error) {
-	s, inv := prepare(raw)
-	if inv != nil {
-		return "", inv
-	}
-	auth, path, inv := splitURL(s)
-	if inv != nil {
-		return "", inv
-	}
-	host, ip, inv := splitHostPort(auth)
+	host, path, ip, inv := splitInput(raw)
 	if inv != nil {
 		return "", inv
 	}

@@ -324,3 +324,21 @@ func isPort(p string) bool {
 	}
 	return true
 }
+
+// splitInput cleans a raw value and splits it into host and path; ip
+// reports a host that looks like an IP literal.
+func splitInput(raw string) (host, path string, ip bool, inv *Invalid) {
+	s, inv := prepare(raw)
+	if inv != nil {
+		return "", "", false, inv
+	}
+	auth, path, inv := splitURL(s)
+	if inv != nil {
+		return "", "", false, inv
+	}
+	host, ip, inv = splitHostPort(auth)
+	if inv != nil {
+		return "", "", false, inv
+	}
+	return host, path, ip, nil
+}
