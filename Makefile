@@ -57,3 +57,21 @@ manifests: ## CRDs and RBAC from kubebuilder markers into config/ (and the chart
 
 clean:
 	rm -rf bin
+
+# Container image without a Docker daemon (hack/image, go-containerregistry):
+# bin/bulkd-image.tar is both an OCI layout archive and a `docker save`
+# archive (docker/podman load, kind load image-archive, ctr images import);
+# bin/bulkd-oci/ is the same image as an OCI layout directory. Tags: the
+# chart's appVersion (the chart's default image), $(VERSION) and latest.
+IMAGE_REPO ?= localhost/bulkd
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/bulkd/Chart.yaml)
+.PHONY: image helm-lint chart-test
+image: build ## container image as bin/bulkd-image.tar (+ bin/bulkd-oci/), no Docker needed
+	$(GO) run ./hack/image --binary bin/bulkd --repository $(IMAGE_REPO) --tag $(IMAGE_TAG) --tag $(VERSION) --tag latest \
+		--version $(VERSION) --commit $(COMMIT) --tar bin/bulkd-image.tar --layout bin/bulkd-oci
+
+# helm lint (helm's Go library) + render of charts/bulkd and the kustomize
+# config/ with server-side dry-run against envtest; also part of `make test`.
+chart-test: ## helm lint + render the chart and config/, server-side dry-run against envtest
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./test/chart/
+helm-lint: chart-test ## same as chart-test (the lint is one of its tests)

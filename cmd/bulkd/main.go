@@ -1,6 +1,8 @@
 // Command bulkd is the whole service in one binary: `serve` runs the API
-// with in-process job processing (standalone mode), `admin` manages
-// accounts, keys, credits and data, and `version` prints the build.
+// with in-process job processing (standalone mode); `apiserver`,
+// `controller` and `processor` are the three parts of Kubernetes mode;
+// `admin` manages accounts, keys, credits and data, and `version` prints
+// the build.
 package main
 
 import (
@@ -8,12 +10,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/bulkd/bulkd/controllers"
 	"github.com/bulkd/bulkd/internal/admin"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/kube"
 	"github.com/bulkd/bulkd/internal/serve"
 )
 
@@ -26,12 +36,24 @@ var (
 const usage = `usage: bulkd COMMAND [flags]
 
 commands:
-  serve     run the HTTP API with in-process job processing (standalone mode)
-  admin     manage accounts, keys, credits, plans and the ledger (bulkd admin help)
-  version   print the version
+  serve       run the HTTP API with in-process job processing (standalone mode)
+  apiserver   run the HTTP API in Kubernetes mode: each accepted job becomes a BulkJob
+  controller  run the Kubernetes controller that runs BulkJobs as Indexed Jobs
+  processor   process one shard of a job (what the controller's pods run)
+  admin       manage accounts, keys, credits, plans and the ledger (bulkd admin help)
+  version     print the version
 
 Run "bulkd COMMAND -h" for a command's flags.
 `
+
+// exitError carries a specific exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
 	if len(os.Args) < 2 {
@@ -44,6 +66,12 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = runServe(ctx, os.Args[2:])
+	case "apiserver":
+		err = runAPIServer(ctx, os.Args[2:])
+	case "controller":
+		err = runController(ctx, os.Args[2:])
+	case "processor":
+		err = runProcessor(ctx, os.Args[2:])
 	case "admin":
 		err = admin.Main(ctx, os.Args[2:], admin.Env{Stdout: os.Stdout, Stderr: os.Stderr})
 	case "version", "--version", "-version":
@@ -57,6 +85,11 @@ func main() {
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "bulkd %s: %v\n", os.Args[1], err)
+		}
+		stop()
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
 		}
 		os.Exit(1)
 	}
@@ -74,4 +107,143 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
 	return serve.Run(ctx, cfg, log, os.Stdout, nil)
+}
+
+// runAPIServer is the HTTP API of Kubernetes mode: `serve` without
+// in-process workers, every accepted job handed to the controller as a
+// BulkJob.
+func runAPIServer(ctx context.Context, args []string) error {
+	cfg := config.Default()
+	kc := config.DefaultKube()
+	fs := flag.NewFlagSet("bulkd apiserver", flag.ContinueOnError)
+	cfg.Register(fs)
+	kc.RegisterAPIServer(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := kc.Validate(); err != nil {
+		return err
+	}
+	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	rc, err := kube.RESTConfig(kc.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	return kube.RunAPIServer(ctx, rc, cfg, kc, log, os.Stdout, nil)
+}
+
+// runController is the operator: it runs each BulkJob's shards as an
+// Indexed Job of processor pods and folds progress into BulkJob status.
+func runController(ctx context.Context, args []string) error {
+	cfg := config.Default()
+	kc := config.DefaultKube()
+	fs := flag.NewFlagSet("bulkd controller", flag.ContinueOnError)
+	cfg.RegisterStore(fs)
+	kc.RegisterController(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := kc.Validate(); err != nil {
+		return err
+	}
+	resources, err := kube.ParseResources(kc.Resources)
+	if err != nil {
+		return fmt.Errorf("--processor-resources: %w", err)
+	}
+	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	logger := logr.FromSlogHandler(log.Handler())
+	ctrl.SetLogger(logger)
+	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	parts, err := serve.Build(cfg, rdb, log)
+	if err != nil {
+		return err
+	}
+	rc, err := kube.RESTConfig(kc.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	opts := controllers.DefaultOptions()
+	opts.Image = kc.Image
+	opts.ImagePullPolicy = corev1.PullPolicy(kc.ImagePullPolicy)
+	opts.ServiceAccount = kc.ServiceAccount
+	opts.Resources = resources
+	opts.RedisSecretName = kc.RedisSecretName
+	opts.RedisSecretKey = kc.RedisSecretKey
+	opts.ConfigMapName = kc.ProcessorConfigMap
+	opts.MaxParallelism = int32(kc.ParallelismCap)
+	opts.BackoffLimitPerIndex = int32(kc.BackoffLimitPerShard)
+	opts.MaxFailedShards = int32(kc.MaxFailedShards)
+	opts.JobTTL = kc.JobTTL
+	opts.ProcessorTimeout = kc.ProcessorTimeout
+	opts.Retention = cfg.Retention
+	opts.RequeueInterval = kc.Requeue
+	mgr, err := controllers.NewManager(rc, controllers.ManagerOptions{
+		Namespace:   kc.Namespace,
+		MetricsAddr: kc.MetricsAddr,
+		HealthAddr:  kc.HealthAddr,
+		LeaderElect: kc.LeaderElect,
+		Concurrency: kc.Concurrency,
+		Reconciler:  opts,
+		Data:        parts.Processor.Store,
+		Shards:      parts.Processor,
+		ReadyCheck:  func(r *http.Request) error { return rdb.Ping(r.Context()).Err() },
+		Logger:      logger,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("bulkd controller starting", "namespace", kc.Namespace, "image", kc.Image, "leader_elect", kc.LeaderElect)
+	return mgr.Start(ctx)
+}
+
+// runProcessor answers one shard and exits: 0 when it is done, 3 when the
+// job's data is gone (retrying cannot help), 1 otherwise (the Job retries
+// the index).
+func runProcessor(ctx context.Context, args []string) error {
+	cfg := config.Default()
+	fs := flag.NewFlagSet("bulkd processor", flag.ContinueOnError)
+	cfg.Register(fs)
+	jobID := fs.String("job", "", "job id (the BulkJob's spec.jobID)")
+	shardFlag := fs.String("shard", "", "shard to process (default: $JOB_COMPLETION_INDEX)")
+	timeout := fs.Duration("timeout", controllers.DefaultOptions().ProcessorTimeout, "time limit of this run")
+	if err := fs.Parse(args); err != nil {
+		return &exitError{2, err}
+	}
+	s := *shardFlag
+	if s == "" {
+		s = os.Getenv("JOB_COMPLETION_INDEX")
+	}
+	shard, err := strconv.Atoi(s)
+	if err != nil || shard < 0 || *jobID == "" || *timeout <= 0 {
+		return &exitError{2, fmt.Errorf("--job, a --shard of at least 0 and a positive --timeout are required (shard %q)", s)}
+	}
+	if err := cfg.Validate(); err != nil {
+		return &exitError{2, err}
+	}
+	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel).With("job", *jobID, "shard", shard)
+	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	parts, err := serve.Build(cfg, rdb, log)
+	if err != nil {
+		return err
+	}
+	parts.Processor.Owner = kube.ShardOwner(*jobID, shard)
+	if err := kube.RunShard(ctx, parts.Processor, *jobID, shard, *timeout, log); err != nil {
+		return &exitError{kube.ExitCode(err), err}
+	}
+	return nil
 }

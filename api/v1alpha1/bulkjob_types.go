@@ -1,0 +1,224 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Family is a bulk job family.
+// +kubebuilder:validation:Enum=company_enrichment;email_lookup;email_verification
+type Family string
+
+// Families.
+const (
+	FamilyCompanyEnrichment Family = "company_enrichment"
+	FamilyEmailLookup       Family = "email_lookup"
+	FamilyEmailVerification Family = "email_verification"
+)
+
+// Metering is how a submission was paid for.
+// +kubebuilder:validation:Enum=credits;unlimited_quota
+type Metering string
+
+// Meterings.
+const (
+	MeteringCredits        Metering = "credits"
+	MeteringUnlimitedQuota Metering = "unlimited_quota"
+)
+
+// BulkJobSpec is an accepted submission as the engine stored it. It refers
+// to the inputs in Redis by job id and never carries rows: etcd objects are
+// limited to about 1.5 MiB and a submission may hold 100,000 rows.
+//
+// +kubebuilder:validation:XValidation:rule="self.shards == (self.distinctInputs + self.shardSize - 1) / self.shardSize",message="shards must equal ceil(distinctInputs / shardSize)"
+// +kubebuilder:validation:XValidation:rule="self.distinctInputs <= self.rows",message="distinctInputs cannot exceed rows"
+type BulkJobSpec struct {
+	// Family is the kind of work: which answerer runs the shards.
+	Family Family `json:"family"`
+
+	// Metering says whether the job was paid in credits or from an
+	// unlimited plan's quota. Informational: the charge is taken before the
+	// BulkJob exists and is never refunded afterwards.
+	Metering Metering `json:"metering"`
+
+	// OwnerKeyID is the id of the API key that submitted the job (never the
+	// key itself). Only that key may read the job.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	OwnerKeyID string `json:"ownerKeyID"`
+
+	// JobID is the engine's job uuid: the key of the job's inputs, row map
+	// and answers in Redis. It is also the BulkJob's name.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
+	JobID string `json:"jobID"`
+
+	// Rows is the number of submitted rows, duplicates and invalid rows
+	// included.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Rows int64 `json:"rows"`
+
+	// DistinctInputs is the number of distinct valid inputs: the work.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	DistinctInputs int64 `json:"distinctInputs"`
+
+	// Shards is the number of shards: the completions of the Indexed Job
+	// that runs them, one pod per shard.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Shards int32 `json:"shards"`
+
+	// ShardSize is the number of distinct inputs per shard (the last shard
+	// may hold fewer).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	ShardSize int32 `json:"shardSize"`
+
+	// Parallelism is how many shards may run at once. The controller caps it
+	// with its operator-wide limit and the number of shards.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	Parallelism int32 `json:"parallelism"`
+}
+
+// BulkJobPhase is where a BulkJob is in its life.
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
+type BulkJobPhase string
+
+// Phases. Completed and Failed are terminal.
+const (
+	// PhasePending: accepted, no shard has started yet.
+	PhasePending BulkJobPhase = "Pending"
+	// PhaseRunning: shards are being processed.
+	PhaseRunning BulkJobPhase = "Running"
+	// PhaseCompleted: every row is answered (rows of shards that failed for
+	// good are answered as the family's error outcome; see the ShardsFailed
+	// condition).
+	PhaseCompleted BulkJobPhase = "Completed"
+	// PhaseFailed: the job cannot be completed, e.g. its data in Redis is
+	// gone (expired or deleted).
+	PhaseFailed BulkJobPhase = "Failed"
+)
+
+// Condition types.
+const (
+	// ConditionComplete is True when every row is answered.
+	ConditionComplete = "Complete"
+	// ConditionShardsFailed is True when at least one shard failed for good
+	// (its Job index exhausted its retries, or the Job failed): its rows
+	// that were still unanswered are answered as errors.
+	ConditionShardsFailed = "ShardsFailed"
+	// ConditionFailed is True when the BulkJob cannot be completed.
+	ConditionFailed = "Failed"
+)
+
+// BulkJobStatus is the observed progress of a BulkJob, folded by the
+// controller from its batch Job and the job's counters in Redis. It holds
+// counts only, never per-row or per-shard lists.
+type BulkJobStatus struct {
+	// Phase is a summary of the conditions.
+	// +optional
+	Phase BulkJobPhase `json:"phase,omitempty"`
+
+	// ProcessedRows is the number of rows answered so far, invalid rows and
+	// duplicates included.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ProcessedRows int64 `json:"processedRows,omitempty"`
+	// Found is the number of rows answered as found.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Found int64 `json:"found,omitempty"`
+	// NotFound is the number of rows answered as not found.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	NotFound int64 `json:"notFound,omitempty"`
+	// Errors is the number of rows answered as errors.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Errors int64 `json:"errors,omitempty"`
+	// Invalid is the number of rows skipped as invalid at submission.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Invalid int64 `json:"invalid,omitempty"`
+
+	// ShardsSucceeded is the number of shards whose Job index succeeded.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ShardsSucceeded int32 `json:"shardsSucceeded,omitempty"`
+	// ShardsFailed is the number of shards that failed for good.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ShardsFailed int32 `json:"shardsFailed,omitempty"`
+	// ShardsActive is the number of shards running now.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ShardsActive int32 `json:"shardsActive,omitempty"`
+	// ShardProgress is "done/total" (succeeded plus failed over shards), for
+	// kubectl.
+	// +optional
+	ShardProgress string `json:"shardProgress,omitempty"`
+
+	// Conditions: Complete, ShardsFailed, Failed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// ObservedGeneration is the generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// StartTime is when the first shard started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the BulkJob became Completed or Failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// BulkJob is one accepted bulk submission (company enrichment, email
+// lookup or email verification) run as one Indexed batch Job whose pods
+// each process one shard. Its name is the engine's job id.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=bj,categories=bulkd
+// +kubebuilder:printcolumn:name="Family",type=string,JSONPath=`.spec.family`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Rows",type=integer,JSONPath=`.spec.rows`
+// +kubebuilder:printcolumn:name="Processed",type=integer,JSONPath=`.status.processedRows`
+// +kubebuilder:printcolumn:name="Shards",type=string,JSONPath=`.status.shardProgress`,description="done/total"
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.shardsActive`,priority=1
+// +kubebuilder:printcolumn:name="Found",type=integer,JSONPath=`.status.found`,priority=1
+// +kubebuilder:printcolumn:name="Errors",type=integer,JSONPath=`.status.errors`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.jobID",message="metadata.name must equal spec.jobID"
+type BulkJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+	Spec   BulkJobSpec   `json:"spec"`
+	Status BulkJobStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// BulkJobList is a list of BulkJobs.
+type BulkJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BulkJob `json:"items"`
+}
+
+// IsFinished reports whether the phase is terminal.
+func (p BulkJobPhase) IsFinished() bool { return p == PhaseCompleted || p == PhaseFailed }
+
+func init() {
+	SchemeBuilder.Register(&BulkJob{}, &BulkJobList{})
+}

@@ -1,0 +1,140 @@
+{{/*
+Names. Every object is <fullname>-<component>; fullname is the release name
+when it contains the chart name, <release>-bulkd otherwise.
+*/}}
+{{- define "bulkd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "bulkd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* bulkd.componentName: (dict "ctx" $ "component" "apiserver") -> <fullname>-apiserver */}}
+{{- define "bulkd.componentName" -}}
+{{- printf "%s-%s" (include "bulkd.fullname" .ctx | trunc 52 | trimSuffix "-") .component }}
+{{- end }}
+
+{{- define "bulkd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "bulkd.labels" -}}
+helm.sh/chart: {{ include "bulkd.chart" . }}
+app.kubernetes.io/name: {{ include "bulkd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: bulkd
+{{- end }}
+
+{{/* bulkd.selectorLabels: (dict "ctx" $ "component" "apiserver") */}}
+{{- define "bulkd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "bulkd.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* bulkd.componentLabels: (dict "ctx" $ "component" "apiserver") */}}
+{{- define "bulkd.componentLabels" -}}
+{{ include "bulkd.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* The image every component runs; the controller gives it to processor Jobs. */}}
+{{- define "bulkd.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- end }}
+{{- end }}
+
+{{/* bulkd.serviceAccountName: (dict "ctx" $ "component" "apiserver") */}}
+{{- define "bulkd.serviceAccountName" -}}
+{{- $sa := index .ctx.Values .component "serviceAccount" }}
+{{- if $sa.create }}
+{{- default (include "bulkd.componentName" .) $sa.name }}
+{{- else }}
+{{- default "default" $sa.name }}
+{{- end }}
+{{- end }}
+
+{{- define "bulkd.configMapName" -}}
+{{- include "bulkd.componentName" (dict "ctx" . "component" "config") }}
+{{- end }}
+
+{{/* The Secret and key holding the Redis URL. */}}
+{{- define "bulkd.redisSecretName" -}}
+{{- if .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecret }}
+{{- else }}
+{{- include "bulkd.componentName" (dict "ctx" . "component" "redis") }}
+{{- end }}
+{{- end }}
+
+{{- define "bulkd.redisSecretKey" -}}
+{{- required "redis.secretKey is required" .Values.redis.secretKey }}
+{{- end }}
+
+{{- define "bulkd.validate" -}}
+{{- if and (not .Values.redis.existingSecret) (not .Values.redis.url) }}
+{{- fail "set redis.existingSecret (a Secret holding the Redis URL) or redis.url" }}
+{{- end }}
+{{- range $k, $v := .Values.config }}
+{{- if not (hasPrefix "BULKD_" $k) }}
+{{- fail (printf "config.%s: only BULKD_* settings belong in config" $k) }}
+{{- end }}
+{{- if eq $k "BULKD_REDIS_URL" }}
+{{- fail "config.BULKD_REDIS_URL: the Redis URL is a secret; use redis.existingSecret or redis.url" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level scheduling: the component's own settings, else the chart-wide ones. */}}
+{{- define "bulkd.scheduling" -}}
+{{- $c := index .ctx.Values .component }}
+{{- with ($c.nodeSelector | default .ctx.Values.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.tolerations | default .ctx.Values.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.affinity | default .ctx.Values.affinity) }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Environment every component gets: the Redis URL from its Secret, and the namespace. */}}
+{{- define "bulkd.commonEnv" -}}
+- name: BULKD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: BULKD_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "bulkd.redisSecretName" . }}
+      key: {{ include "bulkd.redisSecretKey" . }}
+{{- end }}
+
+{{/* Pod annotations that roll the pods when the settings change. */}}
+{{- define "bulkd.checksums" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- if not .Values.redis.existingSecret }}
+checksum/redis: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,337 @@
+// Package controllers holds the BulkJob controller of bulkd's Kubernetes
+// mode: it runs each BulkJob's shards as one Indexed batch Job and folds
+// the Job's status and the job's counters in Redis into the BulkJob's
+// status.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// JobData is the part of the engine's Redis store the controller reads and
+// cleans up (*jobs.Store).
+type JobData interface {
+	Get(ctx context.Context, id string) (*jobs.Job, error)
+	UnfinishedShards(ctx context.Context, j *jobs.Job) ([]int, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// ShardFailer answers the unanswered inputs of a shard that failed for
+// good as the family's error outcome (*jobs.Processor).
+type ShardFailer interface {
+	FailShard(ctx context.Context, jobID string, shard int) error
+}
+
+// BulkJobReconciler reconciles BulkJobs.
+type BulkJobReconciler struct {
+	Client client.Client
+	// APIReader reads around the cache (a Job the cache does not show yet,
+	// or one without our labels). Defaults to Client.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Data      JobData
+	Shards    ShardFailer
+	Options   Options
+	// Now is the clock (tests move it for retention). Defaults to time.Now.
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the controller: BulkJobs, and the Jobs they
+// own.
+func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.BulkJob{}).
+		Owns(&batchv1.Job{}).
+		Named("bulkjob").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}).
+		Complete(r)
+}
+
+func (r *BulkJobReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Reconcile moves one BulkJob forward: finalize a deleted one, delete an
+// expired one, otherwise observe (create or adopt the Job, answer shards
+// that failed for good), fold the observation into the status, write the
+// status once and emit the pass's events after the write.
+func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	opts := r.Options.withDefaults()
+	var bj v1alpha1.BulkJob
+	if err := r.Client.Get(ctx, req.NamespacedName, &bj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("jobID", bj.Spec.JobID)
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	if !bj.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &bj)
+	}
+	if controllerutil.AddFinalizer(&bj, v1alpha1.Finalizer) {
+		if err := r.Client.Update(ctx, &bj); err != nil {
+			return requeueOnConflict(err)
+		}
+	}
+	now := r.now()
+	left := opts.Retention
+	if !bj.CreationTimestamp.IsZero() { // always set by the API server
+		left = bj.CreationTimestamp.Add(opts.Retention).Sub(now)
+	}
+	if left <= 0 {
+		log.Info("BulkJob is past its retention; deleting it", "retention", opts.Retention.String())
+		err := r.Client.Delete(ctx, &bj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if bj.Status.Phase.IsFinished() {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+
+	obs, err := r.observe(ctx, &bj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	old := bj.Status
+	bj.Status = computeStatus(&bj, obs, now)
+	if !equality.Semantic.DeepEqual(old, bj.Status) {
+		if err := r.Client.Status().Update(ctx, &bj); err != nil {
+			return requeueOnConflict(err)
+		}
+	}
+	r.emit(&bj, &old, obs)
+	if bj.Status.Phase.IsFinished() {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	return ctrl.Result{RequeueAfter: opts.RequeueInterval}, nil
+}
+
+func (r *BulkJobReconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+func requeueOnConflict(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{Requeue: true}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// observe reads the job's counters in Redis and its Job, creating the Job
+// when the job still has work, and answers as errors the shards the Job
+// has given up on.
+func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (*observation, error) {
+	o := &observation{}
+	data, err := r.Data.Get(ctx, bj.Spec.JobID)
+	if errors.Is(err, jobs.ErrJobNotFound) {
+		return o, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read job data: %w", err)
+	}
+	o.data = data
+
+	job, err := r.currentJob(ctx, bj)
+	if err != nil {
+		return nil, err
+	}
+	if job == nil && data.Status == jobs.StatusRunning {
+		if job, err = r.createJob(ctx, bj); err != nil {
+			return nil, err
+		}
+		o.createdJob = true
+	}
+	o.job = job
+	if job == nil {
+		return o, nil
+	}
+	if o.succeeded, o.failed, err = shardOutcomes(job, bj.Spec.Shards); err != nil {
+		return nil, err
+	}
+	finished := jobFinished(job)
+	if len(o.failed) == 0 && !finished {
+		return o, nil
+	}
+	unfinished, err := r.Data.UnfinishedShards(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range unfinished {
+		// A finished Job that left a shard unanswered in Redis (it never
+		// should) gets the same treatment as a failed index: no row stays
+		// pending forever.
+		if !o.failed[int32(s)] && !finished {
+			continue
+		}
+		if err := r.Shards.FailShard(ctx, bj.Spec.JobID, s); err != nil {
+			if errors.Is(err, jobs.ErrJobNotFound) {
+				o.data = nil
+				return o, nil
+			}
+			return nil, fmt.Errorf("answer failed shard %d as errors: %w", s, err)
+		}
+		if !o.failed[int32(s)] {
+			o.failed[int32(s)] = true
+			delete(o.succeeded, int32(s))
+		}
+		o.answered = append(o.answered, s)
+	}
+	if len(o.answered) > 0 {
+		ctrl.LoggerFrom(ctx).Info("shards failed for good; their unanswered rows were answered as errors", "shards", o.answered)
+		if o.data, err = r.Data.Get(ctx, bj.Spec.JobID); errors.Is(err, jobs.ErrJobNotFound) {
+			o.data = nil
+		} else if err != nil {
+			return nil, fmt.Errorf("read job data: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// currentJob returns the BulkJob's Job: its own, or an orphan made for it
+// (adopted), or nil when there is none.
+func (r *BulkJobReconciler) currentJob(ctx context.Context, bj *v1alpha1.BulkJob) (*batchv1.Job, error) {
+	var job batchv1.Job
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: bj.Namespace, Name: bj.Name}, &job)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.adopt(ctx, bj, &job)
+}
+
+func (r *BulkJobReconciler) createJob(ctx context.Context, bj *v1alpha1.BulkJob) (*batchv1.Job, error) {
+	job := desiredJob(bj, r.Options.withDefaults())
+	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
+		return nil, err
+	}
+	err := r.Client.Create(ctx, job)
+	if apierrors.IsAlreadyExists(err) {
+		// The cache is behind, or a Job without our labels has the name.
+		var existing batchv1.Job
+		if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(job), &existing); err != nil {
+			return nil, err
+		}
+		return r.adopt(ctx, bj, &existing)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create Job: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created Job", "job", job.Name, "shards", *job.Spec.Completions, "parallelism", *job.Spec.Parallelism)
+	return job, nil
+}
+
+// adopt returns job if bj controls it, takes it over if it has no
+// controller and was made for bj's job id, and refuses anything else.
+func (r *BulkJobReconciler) adopt(ctx context.Context, bj *v1alpha1.BulkJob, job *batchv1.Job) (*batchv1.Job, error) {
+	if metav1.IsControlledBy(job, bj) {
+		return job, nil
+	}
+	if metav1.GetControllerOf(job) != nil || job.Labels[v1alpha1.LabelJobID] != bj.Spec.JobID {
+		r.event(bj, corev1.EventTypeWarning, "JobConflict", "Adopt",
+			"Job %s exists and does not belong to this BulkJob; waiting for it to go away", job.Name)
+		return nil, fmt.Errorf("job %s/%s exists and is not this BulkJob's", job.Namespace, job.Name)
+	}
+	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
+		return nil, err
+	}
+	if job.Labels == nil {
+		job.Labels = map[string]string{}
+	}
+	job.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByController
+	if err := r.Client.Update(ctx, job); err != nil {
+		return nil, fmt.Errorf("adopt Job: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("adopted Job", "job", job.Name)
+	r.event(bj, corev1.EventTypeNormal, "JobAdopted", "Adopt", "Adopted Job %s", job.Name)
+	return job, nil
+}
+
+// finalize deletes the job's data in Redis, then lets the BulkJob go.
+func (r *BulkJobReconciler) finalize(ctx context.Context, bj *v1alpha1.BulkJob) error {
+	if !controllerutil.ContainsFinalizer(bj, v1alpha1.Finalizer) {
+		return nil
+	}
+	if err := r.Data.Delete(ctx, bj.Spec.JobID); err != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(bj, v1alpha1.Finalizer)
+	if err := r.Client.Update(ctx, bj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	ctrl.LoggerFrom(ctx).Info("BulkJob deleted; its data in Redis is deleted")
+	return nil
+}
+
+// emit records the events of a pass whose status write succeeded.
+func (r *BulkJobReconciler) emit(bj *v1alpha1.BulkJob, old *v1alpha1.BulkJobStatus, o *observation) {
+	if o.createdJob && o.job != nil {
+		r.event(bj, corev1.EventTypeNormal, "JobCreated", "Create", "Created Job %s: %d shards, parallelism %d",
+			o.job.Name, *o.job.Spec.Completions, *o.job.Spec.Parallelism)
+	}
+	if len(o.answered) > 0 {
+		sorted := slices.Clone(o.answered)
+		slices.Sort(sorted)
+		r.event(bj, corev1.EventTypeWarning, "ShardsFailed", "FailShards",
+			"Shards %v failed for good; their unanswered rows are answered as %s", sorted, jobs.OutcomeError)
+	}
+	st := &bj.Status
+	if st.Phase == old.Phase {
+		return
+	}
+	switch st.Phase {
+	case v1alpha1.PhaseRunning:
+		r.event(bj, corev1.EventTypeNormal, "Running", "Run", "Shards are running")
+	case v1alpha1.PhaseCompleted:
+		typ := corev1.EventTypeNormal
+		if st.ShardsFailed > 0 {
+			typ = corev1.EventTypeWarning
+		}
+		r.event(bj, typ, "Completed", "Complete", "All %d rows answered: %d found, %d not found, %d errors, %d invalid; %d of %d shards failed",
+			bj.Spec.Rows, st.Found, st.NotFound, st.Errors, st.Invalid, st.ShardsFailed, bj.Spec.Shards)
+	case v1alpha1.PhaseFailed:
+		r.event(bj, corev1.EventTypeWarning, "Failed", "Fail", "The job's data is not in Redis (expired or deleted)")
+	}
+}
+
+func (r *BulkJobReconciler) event(bj *v1alpha1.BulkJob, typ, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(bj, nil, typ, reason, action, note, args...)
+	}
+}

@@ -1,0 +1,304 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/test/builders"
+)
+
+// fakeData is the engine's Redis view of jobs, in memory: these tests are
+// about reconcile decisions (the envtest suite in test/kube runs the real
+// store, processors and API server).
+type fakeData struct {
+	mu      sync.Mutex
+	jobs    map[string]*jobs.Job
+	done    map[string]map[int]bool
+	failed  []int
+	deleted []string
+}
+
+func newFakeData(js ...*jobs.Job) *fakeData {
+	d := &fakeData{jobs: map[string]*jobs.Job{}, done: map[string]map[int]bool{}}
+	for _, j := range js {
+		d.jobs[j.ID] = j
+		d.done[j.ID] = map[int]bool{}
+	}
+	return d
+}
+
+func (d *fakeData) Get(_ context.Context, id string) (*jobs.Job, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	j, ok := d.jobs[id]
+	if !ok {
+		return nil, jobs.ErrJobNotFound
+	}
+	c := *j
+	return &c, nil
+}
+
+func (d *fakeData) UnfinishedShards(_ context.Context, j *jobs.Job) ([]int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []int
+	for s := 0; s < j.Shards; s++ {
+		if !d.done[j.ID][s] {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (d *fakeData) Delete(_ context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.jobs, id)
+	d.deleted = append(d.deleted, id)
+	return nil
+}
+
+// markDone marks a shard done with its distinct inputs answered as outcome.
+func (d *fakeData) markDone(id string, shard int, outcome string, rows, distinct int64) {
+	j := d.jobs[id]
+	if d.done[id][shard] {
+		return
+	}
+	d.done[id][shard] = true
+	j.ShardsDone++
+	j.Outcomes[outcome] += rows
+	j.RowsProcessed += rows
+	j.DistinctProcessed += distinct
+	if j.DistinctProcessed >= j.Distinct {
+		j.Status, j.CompletedAt = jobs.StatusCompleted, time.Now()
+	}
+}
+
+func (d *fakeData) FailShard(_ context.Context, id string, shard int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.jobs[id]; !ok {
+		return jobs.ErrJobNotFound
+	}
+	d.failed = append(d.failed, shard)
+	d.markDone(id, shard, jobs.OutcomeError, 10, 10)
+	return nil
+}
+
+const (
+	ns = "bulkd"
+	id = "0c6d7e7e-1111-4222-8333-944445555666"
+)
+
+type scenario struct {
+	t    *testing.T
+	c    client.Client
+	r    *BulkJobReconciler
+	data *fakeData
+	rec  *events.FakeRecorder
+	now  time.Time
+}
+
+func newScenario(t *testing.T, data *fakeData, objs ...client.Object) *scenario {
+	scheme := NewScheme()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}).Build()
+	s := &scenario{t: t, c: c, data: data, rec: events.NewFakeRecorder(100), now: time.Now()}
+	s.r = &BulkJobReconciler{Client: c, Scheme: scheme, Recorder: s.rec, Data: data, Shards: data,
+		Options: DefaultOptions(), Now: func() time.Time { return s.now }}
+	return s
+}
+
+func (s *scenario) reconcile() (ctrl.Result, error) {
+	s.t.Helper()
+	return s.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: id}})
+}
+
+func (s *scenario) mustReconcile() ctrl.Result {
+	s.t.Helper()
+	res, err := s.reconcile()
+	if err != nil {
+		s.t.Fatalf("reconcile: %v", err)
+	}
+	return res
+}
+
+func (s *scenario) bulkJob() *v1alpha1.BulkJob {
+	s.t.Helper()
+	var bj v1alpha1.BulkJob
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &bj); err != nil {
+		s.t.Fatal(err)
+	}
+	return &bj
+}
+
+func (s *scenario) jobs() []batchv1.Job {
+	s.t.Helper()
+	var l batchv1.JobList
+	if err := s.c.List(context.Background(), &l, client.InNamespace(ns)); err != nil {
+		s.t.Fatal(err)
+	}
+	return l.Items
+}
+
+func (s *scenario) events() string {
+	var out []string
+	for {
+		select {
+		case e := <-s.rec.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
+}
+
+func TestReconcileCreatesOneJobAndAddsTheFinalizer(t *testing.T) {
+	s := newScenario(t, newFakeData(builders.MakeJobData(id).Obj()), builders.MakeBulkJob(id, ns).Obj())
+	res := s.mustReconcile()
+	if res.RequeueAfter != DefaultOptions().RequeueInterval {
+		t.Fatalf("a running BulkJob is requeued every %v: %+v", DefaultOptions().RequeueInterval, res)
+	}
+	// A second pass (a restart, a requeue) adopts what the first made.
+	s.mustReconcile()
+	js := s.jobs()
+	if len(js) != 1 {
+		t.Fatalf("want one Job, have %d", len(js))
+	}
+	bj := s.bulkJob()
+	if !metav1.IsControlledBy(&js[0], bj) {
+		t.Fatalf("the Job is not controlled by its BulkJob: %+v", js[0].OwnerReferences)
+	}
+	if len(bj.Finalizers) != 1 || bj.Finalizers[0] != v1alpha1.Finalizer {
+		t.Fatalf("finalizers %v", bj.Finalizers)
+	}
+	if bj.Status.Phase != v1alpha1.PhasePending || bj.Status.ShardProgress != "0/2" || bj.Status.ProcessedRows != 5 {
+		t.Fatalf("status %+v", bj.Status)
+	}
+	if ev := s.events(); strings.Count(ev, "JobCreated") != 1 {
+		t.Fatalf("want one JobCreated event: %q", ev)
+	}
+}
+
+func TestReconcileAdoptsAnOrphanJobMadeForIt(t *testing.T) {
+	orphan := builders.MakeJob(id, ns, 2).Label(v1alpha1.LabelJobID, id).Obj()
+	s := newScenario(t, newFakeData(builders.MakeJobData(id).Obj()), builders.MakeBulkJob(id, ns).Obj(), orphan)
+	s.mustReconcile()
+	js := s.jobs()
+	if len(js) != 1 || !metav1.IsControlledBy(&js[0], s.bulkJob()) || js[0].Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByController {
+		t.Fatalf("orphan not adopted: %+v", js)
+	}
+}
+
+func TestReconcileRefusesAJobThatIsNotItsOwn(t *testing.T) {
+	other := builders.MakeJob(id, ns, 2).Label(v1alpha1.LabelJobID, id).OwnedBy("batch/v1", "CronJob", "nightly", "uid-other").Obj()
+	s := newScenario(t, newFakeData(builders.MakeJobData(id).Obj()), builders.MakeBulkJob(id, ns).Obj(), other)
+	if _, err := s.reconcile(); err == nil {
+		t.Fatal("a Job with another controller was taken over")
+	}
+	if ev := s.events(); !strings.Contains(ev, "JobConflict") {
+		t.Fatalf("events %q", ev)
+	}
+}
+
+func TestReconcileAnswersFailedShardsAsErrorsThenCompletes(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	data.markDone(id, 0, jobs.OutcomeFound, 10, 10)
+	bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+	s := newScenario(t, data, bj)
+	s.mustReconcile() // creates the Job
+	// The Job controller reports index 1 failed for good and the Job failed.
+	var job batchv1.Job
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &job); err != nil {
+		t.Fatal(err)
+	}
+	reported := builders.MakeJob(id, ns, 2).Started(s.now).CompletedIndexes("0", 1).FailedIndexes("1").
+		Condition(batchv1.JobFailureTarget, batchv1.JobReasonFailedIndexes).Condition(batchv1.JobFailed, batchv1.JobReasonFailedIndexes).Obj()
+	job.Status = reported.Status
+	if err := s.c.Status().Update(context.Background(), &job); err != nil {
+		t.Fatal(err)
+	}
+	res := s.mustReconcile()
+	if len(data.failed) != 1 || data.failed[0] != 1 {
+		t.Fatalf("FailShard calls %v, want [1]", data.failed)
+	}
+	got := s.bulkJob()
+	st := got.Status
+	if st.Phase != v1alpha1.PhaseCompleted || st.ShardsFailed != 1 || st.ShardsSucceeded != 1 || st.Errors != 10 || st.ShardProgress != "2/2" {
+		t.Fatalf("status %+v", st)
+	}
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonShardsFailed || !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionShardsFailed) {
+		t.Fatalf("conditions %+v", st.Conditions)
+	}
+	if res.RequeueAfter <= time.Hour {
+		t.Fatalf("a finished BulkJob waits for its retention, not %v", res.RequeueAfter)
+	}
+	// Finished: later passes neither fail the shard again nor write.
+	rv := got.ResourceVersion
+	s.mustReconcile()
+	if len(data.failed) != 1 || s.bulkJob().ResourceVersion != rv {
+		t.Fatal("a finished BulkJob was worked on again")
+	}
+	if ev := s.events(); !strings.Contains(ev, "ShardsFailed") || !strings.Contains(ev, "Completed") {
+		t.Fatalf("events %q", ev)
+	}
+}
+
+func TestReconcileMarksABulkJobWhoseDataIsGoneFailed(t *testing.T) {
+	s := newScenario(t, newFakeData(), builders.MakeBulkJob(id, ns).Finalizer().Obj())
+	s.mustReconcile()
+	st := s.bulkJob().Status
+	if st.Phase != v1alpha1.PhaseFailed || !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionFailed) || len(s.jobs()) != 0 {
+		t.Fatalf("status %+v, jobs %d", st, len(s.jobs()))
+	}
+}
+
+func TestReconcileFinalizerDeletesTheJobData(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	s := newScenario(t, data, builders.MakeBulkJob(id, ns).Finalizer().Obj())
+	if err := s.c.Delete(context.Background(), s.bulkJob()); err != nil {
+		t.Fatal(err)
+	}
+	s.mustReconcile()
+	if len(data.deleted) != 1 || data.deleted[0] != id {
+		t.Fatalf("deleted %v", data.deleted)
+	}
+	var bj v1alpha1.BulkJob
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &bj); !apierrors.IsNotFound(err) {
+		t.Fatalf("BulkJob still there: %v", err)
+	}
+}
+
+func TestReconcileDeletesBulkJobsPastTheirRetention(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	created := time.Now().Add(-31 * 24 * time.Hour).Truncate(time.Second)
+	s := newScenario(t, data, builders.MakeBulkJob(id, ns).Finalizer().Created(created).Phase(v1alpha1.PhaseCompleted).Obj())
+	s.now = created.Add(29 * 24 * time.Hour)
+	if res := s.mustReconcile(); res.RequeueAfter != 24*time.Hour {
+		t.Fatalf("requeue after %v, want the day left", res.RequeueAfter)
+	}
+	s.now = created.Add(30*24*time.Hour + time.Second)
+	s.mustReconcile() // deletes: the finalizer holds it
+	s.mustReconcile() // finalizes
+	if len(data.deleted) != 1 {
+		t.Fatalf("data not deleted: %v", data.deleted)
+	}
+	var bj v1alpha1.BulkJob
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &bj); !apierrors.IsNotFound(err) {
+		t.Fatalf("BulkJob still there: %v", err)
+	}
+}

@@ -1,0 +1,259 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+)
+
+// Options are the operator-wide settings of the processor Jobs (from
+// `bulkd controller` flags).
+type Options struct {
+	// Image, ImagePullPolicy, ServiceAccount and Resources are the
+	// processor pods'.
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	ServiceAccount  string
+	Resources       corev1.ResourceRequirements
+	// Command starts the bulkd binary in the image (the container's
+	// command; "processor" and its flags are its args). Default ["bulkd"].
+	Command []string
+
+	// RedisSecretName and RedisSecretKey name the Secret key holding the
+	// Redis URL; pods read it as BULKD_REDIS_URL.
+	RedisSecretName string
+	RedisSecretKey  string
+	// ConfigMapName, when set, is a ConfigMap of BULKD_* settings loaded
+	// into the pods' environment (company-enrichment settings: network
+	// hosts, redirect checks, proxy, batch size...).
+	ConfigMapName string
+
+	// MaxParallelism caps every BulkJob's parallelism (0: no cap).
+	MaxParallelism int32
+	// BackoffLimitPerIndex is how many times a failed shard is retried.
+	BackoffLimitPerIndex int32
+	// MaxFailedShards is how many shards may fail for good before the whole
+	// Job is stopped (its remaining shards are then answered as errors);
+	// 0 means never stop a Job early.
+	MaxFailedShards int32
+	// JobTTL is how long a finished Job (and its pods) is kept.
+	JobTTL time.Duration
+	// ProcessorTimeout bounds one processor run (one attempt at one shard).
+	ProcessorTimeout time.Duration
+
+	// Retention: BulkJobs older than this are deleted (with their data).
+	Retention time.Duration
+	// RequeueInterval is how often a running BulkJob is folded again:
+	// progress in Redis makes no Kubernetes events.
+	RequeueInterval time.Duration
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options {
+	return Options{
+		Image:                "bulkd:latest",
+		ImagePullPolicy:      corev1.PullIfNotPresent,
+		Command:              []string{"bulkd"},
+		RedisSecretName:      "bulkd-redis",
+		RedisSecretKey:       "redis-url",
+		MaxParallelism:       32,
+		BackoffLimitPerIndex: 3,
+		JobTTL:               time.Hour,
+		ProcessorTimeout:     30 * time.Minute,
+		Retention:            30 * 24 * time.Hour,
+		RequeueInterval:      2 * time.Second,
+	}
+}
+
+// withDefaults fills zero values.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if len(o.Command) == 0 {
+		o.Command = d.Command
+	}
+	if o.RedisSecretKey == "" {
+		o.RedisSecretKey = d.RedisSecretKey
+	}
+	if o.JobTTL <= 0 {
+		o.JobTTL = d.JobTTL
+	}
+	if o.ProcessorTimeout <= 0 {
+		o.ProcessorTimeout = d.ProcessorTimeout
+	}
+	if o.Retention <= 0 {
+		o.Retention = d.Retention
+	}
+	if o.RequeueInterval <= 0 {
+		o.RequeueInterval = d.RequeueInterval
+	}
+	if o.ImagePullPolicy == "" {
+		o.ImagePullPolicy = d.ImagePullPolicy
+	}
+	return o
+}
+
+// completionIndexEnv is what the Job controller calls the index variable;
+// it is declared explicitly so $(JOB_COMPLETION_INDEX) in the command
+// always resolves.
+const completionIndexEnv = "JOB_COMPLETION_INDEX"
+
+// desiredJob is the Indexed Job that runs a BulkJob's shards: index i is
+// shard i. It carries no owner reference (the caller sets it).
+func desiredJob(bj *v1alpha1.BulkJob, o Options) *batchv1.Job {
+	shards := bj.Spec.Shards
+	parallelism := min(bj.Spec.Parallelism, shards)
+	if o.MaxParallelism > 0 {
+		parallelism = min(parallelism, o.MaxParallelism)
+	}
+	maxFailed := shards
+	if o.MaxFailedShards > 0 {
+		maxFailed = min(o.MaxFailedShards, shards)
+	}
+	labels := map[string]string{
+		v1alpha1.LabelName:      "bulkd",
+		v1alpha1.LabelComponent: "processor",
+		v1alpha1.LabelManagedBy: v1alpha1.ManagedByController,
+		v1alpha1.LabelJobID:     bj.Spec.JobID,
+		v1alpha1.LabelFamily:    string(bj.Spec.Family),
+	}
+	args := []string{"processor",
+		"--job", bj.Spec.JobID,
+		"--shard", "$(" + completionIndexEnv + ")",
+		"--timeout", o.ProcessorTimeout.String()}
+	env := []corev1.EnvVar{
+		{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: "metadata.annotations['" + batchv1.JobCompletionIndexAnnotation + "']"}}},
+		{Name: "BULKD_REDIS_URL", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.RedisSecretName}, Key: o.RedisSecretKey}}},
+	}
+	var envFrom []corev1.EnvFromSource
+	if o.ConfigMapName != "" {
+		envFrom = append(envFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.ConfigMapName}, Optional: ptr.To(true)}})
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: bj.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
+			Completions:          ptr.To(shards),
+			Parallelism:          ptr.To(parallelism),
+			BackoffLimitPerIndex: ptr.To(o.BackoffLimitPerIndex),
+			MaxFailedIndexes:     ptr.To(maxFailed),
+			// A pod is replaced only once it has fully terminated, so two
+			// pods never work on one shard at once.
+			PodReplacementPolicy: ptr.To(batchv1.Failed),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				{
+					// Evictions, preemptions, node drains: not the shard's
+					// fault, and the rerun answers only what is missing.
+					Action:          batchv1.PodFailurePolicyActionIgnore,
+					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+				},
+				{
+					// The job's data is gone: no retry can help.
+					Action: batchv1.PodFailurePolicyActionFailIndex,
+					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+						Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{v1alpha1.ProcessorExitJobDataMissing}},
+				},
+			}},
+			TTLSecondsAfterFinished: ptr.To(int32(o.JobTTL / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					ServiceAccountName:           o.ServiceAccount,
+					AutomountServiceAccountToken: ptr.To(false), // processors never call the Kubernetes API
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:            "processor",
+						Image:           o.Image,
+						ImagePullPolicy: o.ImagePullPolicy,
+						Command:         slices.Clone(o.Command),
+						Args:            args,
+						Env:             env,
+						EnvFrom:         envFrom,
+						Resources:       *o.Resources.DeepCopy(),
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+					}},
+				},
+			},
+		},
+	}
+}
+
+// parseIndexes reads a Job's completedIndexes or failedIndexes ("1,3-5,7")
+// into a set of indexes below n.
+func parseIndexes(s string, n int32) (map[int32]bool, error) {
+	out := map[int32]bool{}
+	if s == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseInt(lo, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("bad index list %q", s)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseInt(hi, 10, 32); err != nil || b < a {
+				return nil, fmt.Errorf("bad index list %q", s)
+			}
+		}
+		for i := a; i <= b && i < int64(n); i++ {
+			out[int32(i)] = true
+		}
+	}
+	return out, nil
+}
+
+// jobFinished reports whether a Job has its Complete or Failed condition.
+func jobFinished(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// shardOutcomes reads which shards a Job has settled: succeeded (its
+// completedIndexes) and failed for good (its failedIndexes, and once the
+// Job has finished, every index it did not complete).
+func shardOutcomes(job *batchv1.Job, shards int32) (succeeded, failed map[int32]bool, err error) {
+	if succeeded, err = parseIndexes(job.Status.CompletedIndexes, shards); err != nil {
+		return nil, nil, err
+	}
+	failed = map[int32]bool{}
+	if job.Status.FailedIndexes != nil {
+		if failed, err = parseIndexes(*job.Status.FailedIndexes, shards); err != nil {
+			return nil, nil, err
+		}
+	}
+	if jobFinished(job) {
+		for i := int32(0); i < shards; i++ {
+			if !succeeded[i] {
+				failed[i] = true
+			}
+		}
+	}
+	return succeeded, failed, nil
+}

@@ -1,0 +1,122 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+)
+
+// NewScheme returns a scheme with the built-in types and BulkJob.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// ManagerOptions configure the manager of `bulkd controller`.
+type ManagerOptions struct {
+	// Namespace is the one namespace watched (BulkJobs and Jobs); empty
+	// watches all namespaces.
+	Namespace string
+	// MetricsAddr and HealthAddr are the metrics and health-probe listen
+	// addresses; "0" turns one off.
+	MetricsAddr string
+	HealthAddr  string
+	// LeaderElect makes replicas elect one active controller (a Lease
+	// named LeaderElectionID in Namespace).
+	LeaderElect      bool
+	LeaderElectionID string
+	// Concurrency is how many BulkJobs are reconciled at once.
+	Concurrency int
+
+	Reconciler Options
+	Data       JobData
+	Shards     ShardFailer
+	// ReadyCheck, when set, gates readiness (bulkd checks Redis).
+	ReadyCheck healthz.Checker
+	Logger     logr.Logger
+	// Now is the reconciler's clock (tests); nil is time.Now.
+	Now func() time.Time
+}
+
+// DefaultLeaderElectionID is the Lease the controller replicas share.
+const DefaultLeaderElectionID = "bulkd-controller.bulkd.io"
+
+// NewManager builds the controller manager: cache (scoped to the namespace
+// and, for Jobs, to the ones the controller made), metrics, health probes,
+// leader election and the BulkJob controller.
+func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
+	if o.Data == nil || o.Shards == nil {
+		return nil, fmt.Errorf("controller: job data and shard failer are required")
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = DefaultLeaderElectionID
+	}
+	scheme := NewScheme()
+	cacheOpts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController})},
+		},
+	}
+	if o.Namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        o.Logger,
+		Cache:                         cacheOpts,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.HealthAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	if o.HealthAddr != "0" && o.HealthAddr != "" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return nil, err
+		}
+		ready := healthz.Checker(healthz.Ping)
+		if o.ReadyCheck != nil {
+			ready = o.ReadyCheck
+		}
+		if err := mgr.AddReadyzCheck("redis", ready); err != nil {
+			return nil, err
+		}
+	}
+	r := &BulkJobReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    scheme,
+		Recorder:  mgr.GetEventRecorder("bulkd-controller"),
+		Data:      o.Data,
+		Shards:    o.Shards,
+		Options:   o.Reconciler,
+		Now:       o.Now,
+	}
+	if err := r.SetupWithManager(mgr, o.Concurrency); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

@@ -1,0 +1,172 @@
+// Package kube is bulkd's Kubernetes mode outside the controller: the
+// executor the API uses to turn accepted jobs into BulkJobs (and to read
+// their status back), the `bulkd apiserver` and `bulkd processor` entry
+// points, and helpers for their flags.
+//
+// The API server's service account needs, in its namespace:
+// bulkjobs.bulkd.io create, delete, get, list, watch (list and watch feed
+// the status cache). The processor pods need no Kubernetes access at all.
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// Executor is the jobs.Executor of Kubernetes mode: Enqueue creates the
+// job's BulkJob (the controller runs it), Cancel deletes it (its finalizer
+// deletes the job's data). It also implements jobs.StatusReader: a job's
+// status is its BulkJob's.
+type Executor struct {
+	// Client creates and deletes BulkJobs.
+	Client client.Client
+	// Reader reads BulkJob status (a cache in `bulkd apiserver`); defaults
+	// to Client.
+	Reader client.Reader
+	// Namespace holds the BulkJobs.
+	Namespace string
+	// Parallelism of new BulkJobs (capped by their shard count).
+	Parallelism int32
+
+	// refused holds the jobs whose BulkJob the API server certainly did
+	// not create, so the rollback's Cancel needs no call that could fail
+	// the same way.
+	refused sync.Map
+}
+
+var (
+	_ jobs.Executor     = (*Executor)(nil)
+	_ jobs.StatusReader = (*Executor)(nil)
+)
+
+// BulkJobFor is the BulkJob of an accepted job.
+func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.BulkJob {
+	metering := v1alpha1.MeteringCredits
+	if j.QuotaWindow != "" {
+		metering = v1alpha1.MeteringUnlimitedQuota
+	}
+	return &v1alpha1.BulkJob{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      j.ID,
+			Namespace: namespace,
+			Labels: map[string]string{
+				v1alpha1.LabelName:      "bulkd",
+				v1alpha1.LabelManagedBy: v1alpha1.ManagedByAPIServer,
+				v1alpha1.LabelFamily:    j.Family,
+			},
+		},
+		Spec: v1alpha1.BulkJobSpec{
+			Family:         v1alpha1.Family(j.Family),
+			Metering:       metering,
+			OwnerKeyID:     j.KeyID,
+			JobID:          j.ID,
+			Rows:           j.TotalRows,
+			DistinctInputs: j.Distinct,
+			Shards:         int32(j.Shards),
+			ShardSize:      int32(j.ShardSize),
+			Parallelism:    max(1, min(parallelism, int32(j.Shards))),
+		},
+	}
+}
+
+// Enqueue creates the job's BulkJob. An error refuses the job: the engine
+// then reverses the charge and deletes the job's data.
+func (e *Executor) Enqueue(ctx context.Context, j *jobs.Job) error {
+	bj := BulkJobFor(j, e.Namespace, e.Parallelism)
+	err := e.Client.Create(ctx, bj)
+	if apierrors.IsAlreadyExists(err) {
+		// A retried create whose first try went through is fine; anything
+		// else with this name is not ours.
+		var cur v1alpha1.BulkJob
+		if gerr := e.Client.Get(ctx, client.ObjectKeyFromObject(bj), &cur); gerr == nil && cur.Spec.JobID == j.ID && cur.DeletionTimestamp.IsZero() {
+			return nil
+		}
+	}
+	if err != nil {
+		if certainlyNotCreated(err) {
+			e.refused.Store(j.ID, true)
+		}
+		return fmt.Errorf("create BulkJob %s/%s: %w", e.Namespace, j.ID, err)
+	}
+	return nil
+}
+
+// certainlyNotCreated tells the errors after which the object cannot
+// exist; after a timeout or a lost connection it may.
+func certainlyNotCreated(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err) ||
+		apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsAlreadyExists(err) ||
+		apierrors.IsMethodNotSupported(err)
+}
+
+// Cancel deletes the job's BulkJob; its finalizer deletes the job's data
+// and the garbage collector its Job and pods.
+func (e *Executor) Cancel(ctx context.Context, jobID string) error {
+	if _, ok := e.refused.LoadAndDelete(jobID); ok {
+		return nil
+	}
+	bj := &v1alpha1.BulkJob{ObjectMeta: metav1.ObjectMeta{Name: jobID, Namespace: e.Namespace}}
+	err := e.Client.Delete(ctx, bj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete BulkJob %s/%s: %w", e.Namespace, jobID, err)
+	}
+	return nil
+}
+
+// ReadStatus implements jobs.StatusReader: a job's status, progress and
+// outcome counts are its BulkJob's. A BulkJob the controller has not
+// reported on yet, or a Failed one, leaves the stored job as it is.
+func (e *Executor) ReadStatus(ctx context.Context, j *jobs.Job) (bool, error) {
+	r := e.Reader
+	if r == nil {
+		r = e.Client
+	}
+	var bj v1alpha1.BulkJob
+	err := r.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: j.ID}, &bj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return ApplyStatus(j, &bj), nil
+}
+
+// ApplyStatus overwrites j's progress with bj's status; false when the
+// status says nothing usable.
+func ApplyStatus(j *jobs.Job, bj *v1alpha1.BulkJob) bool {
+	st := &bj.Status
+	if bj.Spec.JobID != j.ID {
+		return false
+	}
+	switch st.Phase {
+	case v1alpha1.PhasePending, v1alpha1.PhaseRunning:
+		j.Status = jobs.StatusRunning
+		j.CompletedAt = time.Time{}
+	case v1alpha1.PhaseCompleted:
+		j.Status = jobs.StatusCompleted
+		if j.CompletedAt.IsZero() && st.CompletionTime != nil {
+			j.CompletedAt = st.CompletionTime.UTC()
+		}
+	default: // no status yet, or Failed: the stored job says more
+		return false
+	}
+	j.RowsProcessed = st.ProcessedRows
+	if j.Outcomes == nil {
+		j.Outcomes = map[string]int64{}
+	}
+	j.Outcomes[jobs.OutcomeFound] = st.Found
+	j.Outcomes[jobs.OutcomeNotFound] = st.NotFound
+	j.Outcomes[jobs.OutcomeError] = st.Errors
+	j.ShardsDone = int64(st.ShardsSucceeded + st.ShardsFailed)
+	return true
+}

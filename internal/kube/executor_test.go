@@ -1,0 +1,165 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/test/builders"
+)
+
+const id = "0c6d7e7e-1111-4222-8333-944445555666"
+
+func accepted() *jobs.Job {
+	return &jobs.Job{ID: id, Family: "company_enrichment", KeyID: "key123", Status: jobs.StatusRunning,
+		TotalRows: 25, TotalInvalid: 5, Distinct: 20, RowsProcessed: 5, Shards: 2, ShardSize: 10,
+		Outcomes: map[string]int64{}, CreatedAt: time.Now()}
+}
+
+func TestEnqueueCreatesTheBulkJob(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(Scheme()).Build()
+	ex := &Executor{Client: c, Namespace: "bulkd", Parallelism: 8}
+	ctx := context.Background()
+	if err := ex.Enqueue(ctx, accepted()); err != nil {
+		t.Fatal(err)
+	}
+	var bj v1alpha1.BulkJob
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "bulkd", Name: id}, &bj); err != nil {
+		t.Fatal(err)
+	}
+	want := v1alpha1.BulkJobSpec{Family: v1alpha1.FamilyCompanyEnrichment, Metering: v1alpha1.MeteringCredits, OwnerKeyID: "key123",
+		JobID: id, Rows: 25, DistinctInputs: 20, Shards: 2, ShardSize: 10, Parallelism: 2}
+	if bj.Spec != want || bj.Labels[v1alpha1.LabelFamily] != "company_enrichment" {
+		t.Fatalf("BulkJob %+v", bj)
+	}
+	// Enqueueing the same job again is not an error.
+	if err := ex.Enqueue(ctx, accepted()); err != nil {
+		t.Fatalf("second enqueue: %v", err)
+	}
+	quota := accepted()
+	quota.ID, quota.QuotaWindow = "1c6d7e7e-1111-4222-8333-944445555666", "bulk_searches:20260309"
+	if err := ex.Enqueue(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "bulkd", Name: quota.ID}, &bj); err != nil || bj.Spec.Metering != v1alpha1.MeteringUnlimitedQuota {
+		t.Fatalf("quota job metering %q (%v)", bj.Spec.Metering, err)
+	}
+
+	if err := ex.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "bulkd", Name: id}, &bj); !apierrors.IsNotFound(err) {
+		t.Fatalf("BulkJob not deleted: %v", err)
+	}
+	if err := ex.Cancel(ctx, id); err != nil {
+		t.Fatalf("cancel of a job with no BulkJob: %v", err)
+	}
+}
+
+// After a refusal that proves nothing was created, the rollback's Cancel
+// makes no call (it could fail the same way and leave the rollback
+// incomplete); after one that proves nothing (a timeout), it deletes.
+func TestCancelAfterARefusedCreate(t *testing.T) {
+	gr := schema.GroupResource{Group: "bulkd.io", Resource: "bulkjobs"}
+	for _, c := range []struct {
+		name        string
+		createErr   error
+		wantsDelete bool
+	}{
+		{"forbidden", apierrors.NewForbidden(gr, id, errors.New("rbac")), false},
+		{"namespace missing", apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "x"), false},
+		{"timeout", apierrors.NewTimeoutError("slow", 1), true},
+		{"connection lost", fmt.Errorf("connection reset"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			deletes := 0
+			cl := fake.NewClientBuilder().WithScheme(Scheme()).WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+					return c.createErr
+				},
+				Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+					deletes++
+					return apierrors.NewForbidden(gr, id, errors.New("rbac"))
+				},
+			}).Build()
+			ex := &Executor{Client: cl, Namespace: "bulkd", Parallelism: 4}
+			if err := ex.Enqueue(context.Background(), accepted()); err == nil {
+				t.Fatal("enqueue succeeded")
+			}
+			err := ex.Cancel(context.Background(), id)
+			if c.wantsDelete != (deletes == 1) || c.wantsDelete != (err != nil) {
+				t.Fatalf("deletes %d, cancel error %v", deletes, err)
+			}
+		})
+	}
+}
+
+func TestReadStatusComesFromTheBulkJob(t *testing.T) {
+	done := time.Date(2026, 3, 9, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		bj        *v1alpha1.BulkJob // nil: none
+		ok        bool
+		status    string
+		processed int64
+		found     int64
+		completed bool
+	}{
+		{"no BulkJob (yet, or a job complete on arrival)", nil, false, jobs.StatusRunning, 5, 0, false},
+		{"no status yet", builders.MakeBulkJob(id, "bulkd").Obj(), false, jobs.StatusRunning, 5, 0, false},
+		{"running", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseRunning).Progress(15, 8, 2, 0).Obj(), true, jobs.StatusRunning, 15, 8, false},
+		{"completed", func() *v1alpha1.BulkJob {
+			bj := builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseCompleted).Progress(25, 12, 8, 0).Obj()
+			bj.Status.CompletionTime = &metav1.Time{Time: done}
+			return bj
+		}(), true, jobs.StatusCompleted, 25, 12, true},
+		{"failed: the stored job says more", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseFailed).Obj(), false, jobs.StatusRunning, 5, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithScheme(Scheme())
+			if c.bj != nil {
+				b = b.WithObjects(c.bj)
+			}
+			ex := &Executor{Client: b.Build(), Namespace: "bulkd"}
+			j := accepted()
+			ok, err := ex.ReadStatus(context.Background(), j)
+			if err != nil || ok != c.ok {
+				t.Fatalf("ok %v err %v", ok, err)
+			}
+			if j.Status != c.status || j.RowsProcessed != c.processed || j.Outcomes[jobs.OutcomeFound] != c.found || j.CompletedAt.IsZero() == c.completed {
+				t.Fatalf("job %+v", j)
+			}
+		})
+	}
+}
+
+func TestParseResources(t *testing.T) {
+	rr, err := ParseResources(`{"requests":{"cpu":"250m","memory":"256Mi"},"limits":{"memory":"1Gi"}}`)
+	if err != nil || rr.Requests.Cpu().String() != "250m" || rr.Limits.Memory().String() != "1Gi" {
+		t.Fatalf("%+v %v", rr, err)
+	}
+	if _, err := ParseResources(`{"request":{"cpu":"1"}}`); err == nil {
+		t.Fatal("a misspelt field was accepted")
+	}
+	if rr, err := ParseResources(""); err != nil || len(rr.Requests) != 0 {
+		t.Fatalf("empty: %+v %v", rr, err)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	if ExitCode(nil) != 0 || ExitCode(fmt.Errorf("x: %w", jobs.ErrJobNotFound)) != v1alpha1.ProcessorExitJobDataMissing ||
+		ExitCode(errors.New("redis down")) != v1alpha1.ProcessorExitRetry {
+		t.Fatal("exit codes")
+	}
+}
