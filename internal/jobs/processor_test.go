@@ -216,12 +216,14 @@ func TestProcessShardHeartbeat(t *testing.T) {
 	e := newEnv(t)
 	j, b, known := directoryJob(t, e, 10, 4) // one batch
 	ans := newMapAnswerer(known)
-	ans.delay = 500 * time.Millisecond
+	// Margins are wide (a heartbeat every 200 ms for a 600 ms lease) so a
+	// busy machine's scheduling delays cannot make the lease lapse.
+	ans.delay = 1600 * time.Millisecond
 	p := e.processor("slow", ans)
-	p.LeaseTTL = 150 * time.Millisecond
+	p.LeaseTTL = 600 * time.Millisecond
 	done := make(chan error, 1)
 	go func() { done <- p.ProcessShard(context.Background(), j.ID, 0) }()
-	time.Sleep(350 * time.Millisecond) // more than twice the TTL
+	time.Sleep(1300 * time.Millisecond) // more than twice the TTL
 	other := e.processor("other", newMapAnswerer(known))
 	if err := other.ProcessShard(e.ctx, j.ID, 0); !errors.Is(err, ErrShardBusy) {
 		t.Errorf("lease of a live shard lapsed: %v", err)
