@@ -32,8 +32,10 @@ test-race: deps ## all tests under the race detector
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 -race ./...
 
 bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.md
-	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -benchmem ./...
-	$(GO) run ./hack/loadgen credits --bin bin/bulkd
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -benchmem ./...
+	$(GO) build -o bin/loadgen ./hack/loadgen
+	bin/loadgen credits --bin bin/bulkd
+	bin/loadgen company --bin bin/bulkd
 
 fuzz: ## run every fuzzer for FUZZTIME each
 	@hack/fuzz-all.sh $(FUZZTIME)
@@ -75,3 +77,10 @@ image: build ## container image as bin/bulkd-image.tar (+ bin/bulkd-oci/), no Do
 chart-test: ## helm lint + render the chart and config/, server-side dry-run against envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./test/chart/
 helm-lint: chart-test ## same as chart-test (the lint is one of its tests)
+
+# A real single-node cluster (hack/local-cluster: k8s built from the Go module
+# proxy, containerd/runc from Debian, everything in its own network namespace),
+# helm install of charts/bulkd with the local image, test/cluster, teardown.
+.PHONY: e2e
+e2e: ## end-to-end on a real local Kubernetes cluster (root; docs/e2e.md)
+	hack/local-cluster/e2e.sh

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+#
+# hack/local-cluster/e2e.sh (make e2e): local cluster up, redis-server in the
+# cluster's namespace, helm install of charts/bulkd with the local image, the
+# e2e suite (test/cluster, build tag e2ecluster) run inside the namespace,
+# teardown (also on failure or Ctrl-C). Timings go to stderr and to
+# E2E_TIMINGS (default /tmp/bulkd-e2e-timings.txt).
+#
+#   E2E_RUN=<regexp>      go test -run filter
+#   E2E_KEEP=1            leave the cluster up afterwards (then: hack/local-cluster.sh down)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "${HERE}/../.." && pwd)"
+export LC_DIR="${LC_DIR:-/tmp/bulkd-local-cluster}"
+NS="${LC_NETNS:-bulkd-lc}"
+CL="${HERE}/cluster.sh"
+NAMESPACE=bulkd-e2e
+NODE_IP=10.254.0.1
+REDIS_PORT=6379
+PROXY_ADDR="${NODE_IP}:18080"   # the test's stand-in for every website (redirect checks)
+TIMINGS="${E2E_TIMINGS:-/tmp/bulkd-e2e-timings.txt}"
+log() { printf 'e2e: %s\n' "$*" >&2; }
+now() { date +%s%3N; }
+: >"${TIMINGS}"
+mark() { local t; t=$(now); printf '%-28s %7.1fs\n' "$1" "$(( t - MARK ))e-3" | tee -a "${TIMINGS}" >&2; MARK=$t; }
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  [[ -z "${TESTBIN:-}" ]] || rm -f "${TESTBIN}"
+  if [[ -n "${E2E_KEEP:-}" && ${rc} -eq 0 ]]; then log "E2E_KEEP set: cluster left up"; exit 0; fi
+  MARK=$(now)
+  [[ -z "${E2E_KEEP:-}" ]] || export LC_KEEP=1
+  "${CL}" down || true
+  mark "teardown"
+  exit "${rc}"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+MARK=$(now); START=$MARK
+cd "${ROOT}"
+# Build the binaries and tools first (cold: many minutes).
+"${HERE}/build-k8s.sh" >/dev/null
+HELM="$("${HERE}/build-helm.sh")"
+mark "k8s binaries + helm (cached)"
+# The image and the test binary.
+make image >&2
+mkdir -p "${LC_DIR%/*}"
+TESTBIN="$(mktemp /tmp/bulkd-cluster-test.XXXXXX)"
+go test -c -tags e2ecluster -o "${TESTBIN}" ./test/cluster
+mark "make image + test binary"
+
+"${CL}" up
+mark "cluster up"
+BIN="$("${CL}" bin-dir)"
+kc() { "${CL}" exec "${BIN}/kubectl" --kubeconfig "${LC_DIR}/admin.kubeconfig" "$@"; }
+
+# Redis for the pods, on the node address inside the namespace.
+mkdir -p "${LC_DIR}/redis"
+setsid nsenter --net="/run/netns/${NS}" -- redis-server --bind "${NODE_IP} 127.0.0.1" --port "${REDIS_PORT}" \
+  --protected-mode no --save "" --appendonly no --dir "${LC_DIR}/redis" --daemonize no \
+  >"${LC_DIR}/logs/redis-server.log" 2>&1 </dev/null &
+echo "redis-server $!" >>"${LC_DIR}/pids"
+for _ in $(seq 1 40); do
+  "${CL}" exec redis-cli -h "${NODE_IP}" -p "${REDIS_PORT}" ping 2>/dev/null | grep -q PONG && break
+  sleep 0.25
+done
+REDIS_URL="redis://${NODE_IP}:${REDIS_PORT}/0"
+
+kc create namespace "${NAMESPACE}" >&2
+kc -n "${NAMESPACE}" create secret generic bulkd-redis --from-literal=redis-url="${REDIS_URL}" >&2
+TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/Chart.yaml)"
+# Values: the local image (never pulled), the Redis Secret, a small shard
+# and batch size so jobs have several shards and a shard can be caught
+# half done, redirect checks through the test's proxy, one API replica.
+"${CL}" exec "${HELM}" install bulkd charts/bulkd --kubeconfig "${LC_DIR}/admin.kubeconfig" -n "${NAMESPACE}" \
+  --set image.tag="${TAG}" --set image.pullPolicy=Never \
+  --set redis.existingSecret=bulkd-redis \
+  --set jobs.shardSize=2000 --set jobs.parallelism=4 \
+  --set apiserver.replicas=1 \
+  --set-string config.BULKD_BATCH_SIZE=5 \
+  --set-string config.BULKD_RATE_LIMIT=1000 \
+  --set-string config.BULKD_REDIRECT_CHECKS=true \
+  --set-string config.BULKD_HTTP_PROXY="http://${PROXY_ADDR}" \
+  --set-string config.BULKD_LEASE_TTL=5s \
+  --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
+  ${E2E_HELM_ARGS:-} --wait --timeout 5m >&2
+mark "helm install (ready)"
+kc -n "${NAMESPACE}" get pods -o wide >&2
+
+rc=0
+"${CL}" exec env E2E_KUBECONFIG="${LC_DIR}/admin.kubeconfig" E2E_NAMESPACE="${NAMESPACE}" \
+  E2E_REDIS_URL="${REDIS_URL}" E2E_PROXY_ADDR="${PROXY_ADDR}" E2E_TIMINGS="${TIMINGS}" \
+  "${TESTBIN}" -test.v -test.count=1 -test.timeout=40m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
+mark "e2e suite (rc=${rc})"
+if [[ ${rc} -ne 0 ]]; then
+  log "suite failed; pods and logs:"
+  kc -n "${NAMESPACE}" get all -o wide >&2 || true
+  mkdir -p /tmp/bulkd-e2e-logs && cp -r "${LC_DIR}/logs" /tmp/bulkd-e2e-logs/ 2>/dev/null || true
+  cp -rL /var/log/pods /tmp/bulkd-e2e-logs/pod-logs 2>/dev/null || true
+  log "component and pod logs copied to /tmp/bulkd-e2e-logs"
+fi
+log "total $(( ($(now) - START) / 1000 ))s"
+exit "${rc}"

@@ -1,0 +1,372 @@
+//go:build e2ecluster
+
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/bulkdtest"
+	"github.com/bulkd/bulkd/internal/company"
+	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/credits"
+)
+
+const bulkPath = "/v1/company-enrichment/bulk"
+
+func str(s string) *string { return &s }
+
+// companies is the company data of every test (cluster and standalone).
+func companies() []company.Record {
+	recs := []company.Record{
+		{Name: str("Northwind Traders"), NetworkURL: str("https://www.linkedin.com/company/northwind-traders"),
+			Website: str("https://www.northwind.example"), Domain: str("northwind.example"), Industry: str("Wholesale")},
+		{Name: str("Contoso"), NetworkURL: str("https://www.linkedin.com/company/contoso"), Website: str("https://contoso.example")},
+		{Name: str("New Home"), NetworkURL: str("https://www.linkedin.com/company/newhome"), Website: str("https://www.newhome.example")},
+		{Name: str("Moved Co"), NetworkURL: str("https://www.linkedin.com/company/moved-co"), Website: str("https://moved.example")},
+	}
+	for i := 0; i < 60; i += 2 { // co-00, co-02, ... exist; odd ones do not
+		recs = append(recs, company.Record{Name: str(fmt.Sprintf("Company %02d", i)),
+			NetworkURL: str(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", i)),
+			Website:    str(fmt.Sprintf("https://site-%02d.example", i))})
+	}
+	return recs
+}
+
+type in struct {
+	NetworkURL *string `json:"network_url,omitempty"`
+	Domain     *string `json:"domain,omitempty"`
+}
+
+func nu(s string) in  { return in{NetworkURL: &s} }
+func dom(s string) in { return in{Domain: &s} }
+func co(n int) in     { return nu(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", n)) }
+func site(n int) in   { return dom(fmt.Sprintf("site-%02d.example", n)) }
+
+// account makes an account with balance and a pay-as-you-go key on the
+// cluster's Redis.
+func account(t *testing.T, balance credits.Amount) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := h.parts.API.Accounts.CreateAccount(ctx, "cluster-e2e", balance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := h.parts.API.Accounts.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.ID, key
+}
+
+func balance(t *testing.T, accountID string) credits.Amount {
+	t.Helper()
+	b, err := h.parts.API.Billing.Balance(context.Background(), accountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// api is an HTTP client of one bulkd API.
+type api struct {
+	t   *testing.T
+	url string
+}
+
+var httpc = &http.Client{Timeout: 120 * time.Second}
+
+func (a api) do(method, path, key string, body any) (int, []byte) {
+	a.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := httpc.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, b
+}
+
+type submitted struct {
+	JobID           string  `json:"job_id"`
+	Status          string  `json:"status"`
+	TotalRows       int64   `json:"total_rows"`
+	TotalInvalid    int64   `json:"total_invalid"`
+	CreditsConsumed float64 `json:"credits_consumed"`
+}
+
+func (a api) submit(key string, rows []in) submitted {
+	a.t.Helper()
+	code, b := a.do(http.MethodPost, bulkPath, key, map[string]any{"input": rows})
+	if code != http.StatusOK {
+		a.t.Fatalf("submit: %d %s", code, b)
+	}
+	var s submitted
+	if err := json.Unmarshal(b, &s); err != nil {
+		a.t.Fatal(err)
+	}
+	return s
+}
+
+type jobStatus struct {
+	JobID          string           `json:"job_id"`
+	Status         string           `json:"status"`
+	TotalRows      int64            `json:"total_rows"`
+	TotalProcessed int64            `json:"total_processed"`
+	TotalInvalid   int64            `json:"total_invalid"`
+	Summary        map[string]int64 `json:"summary"`
+	CompletedAt    *time.Time       `json:"completed_at"`
+}
+
+func (a api) status(key, id string) (int, jobStatus) {
+	a.t.Helper()
+	code, b := a.do(http.MethodGet, bulkPath+"/"+id, key, nil)
+	var s jobStatus
+	if code == http.StatusOK {
+		if err := json.Unmarshal(b, &s); err != nil {
+			a.t.Fatal(err)
+		}
+	}
+	return code, s
+}
+
+func (a api) wait(key, id string, d time.Duration) jobStatus {
+	a.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		code, s := a.status(key, id)
+		if code == http.StatusOK && s.Status == "completed" {
+			return s
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("job %s not completed after %v: %d %+v", id, d, code, s)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (a api) results(key, id string) []map[string]any {
+	a.t.Helper()
+	var all []map[string]any
+	for offset := 0; ; offset += 500 {
+		code, b := a.do(http.MethodGet, fmt.Sprintf("%s/%s/results?limit=500&offset=%d", bulkPath, id, offset), key, nil)
+		if code != http.StatusOK {
+			a.t.Fatalf("results: %d %s", code, b)
+		}
+		var page struct {
+			TotalRows int              `json:"total_rows"`
+			Results   []map[string]any `json:"results"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			a.t.Fatal(err)
+		}
+		all = append(all, page.Results...)
+		if offset+500 >= page.TotalRows {
+			return all
+		}
+	}
+}
+
+func clusterAPI(t *testing.T) api { return api{t: t, url: h.apiURL} }
+
+// standalone runs the same rows through a standalone bulkd in this process
+// (internal/bulkdtest: private redis-server on loopback, in-process workers,
+// same company data and settings): what the cluster must return too.
+func standalone(t *testing.T, rows []in) (jobStatus, []map[string]any) {
+	t.Helper()
+	env := bulkdtest.Start(t, bulkdtest.WithConfig(func(c *config.Config) {
+		ref := refConfig()
+		c.ShardSize, c.BatchSize, c.RateLimit = ref.ShardSize, ref.BatchSize, ref.RateLimit
+		c.RedirectChecks, c.HTTPProxy = ref.RedirectChecks, ref.HTTPProxy
+	}))
+	env.PutCompanies(companies()...)
+	_, key := env.Account(credits.Whole(1_000_000))
+	a := api{t: t, url: env.URL}
+	sub := a.submit(key, rows)
+	st := a.wait(key, sub.JobID, 120*time.Second)
+	return st, a.results(key, sub.JobID)
+}
+
+func sameResults(t *testing.T, got, want []map[string]any) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d result rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			g, _ := json.Marshal(got[i])
+			w, _ := json.Marshal(want[i])
+			t.Fatalf("row %d differs from standalone mode:\n got %s\nwant %s", i, g, w)
+		}
+	}
+}
+
+func bulkJob(t *testing.T, id string) (*v1alpha1.BulkJob, error) {
+	t.Helper()
+	var bj v1alpha1.BulkJob
+	err := h.k8s.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: id}, &bj)
+	return &bj, err
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func getJob(t *testing.T, id string) (*batchv1.Job, error) {
+	t.Helper()
+	var job batchv1.Job
+	err := h.k8s.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: id}, &job)
+	return &job, err
+}
+
+func jobFinished(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func waitJobFinished(t *testing.T, id string, d time.Duration) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	waitFor(t, d, "Job "+id+" finished", func() bool {
+		var err error
+		job, err = getJob(t, id)
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil && jobFinished(job)
+	})
+	return job
+}
+
+func jobPods(t *testing.T, id string) []corev1.Pod {
+	t.Helper()
+	pods, err := h.cs.CoreV1().Pods(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: v1alpha1.LabelJobID + "=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func podIndex(p *corev1.Pod) int {
+	n, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// podWatcher records every processor pod of a job it sees (by UID) while
+// the job runs.
+type podWatcher struct {
+	seen  map[string]int // uid -> completion index
+	first time.Time      // first pod seen Running
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func watchPods(t *testing.T, id string) *podWatcher {
+	w := &podWatcher{seen: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			pods, err := h.cs.CoreV1().Pods(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: v1alpha1.LabelJobID + "=" + id})
+			if err == nil {
+				for i := range pods.Items {
+					p := &pods.Items[i]
+					w.seen[string(p.UID)] = podIndex(p)
+					if w.first.IsZero() && p.Status.Phase == corev1.PodRunning {
+						w.first = time.Now()
+					}
+				}
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *podWatcher) Stop() map[string]int {
+	close(w.stop)
+	<-w.done
+	return w.seen
+}
+
+// exactlyOnce checks the job's counters in Redis: every row answered once,
+// every distinct input once, per-outcome counts adding up.
+func exactlyOnce(t *testing.T, jobID string, st jobStatus) {
+	t.Helper()
+	ctx := context.Background()
+	j, err := h.parts.Processor.Store.Get(ctx, jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, n := range j.Outcomes {
+		sum += n
+	}
+	answers, err := h.rdb.HLen(ctx, "bulkd:job:{"+jobID+"}:ans").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.RowsProcessed != j.TotalRows || j.DistinctProcessed != j.Distinct || answers != j.Distinct ||
+		sum+j.TotalInvalid != j.TotalRows || j.ShardsDone != int64(j.Shards) || j.Status != "completed" {
+		t.Fatalf("not exactly once: %+v (answers %d)", j, answers)
+	}
+	if st.TotalProcessed != j.TotalRows {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+func jobKeys(t *testing.T, id string) []string {
+	t.Helper()
+	keys, err := h.rdb.Keys(context.Background(), "bulkd:job:{"+id+"}*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
