@@ -73,7 +73,9 @@ kc -n "${NAMESPACE}" create secret generic bulkd-redis --from-literal=redis-url=
 TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/Chart.yaml)"
 # Values: the local image (never pulled), the Redis Secret, a small shard
 # and batch size so jobs have several shards and a shard can be caught
-# half done, redirect checks through the test's proxy, one API replica.
+# half done, redirect checks through the test's proxy, one API replica. At
+# most 20 shards per job: each shard is a pod (about 3 s to start here), so
+# the 100k scale job runs 20 pods of 5,000 inputs rather than 50 of 2,000.
 "${CL}" exec "${HELM}" install bulkd charts/bulkd --kubeconfig "${LC_DIR}/admin.kubeconfig" -n "${NAMESPACE}" \
   --set image.tag="${TAG}" --set image.pullPolicy=Never \
   --set redis.existingSecret=bulkd-redis \
@@ -84,6 +86,7 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_REDIRECT_CHECKS=true \
   --set-string config.BULKD_HTTP_PROXY="http://${PROXY_ADDR}" \
   --set-string config.BULKD_LEASE_TTL=5s \
+  --set-string config.BULKD_MAX_SHARDS=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
   ${E2E_HELM_ARGS:-} --wait --timeout 5m >&2
 mark "helm install (ready)"

@@ -39,6 +39,7 @@ type Config struct {
 
 	// Job engine.
 	ShardSize int           // distinct inputs per shard
+	MaxShards int           // shards per job at most (0: no cap); larger jobs get larger shards
 	Workers   int           // in-process shard workers (standalone mode)
 	BatchSize int           // distinct inputs a shard processor answers per batch
 	Retention time.Duration // how long job data is kept
@@ -104,6 +105,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.RateLimit, "rate-limit", "requests per second per API key (SPEC: 20)")
 	str(fs, &c.MonthlyLookupCaps, "monthly-lookup-caps", "monthly single-lookup caps per unlimited plan, e.g. starter=20000,standard=60000")
 	num(fs, &c.ShardSize, "shard-size", "distinct inputs per shard (the unit of work)")
+	num(fs, &c.MaxShards, "max-shards", "shards per job at most, 0 for no cap: a larger job gets larger shards (Kubernetes mode: one pod per shard)")
 	num(fs, &c.Workers, "workers", "in-process shard workers in standalone mode")
 	num(fs, &c.BatchSize, "batch-size", "distinct inputs a shard processor answers per batch (and records at once)")
 	dur(fs, &c.Retention, "retention", "how long job data (status and results) is kept after submission")
@@ -192,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShardSize < 1 || c.ShardSize > 100_000 {
 		return fmt.Errorf("--shard-size must be 1..100000")
+	}
+	if c.MaxShards < 0 {
+		return fmt.Errorf("--max-shards must not be negative")
 	}
 	if c.Workers < 1 || c.Workers > 1024 {
 		return fmt.Errorf("--workers must be 1..1024")

@@ -57,7 +57,12 @@ type Engine struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 
-	ShardSize int           // distinct inputs per shard
+	ShardSize int // distinct inputs per shard
+	// MaxShards caps the shards of one job (0: no cap): a larger job gets
+	// larger shards instead of more. Where each shard costs a fixed start-up
+	// (a pod in Kubernetes mode, seconds), this keeps a 100,000-input job
+	// from paying that start-up a hundred times.
+	MaxShards int
 	Retention time.Duration // how long a job's data is kept after submission
 
 	// failpoint, when set (tests only), is called before each step of a
@@ -109,9 +114,9 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 	j := &Job{
 		ID: uuid.NewString(), Family: b.Family, AccountID: p.Account.ID, KeyID: p.Key.ID, Status: StatusRunning,
 		TotalRows: int64(b.Rows()), TotalInvalid: b.Invalid(), Distinct: int64(b.Distinct()),
-		ShardSize: e.ShardSize, CreatedAt: now, ExpiresAt: now.Add(e.Retention),
+		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(e.Retention),
 	}
-	j.Shards = (b.Distinct() + e.ShardSize - 1) / e.ShardSize
+	j.Shards = (b.Distinct() + j.ShardSize - 1) / j.ShardSize
 	if j.Distinct == 0 { // nothing to answer: the job is complete on arrival
 		j.Status, j.CompletedAt = StatusCompleted, now
 	}
@@ -205,6 +210,16 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		"rows", j.TotalRows, "distinct", j.Distinct, "invalid", j.TotalInvalid, "shards", j.Shards,
 		"charge", j.Charge.String(), "quota_units", j.QuotaUnits)
 	return j, nil
+}
+
+// shardSizeFor is the shard size of a job of distinct inputs: ShardSize,
+// grown just enough that the job has at most MaxShards shards.
+func (e *Engine) shardSizeFor(distinct int) int {
+	size := e.ShardSize
+	if e.MaxShards > 0 && distinct > size*e.MaxShards {
+		size = (distinct + e.MaxShards - 1) / e.MaxShards
+	}
+	return size
 }
 
 func (e *Engine) charge(ctx context.Context, j *Job, m Metering) error {

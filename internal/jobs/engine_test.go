@@ -188,3 +188,29 @@ func TestReclaimSurvivesJanitorDeath(t *testing.T) {
 		t.Fatalf("second pass reclaimed %d", n)
 	}
 }
+
+// With MaxShards, a large job gets larger shards instead of more of them;
+// small jobs keep the configured shard size.
+func TestMaxShardsGrowsShardSize(t *testing.T) {
+	e := newEnv(t)
+	e.eng.ShardSize, e.eng.MaxShards = 10, 4
+	small := slugs("a", "b", "c")
+	for i := 0; i < 37; i++ {
+		addSlug(small, fmt.Sprintf("s%d", i))
+	}
+	j := e.submit(small) // 40 distinct: 4 shards of 10, exactly the cap
+	if j.ShardSize != 10 || j.Shards != 4 {
+		t.Fatalf("40 inputs: shard size %d, %d shards", j.ShardSize, j.Shards)
+	}
+	big := slugs()
+	for i := 0; i < 101; i++ {
+		addSlug(big, fmt.Sprintf("b%d", i))
+	}
+	j = e.submit(big) // 101 distinct, cap 4: shards of 26 (4 shards)
+	if j.ShardSize != 26 || j.Shards != 4 {
+		t.Fatalf("101 inputs: shard size %d, %d shards", j.ShardSize, j.Shards)
+	}
+	if got := e.get(j.ID); got.ShardSize != 26 || got.Shards != 4 {
+		t.Fatalf("stored: %+v", got)
+	}
+}

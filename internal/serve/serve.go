@@ -101,6 +101,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	}
 	eng := jobs.NewEngine(proc.Store, bl, ex, log)
 	eng.ShardSize = cfg.ShardSize
+	eng.MaxShards = cfg.MaxShards
 	eng.Retention = cfg.Retention
 	bl.ChargeTTL = cfg.Retention + 24*time.Hour
 	api := apiserver.New(apiserver.Deps{
