@@ -86,7 +86,7 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_REDIRECT_CHECKS=true \
   --set-string config.BULKD_HTTP_PROXY="http://${PROXY_ADDR}" \
   --set-string config.BULKD_LEASE_TTL=5s \
-  --set-string config.BULKD_MAX_SHARDS=20 \
+  --set jobs.maxShards=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
   ${E2E_HELM_ARGS:-} --wait --timeout 5m >&2
 mark "helm install (ready)"
