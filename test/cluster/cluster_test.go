@@ -132,16 +132,23 @@ func TestProcessorPodDeletedMidShard(t *testing.T) {
 	case <-time.After(120 * time.Second):
 		t.Fatal("the shard never reached the hanging website")
 	}
-	// Which pod is it? The only Running one of index 0.
+	// Which pod is it? The only Running one of index 0. The process can
+	// reach the website before the kubelet has reported the pod Running
+	// (its status sync lags by up to a second or two), so wait for it.
 	var victim *corev1.Pod
-	for _, p := range jobPods(t, sub.JobID) {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			victim = &p
-			break
+	for deadline := time.Now().Add(30 * time.Second); victim == nil && time.Now().Before(deadline); {
+		for _, p := range jobPods(t, sub.JobID) {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				victim = &p
+				break
+			}
+		}
+		if victim == nil {
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	if victim == nil {
-		t.Fatal("no running processor pod")
+		t.Fatal("no running processor pod within 30 s of the shard reaching the website")
 	}
 	zero := int64(0)
 	if err := h.cs.CoreV1().Pods(h.ns).Delete(context.Background(), victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
