@@ -43,7 +43,7 @@ func TestSubmissionRunsAsIndexedJob(t *testing.T) {
 	acct, key := account(t, credits.Whole(10_000))
 	a := clusterAPI(t)
 	start := time.Now()
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	timing(t, "(a) submit "+fmt.Sprint(len(rows))+" rows", time.Since(start))
 	if sub.Status != "submitted" || sub.TotalRows != int64(len(rows)) || sub.TotalInvalid != 2 || sub.CreditsConsumed != distinct {
 		t.Fatalf("submission %+v", sub)
@@ -66,7 +66,7 @@ func TestSubmissionRunsAsIndexedJob(t *testing.T) {
 		!metav1.IsControlledBy(job, bj) {
 		t.Fatalf("Job spec %+v", job.Spec)
 	}
-	st := a.wait(key, sub.JobID, 5*time.Minute)
+	st := a.Wait(key, sub.JobID, 5*time.Minute)
 	timing(t, "(a) submit -> completed", time.Since(start))
 	job = waitJobFinished(t, sub.JobID, 60*time.Second)
 	seen := w.Stop()
@@ -85,7 +85,7 @@ func TestSubmissionRunsAsIndexedJob(t *testing.T) {
 		t.Fatalf("BulkJob status %+v", s)
 	}
 	exactlyOnce(t, sub.JobID, st)
-	got := a.results(key, sub.JobID)
+	got := a.Results(key, sub.JobID)
 	sst, want := standalone(t, rows)
 	sameResults(t, got, want)
 	for k, v := range sst.Summary {
@@ -122,7 +122,7 @@ func TestProcessorPodDeletedMidShard(t *testing.T) {
 	acct, key := account(t, credits.Whole(1000))
 	a := clusterAPI(t)
 	start := time.Now()
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	w := watchPods(t, sub.JobID)
 	select {
 	case got := <-h.web.hits:
@@ -167,7 +167,7 @@ func TestProcessorPodDeletedMidShard(t *testing.T) {
 	}
 	t.Logf("deleted pod %s (index %d) mid-shard, %v after submit", victim.Name, podIndex(victim), time.Since(start).Round(time.Millisecond))
 
-	st := a.wait(key, sub.JobID, 3*time.Minute)
+	st := a.Wait(key, sub.JobID, 3*time.Minute)
 	timing(t, "(b) pod delete: submit -> completed", time.Since(start))
 	job := waitJobFinished(t, sub.JobID, 60*time.Second)
 	seen := w.Stop()
@@ -182,7 +182,7 @@ func TestProcessorPodDeletedMidShard(t *testing.T) {
 	}
 	exactlyOnce(t, sub.JobID, st)
 	_, want := standalone(t, rows)
-	sameResults(t, a.results(key, sub.JobID), want)
+	sameResults(t, a.Results(key, sub.JobID), want)
 	if b := balance(t, acct); b != credits.Whole(1000-30) {
 		t.Fatalf("balance %s, want 970", b)
 	}
@@ -198,7 +198,7 @@ func TestControllerRestartMidJob(t *testing.T) {
 	acct, key := account(t, credits.Whole(50_000))
 	a := clusterAPI(t)
 	start := time.Now()
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	waitFor(t, 60*time.Second, "a running processor pod", func() bool {
 		for _, p := range jobPods(t, sub.JobID) {
 			if p.Status.Phase == corev1.PodRunning {
@@ -247,7 +247,7 @@ func TestControllerRestartMidJob(t *testing.T) {
 			d.Status.ReadyReplicas == 1 && d.Status.Replicas == 1
 	})
 	timing(t, "(b) controller rollout restart (from request)", time.Since(start)-restartAt)
-	st := a.wait(key, sub.JobID, 5*time.Minute)
+	st := a.Wait(key, sub.JobID, 5*time.Minute)
 	timing(t, "(b) controller restart: submit -> completed", time.Since(start))
 	waitFor(t, 60*time.Second, "BulkJob Completed", func() bool {
 		bj, err := bulkJob(t, sub.JobID)
@@ -275,7 +275,7 @@ func TestDeletingBulkJobDeletesEverything(t *testing.T) {
 			}
 			_, key := account(t, credits.Whole(int64(c.rows)))
 			a := clusterAPI(t)
-			sub := a.submit(key, rows)
+			sub := a.Submit(key, rows)
 			if c.running {
 				waitFor(t, 60*time.Second, "a running processor pod", func() bool {
 					for _, p := range jobPods(t, sub.JobID) {
@@ -285,11 +285,11 @@ func TestDeletingBulkJobDeletesEverything(t *testing.T) {
 					}
 					return false
 				})
-				if _, st := a.status(key, sub.JobID); st.Status == "completed" {
+				if _, st := a.Status(key, sub.JobID); st.Status == "completed" {
 					t.Fatalf("job already completed: %+v", st)
 				}
 			} else {
-				a.wait(key, sub.JobID, 2*time.Minute)
+				a.Wait(key, sub.JobID, 2*time.Minute)
 				waitJobFinished(t, sub.JobID, 60*time.Second)
 			}
 			if len(jobKeys(t, sub.JobID)) == 0 || len(jobPods(t, sub.JobID)) == 0 {
@@ -314,7 +314,7 @@ func TestDeletingBulkJobDeletesEverything(t *testing.T) {
 			if keys := jobKeys(t, sub.JobID); len(keys) != 0 {
 				t.Fatalf("job data left: %v", keys)
 			}
-			if code, _ := a.status(key, sub.JobID); code != http.StatusNotFound {
+			if code, _ := a.Status(key, sub.JobID); code != http.StatusNotFound {
 				t.Fatalf("status of a deleted job: %d", code)
 			}
 		})
@@ -331,14 +331,14 @@ func TestScaleSmoke100k(t *testing.T) {
 	acct, key := account(t, credits.Whole(200_000))
 	a := clusterAPI(t)
 	start := time.Now()
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	submitted := time.Since(start)
 	w := watchPods(t, sub.JobID)
 	var first time.Duration
 	var st jobStatus
 	deadline := time.Now().Add(20 * time.Minute)
 	for {
-		code, s := a.status(key, sub.JobID)
+		code, s := a.Status(key, sub.JobID)
 		if code == http.StatusOK && s.TotalProcessed > 0 && first == 0 {
 			first = time.Since(start)
 		}

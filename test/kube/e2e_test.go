@@ -46,7 +46,7 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 	acct, key := h.account(t, credits.Whole(1000))
 	a := h.kubeAPI(t)
 	start := time.Now()
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	if sub.Status != "submitted" || sub.TotalRows != int64(len(rows)) || sub.TotalInvalid != 2 || sub.CreditsConsumed != 26 {
 		t.Fatalf("submission %+v", sub)
 	}
@@ -60,7 +60,7 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 		t.Fatalf("spec %+v, want %+v", bj.Spec, want)
 	}
 
-	st := a.wait(key, sub.JobID, 60*time.Second)
+	st := a.Wait(key, sub.JobID, 60*time.Second)
 	t.Logf("completed in %v", time.Since(start))
 	if st.TotalProcessed != st.TotalRows || st.Summary["total_pending"] != 0 || st.CompletedAt == nil {
 		t.Fatalf("status %+v", st)
@@ -95,7 +95,7 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 
 	// Same rows through standalone mode: same results, same summary.
 	sst, sres := standalone(t, rows)
-	sameResults(t, a.results(key, sub.JobID), sres)
+	sameResults(t, a.Results(key, sub.JobID), sres)
 	for k, v := range sst.Summary {
 		if st.Summary[k] != v {
 			t.Fatalf("summary %v, standalone %v", st.Summary, sst.Summary)
@@ -134,10 +134,10 @@ func TestProcessorKilledMidShardIsRetried(t *testing.T) {
 			h.web.hangOnce(host)
 			acct, key := h.account(t, credits.Whole(1000))
 			a := h.kubeAPI(t)
-			sub := a.submit(key, rows)
+			sub := a.Submit(key, rows)
 			killMidShard(t, sub.JobID, host, c.disruption)
 
-			st := a.wait(key, sub.JobID, 60*time.Second)
+			st := a.Wait(key, sub.JobID, 60*time.Second)
 			job := h.waitJobFinished(t, sub.JobID)
 			var hist1 []nodeagent.Result
 			for _, r := range h.agent.History(sub.JobID) {
@@ -157,7 +157,7 @@ func TestProcessorKilledMidShardIsRetried(t *testing.T) {
 			}
 			h.exactlyOnce(t, sub.JobID, st)
 			_, sres := standalone(t, rows)
-			sameResults(t, a.results(key, sub.JobID), sres)
+			sameResults(t, a.Results(key, sub.JobID), sres)
 			if got := h.balance(t, acct); got != credits.Whole(1000-30) {
 				t.Fatalf("balance %s, want 970", got)
 			}
@@ -180,8 +180,8 @@ func TestShardFirstAttemptExitingNonZeroIsRetried(t *testing.T) {
 	}
 	acct, key := h.account(t, credits.Whole(100))
 	a := h.kubeAPI(t)
-	sub := a.submit(key, rows)
-	st := a.wait(key, sub.JobID, 60*time.Second)
+	sub := a.Submit(key, rows)
+	st := a.Wait(key, sub.JobID, 60*time.Second)
 	h.waitJobFinished(t, sub.JobID)
 	var hist0 []nodeagent.Result
 	for _, r := range h.agent.History(sub.JobID) {
@@ -194,7 +194,7 @@ func TestShardFirstAttemptExitingNonZeroIsRetried(t *testing.T) {
 	}
 	h.exactlyOnce(t, sub.JobID, st)
 	_, sres := standalone(t, rows)
-	sameResults(t, a.results(key, sub.JobID), sres)
+	sameResults(t, a.Results(key, sub.JobID), sres)
 	if got := h.balance(t, acct); got != credits.Whole(100-12) {
 		t.Fatalf("balance %s", got)
 	}
@@ -216,10 +216,10 @@ func TestShardFailingForGoodIsAnsweredAsErrors(t *testing.T) {
 	t.Cleanup(func() { h.setHook(nil) })
 	acct, key := h.account(t, credits.Whole(1000))
 	a := h.kubeAPI(t)
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	killMidShard(t, sub.JobID, host, false)
 
-	st := a.wait(key, sub.JobID, 60*time.Second)
+	st := a.Wait(key, sub.JobID, 60*time.Second)
 	bj := h.waitBulkJob(t, sub.JobID, 10*time.Second, "completed", completed)
 	s := bj.Status
 	if s.ShardsFailed != 1 || s.ShardsSucceeded != 2 || s.Errors != 5 || s.ProcessedRows != int64(len(rows)) || !conditionTrue(bj, v1alpha1.ConditionShardsFailed) {
@@ -239,7 +239,7 @@ func TestShardFailingForGoodIsAnsweredAsErrors(t *testing.T) {
 	// Rows 15..19 (the tail of shard 1, unanswered when it failed) are
 	// errors; every other row is what standalone mode answers.
 	h.exactlyOnce(t, sub.JobID, st)
-	res := a.results(key, sub.JobID)
+	res := a.Results(key, sub.JobID)
 	_, sres := standalone(t, rows)
 	for i := range rows {
 		if i >= 15 && i < 20 {
@@ -263,8 +263,8 @@ func TestShardFailingForGoodIsAnsweredAsErrors(t *testing.T) {
 func TestDeletingABulkJobDeletesItsData(t *testing.T) {
 	_, key := h.account(t, credits.Whole(10))
 	a := h.kubeAPI(t)
-	sub := a.submit(key, []in{co(0), co(1), co(2)})
-	a.wait(key, sub.JobID, 30*time.Second)
+	sub := a.Submit(key, []in{co(0), co(1), co(2)})
+	a.Wait(key, sub.JobID, 30*time.Second)
 	if len(h.jobKeys(t, sub.JobID)) == 0 {
 		t.Fatal("no job data to delete")
 	}
@@ -275,7 +275,7 @@ func TestDeletingABulkJobDeletesItsData(t *testing.T) {
 	if keys := h.jobKeys(t, sub.JobID); len(keys) != 0 {
 		t.Fatalf("job data left: %v", keys)
 	}
-	if code, _ := a.status(key, sub.JobID); code != http.StatusNotFound {
+	if code, _ := a.Status(key, sub.JobID); code != http.StatusNotFound {
 		t.Fatalf("status of a deleted job: %d", code)
 	}
 }
@@ -284,8 +284,8 @@ func TestDeletingABulkJobDeletesItsData(t *testing.T) {
 func TestRetentionDeletesOldBulkJobs(t *testing.T) {
 	_, key := h.account(t, credits.Whole(10))
 	a := h.kubeAPI(t)
-	sub := a.submit(key, []in{co(4), co(5)})
-	a.wait(key, sub.JobID, 30*time.Second)
+	sub := a.Submit(key, []in{co(4), co(5)})
+	a.Wait(key, sub.JobID, 30*time.Second)
 	h.waitBulkJob(t, sub.JobID, 10*time.Second, "completed", completed)
 
 	h.clock.Advance(retention + time.Minute)
@@ -330,12 +330,12 @@ func TestFailedBulkJobCreateRefunds(t *testing.T) {
 			}
 			srv := httptest.NewServer(parts.API)
 			t.Cleanup(srv.Close)
-			a := api{t: t, url: srv.URL}
+			a := api{T: t, URL: srv.URL}
 			acct, key := h.account(t, credits.Whole(100))
 			before := h.allJobKeys(t)
 			bjsBefore := h.bulkJobCount(t)
 
-			code, body := a.do(http.MethodPost, bulkPath, key, map[string]any{"input": []in{co(0), co(1), co(2)}})
+			code, body := a.Do(http.MethodPost, bulkPath, key, map[string]any{"input": []in{co(0), co(1), co(2)}})
 			if code != http.StatusInternalServerError {
 				t.Fatalf("submit: %d %s", code, body)
 			}

@@ -1,12 +1,12 @@
 package kube_test
 
 import (
+	"github.com/bulkd/bulkd/test/companyapi"
+
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -23,8 +23,6 @@ import (
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 )
-
-const bulkPath = "/v1/company-enrichment/bulk"
 
 func str(s string) *string { return &s }
 
@@ -56,17 +54,21 @@ func (h *harness) loadCompanies(ctx context.Context) error {
 	return err
 }
 
-// in is a submitted row.
-type in struct {
-	NetworkURL *string `json:"network_url,omitempty"`
-	Domain     *string `json:"domain,omitempty"`
-}
+// The company API client is shared with the other whole-system suite.
+type (
+	in        = companyapi.Row
+	api       = companyapi.Client
+	submitted = companyapi.Submitted
+	jobStatus = companyapi.JobStatus
+)
 
-func nu(s string) in  { return in{NetworkURL: &s} }
-func dom(s string) in { return in{Domain: &s} }
+var (
+	nu  = companyapi.NetworkURL
+	dom = companyapi.Domain
+	co  = companyapi.Company // found when n is even
+)
 
-// co is the network URL of generated company n (found when n is even).
-func co(n int) in { return nu(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", n)) }
+const bulkPath = companyapi.BulkPath
 
 // site is the domain of generated company n.
 func site(n int) in { return dom(fmt.Sprintf("site-%02d.example", n)) }
@@ -96,122 +98,7 @@ func (h *harness) balance(t *testing.T, accountID string) credits.Amount {
 	return b
 }
 
-// api is an HTTP client of one bulkd API.
-type api struct {
-	t   *testing.T
-	url string
-}
-
-func (a api) do(method, path, key string, body any) (int, []byte) {
-	a.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, a.url+path, rd)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	req.Header.Set("X-API-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, b
-}
-
-type submitted struct {
-	JobID           string  `json:"job_id"`
-	Status          string  `json:"status"`
-	TotalRows       int64   `json:"total_rows"`
-	TotalInvalid    int64   `json:"total_invalid"`
-	CreditsConsumed float64 `json:"credits_consumed"`
-}
-
-func (a api) submit(key string, rows []in) submitted {
-	a.t.Helper()
-	code, b := a.do(http.MethodPost, bulkPath, key, map[string]any{"input": rows})
-	if code != http.StatusOK {
-		a.t.Fatalf("submit: %d %s", code, b)
-	}
-	var s submitted
-	if err := json.Unmarshal(b, &s); err != nil {
-		a.t.Fatal(err)
-	}
-	return s
-}
-
-type jobStatus struct {
-	JobID           string           `json:"job_id"`
-	Status          string           `json:"status"`
-	TotalRows       int64            `json:"total_rows"`
-	TotalProcessed  int64            `json:"total_processed"`
-	TotalInvalid    int64            `json:"total_invalid"`
-	TotalDistinct   int64            `json:"total_distinct"`
-	CreditsConsumed float64          `json:"credits_consumed"`
-	Summary         map[string]int64 `json:"summary"`
-	CompletedAt     *time.Time       `json:"completed_at"`
-}
-
-func (a api) status(key, id string) (int, jobStatus) {
-	a.t.Helper()
-	code, b := a.do(http.MethodGet, bulkPath+"/"+id, key, nil)
-	var s jobStatus
-	if code == http.StatusOK {
-		if err := json.Unmarshal(b, &s); err != nil {
-			a.t.Fatal(err)
-		}
-	}
-	return code, s
-}
-
-// wait polls the job status until it is completed.
-func (a api) wait(key, id string, d time.Duration) jobStatus {
-	a.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		code, s := a.status(key, id)
-		if code == http.StatusOK && s.Status == "completed" {
-			return s
-		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("job %s not completed after %v: %d %+v", id, d, code, s)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// results reads every result row, page by page.
-func (a api) results(key, id string) []map[string]any {
-	a.t.Helper()
-	var all []map[string]any
-	for offset := 0; ; offset += 500 {
-		code, b := a.do(http.MethodGet, fmt.Sprintf("%s/%s/results?limit=500&offset=%d", bulkPath, id, offset), key, nil)
-		if code != http.StatusOK {
-			a.t.Fatalf("results: %d %s", code, b)
-		}
-		var page struct {
-			TotalRows int              `json:"total_rows"`
-			Results   []map[string]any `json:"results"`
-		}
-		if err := json.Unmarshal(b, &page); err != nil {
-			a.t.Fatal(err)
-		}
-		all = append(all, page.Results...)
-		if offset+500 >= page.TotalRows {
-			return all
-		}
-	}
-}
-
-func (h *harness) kubeAPI(t *testing.T) api { return api{t: t, url: h.apiURL} }
+func (h *harness) kubeAPI(t *testing.T) api { return api{T: t, URL: h.apiURL} }
 
 // standalone runs the same rows through a standalone bulkd (its own Redis,
 // in-process workers, the same company data and settings) and returns its
@@ -225,10 +112,10 @@ func standalone(t *testing.T, rows []in) (jobStatus, []map[string]any) {
 	}))
 	env.PutCompanies(companies()...)
 	_, key := env.Account(credits.Whole(1000))
-	a := api{t: t, url: env.URL}
-	sub := a.submit(key, rows)
-	st := a.wait(key, sub.JobID, 30*time.Second)
-	return st, a.results(key, sub.JobID)
+	a := api{T: t, URL: env.URL}
+	sub := a.Submit(key, rows)
+	st := a.Wait(key, sub.JobID, 30*time.Second)
+	return st, a.Results(key, sub.JobID)
 }
 
 // sameResults compares two result lists row by row.

@@ -38,15 +38,15 @@ func TestSubcommands(t *testing.T) {
 	waitHTTP(t, "http://"+metricsAddr+"/metrics", "controller_runtime_")
 
 	_, key := h.account(t, credits.Whole(100))
-	a := api{t: t, url: "http://" + apiAddr}
+	a := api{T: t, URL: "http://" + apiAddr}
 	rows := []in{co(2), co(3), dom("northwind.example"), co(2)}
-	sub := a.submit(key, rows)
+	sub := a.Submit(key, rows)
 	h.bulkJob(t, sub.JobID) // made by the apiserver process
-	st := a.wait(key, sub.JobID, 60*time.Second)
+	st := a.Wait(key, sub.JobID, 60*time.Second)
 	if st.TotalProcessed != 4 || st.Summary["total_found"] != 3 {
 		t.Fatalf("status %+v", st)
 	}
-	sameResults(t, a.results(key, sub.JobID), h.kubeAPI(t).results(key, sub.JobID))
+	sameResults(t, a.Results(key, sub.JobID), h.kubeAPI(t).Results(key, sub.JobID))
 
 	for _, p := range []*exec.Cmd{apiProc, ctrlProc} {
 		_ = p.Process.Signal(syscall.SIGTERM)
