@@ -19,23 +19,13 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/test/companyapi"
 )
 
 // (a) A submission becomes a BulkJob, an Indexed Job of processor pods runs
 // it, and every result row is what standalone mode returns.
 func TestSubmissionRunsAsIndexedJob(t *testing.T) {
-	rows := []in{
-		nu("linkedin.com/company/northwind-traders/about"),
-		nu("https://www.linkedin.com/company/northwind-traders"), // repeat
-		dom("northwind.example"),
-		dom("nobody.example"),
-		nu("https://www.linkedin.com/in/someone"), // a person: invalid
-		dom("moved.example"),                      // redirects to newhome.example
-	}
-	for i := 0; i < 20; i++ {
-		rows = append(rows, co(i))
-	}
-	rows = append(rows, site(0), site(1), dom(""), co(3))
+	rows := companyapi.ScenarioRows()
 	for i := 100; i < 4100; i++ { // 4,000 more distinct inputs: 3 shards of 2,000
 		rows = append(rows, co(i))
 	}
@@ -118,14 +108,14 @@ func hangRows(host string) []in {
 func TestProcessorPodDeletedMidShard(t *testing.T) {
 	host := "hang-pod-delete.example"
 	rows := hangRows(host)
-	h.web.hangOnce(host)
+	h.web.HangOnce(host)
 	acct, key := account(t, credits.Whole(1000))
 	a := clusterAPI(t)
 	start := time.Now()
 	sub := a.Submit(key, rows)
 	w := watchPods(t, sub.JobID)
 	select {
-	case got := <-h.web.hits:
+	case got := <-h.web.Hits:
 		if got != host {
 			t.Fatalf("hang on %s, want %s", got, host)
 		}

@@ -6,9 +6,6 @@ import (
 	"github.com/bulkd/bulkd/test/companyapi"
 
 	"context"
-	"encoding/json"
-	"fmt"
-	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -22,29 +19,9 @@ import (
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
-	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 )
-
-func str(s string) *string { return &s }
-
-// companies is the company data of every test (cluster and standalone).
-func companies() []company.Record {
-	recs := []company.Record{
-		{Name: str("Northwind Traders"), NetworkURL: str("https://www.linkedin.com/company/northwind-traders"),
-			Website: str("https://www.northwind.example"), Domain: str("northwind.example"), Industry: str("Wholesale")},
-		{Name: str("Contoso"), NetworkURL: str("https://www.linkedin.com/company/contoso"), Website: str("https://contoso.example")},
-		{Name: str("New Home"), NetworkURL: str("https://www.linkedin.com/company/newhome"), Website: str("https://www.newhome.example")},
-		{Name: str("Moved Co"), NetworkURL: str("https://www.linkedin.com/company/moved-co"), Website: str("https://moved.example")},
-	}
-	for i := 0; i < 60; i += 2 { // co-00, co-02, ... exist; odd ones do not
-		recs = append(recs, company.Record{Name: str(fmt.Sprintf("Company %02d", i)),
-			NetworkURL: str(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", i)),
-			Website:    str(fmt.Sprintf("https://site-%02d.example", i))})
-	}
-	return recs
-}
 
 // The company API client is shared with the other whole-system suite.
 type (
@@ -55,14 +32,17 @@ type (
 )
 
 var (
-	nu  = companyapi.NetworkURL
-	dom = companyapi.Domain
-	co  = companyapi.Company // found when n is even
+	nu   = companyapi.NetworkURL
+	dom  = companyapi.Domain
+	co   = companyapi.Company // found when n is even
+	site = companyapi.Site
+	str  = companyapi.Str
+
+	companies   = companyapi.Companies
+	sameResults = companyapi.SameResults
 )
 
 const bulkPath = companyapi.BulkPath
-
-func site(n int) in { return dom(fmt.Sprintf("site-%02d.example", n)) }
 
 // account makes an account with balance and a pay-as-you-go key on the
 // cluster's Redis.
@@ -107,20 +87,6 @@ func standalone(t *testing.T, rows []in) (jobStatus, []map[string]any) {
 	sub := a.Submit(key, rows)
 	st := a.Wait(key, sub.JobID, 120*time.Second)
 	return st, a.Results(key, sub.JobID)
-}
-
-func sameResults(t *testing.T, got, want []map[string]any) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d result rows, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !reflect.DeepEqual(got[i], want[i]) {
-			g, _ := json.Marshal(got[i])
-			w, _ := json.Marshal(want[i])
-			t.Fatalf("row %d differs from standalone mode:\n got %s\nwant %s", i, g, w)
-		}
-	}
 }
 
 func bulkJob(t *testing.T, id string) (*v1alpha1.BulkJob, error) {
@@ -228,32 +194,6 @@ func (w *podWatcher) Stop() map[string]int {
 	return w.seen
 }
 
-// exactlyOnce checks the job's counters in Redis: every row answered once,
-// every distinct input once, per-outcome counts adding up.
-func exactlyOnce(t *testing.T, jobID string, st jobStatus) {
-	t.Helper()
-	ctx := context.Background()
-	j, err := h.parts.Processor.Store.Get(ctx, jobID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum int64
-	for _, n := range j.Outcomes {
-		sum += n
-	}
-	answers, err := h.rdb.HLen(ctx, "bulkd:job:{"+jobID+"}:ans").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.RowsProcessed != j.TotalRows || j.DistinctProcessed != j.Distinct || answers != j.Distinct ||
-		sum+j.TotalInvalid != j.TotalRows || j.ShardsDone != int64(j.Shards) || j.Status != "completed" {
-		t.Fatalf("not exactly once: %+v (answers %d)", j, answers)
-	}
-	if st.TotalProcessed != j.TotalRows {
-		t.Fatalf("status %+v", st)
-	}
-}
-
 func jobKeys(t *testing.T, id string) []string {
 	t.Helper()
 	keys, err := h.rdb.Keys(context.Background(), "bulkd:job:{"+id+"}*").Result()
@@ -261,4 +201,8 @@ func jobKeys(t *testing.T, id string) []string {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+func exactlyOnce(t *testing.T, jobID string, st jobStatus) {
+	companyapi.ExactlyOnce(t, h.parts.Processor.Store, h.rdb, jobID, st)
 }

@@ -26,7 +26,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +41,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/serve"
+	"github.com/bulkd/bulkd/test/companyapi"
 )
 
 const release = "bulkd"
@@ -56,7 +56,7 @@ type harness struct {
 	rdb      *redis.Client
 	redisURL string
 	parts    *serve.Components
-	web      *web
+	web      *companyapi.Web
 	proxyURL string
 	apiURL   string
 	timings  string
@@ -118,7 +118,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("proxy listen: %w", err)
 	}
-	h.web = newWeb()
+	h.web = companyapi.NewWeb()
 	srv := &http.Server{Handler: h.web, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
@@ -205,53 +205,6 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// web is a forward proxy standing for every website (redirect checks). A
-// host can be told to hang its first request until the client goes away.
-type web struct {
-	mu        sync.Mutex
-	redirects map[string]string
-	hang      map[string]bool
-	hits      chan string
-}
-
-func newWeb() *web {
-	return &web{redirects: map[string]string{"moved.example": "http://www.newhome.example/"},
-		hang: map[string]bool{}, hits: make(chan string, 16)}
-}
-
-func (w *web) hangOnce(host string) {
-	w.mu.Lock()
-	w.hang[host] = false
-	w.mu.Unlock()
-}
-
-func (w *web) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodConnect || !r.URL.IsAbs() {
-		http.Error(rw, "no TLS sites here", http.StatusBadGateway)
-		return
-	}
-	host := r.URL.Hostname()
-	w.mu.Lock()
-	hung, isHang := w.hang[host]
-	if isHang && !hung {
-		w.hang[host] = true
-	}
-	loc := w.redirects[host]
-	w.mu.Unlock()
-	if isHang && !hung {
-		w.hits <- host
-		<-r.Context().Done()
-		return
-	}
-	if loc != "" {
-		rw.Header().Set("Location", loc)
-		rw.WriteHeader(http.StatusMovedPermanently)
-		return
-	}
-	rw.Header().Set("Content-Type", "text/html")
-	fmt.Fprint(rw, "<p>hello</p>")
 }
 
 // timing records a measured duration in the test log and the timings file.

@@ -24,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/kube"
 	"github.com/bulkd/bulkd/internal/serve"
+	"github.com/bulkd/bulkd/test/companyapi"
 	"github.com/bulkd/bulkd/test/nodeagent"
 )
 
@@ -31,18 +32,7 @@ import (
 // becomes a BulkJob, runs as an Indexed Job of real processor processes and
 // returns exactly what standalone mode returns.
 func TestCompanyEnrichmentEndToEnd(t *testing.T) {
-	rows := []in{
-		nu("linkedin.com/company/northwind-traders/about"),
-		nu("https://www.linkedin.com/company/northwind-traders"), // repeat
-		dom("northwind.example"),
-		dom("nobody.example"),
-		nu("https://www.linkedin.com/in/someone"), // a person: invalid
-		dom("moved.example"),                      // redirects to newhome.example
-	}
-	for i := 0; i < 20; i++ {
-		rows = append(rows, co(i))
-	}
-	rows = append(rows, site(0), site(1), dom(""), co(3))
+	rows := companyapi.ScenarioRows()
 	acct, key := h.account(t, credits.Whole(1000))
 	a := h.kubeAPI(t)
 	start := time.Now()
@@ -131,7 +121,7 @@ func TestProcessorKilledMidShardIsRetried(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			host := "hang-" + c.name + ".example"
 			rows := hangRows(host)
-			h.web.hangOnce(host)
+			h.web.HangOnce(host)
 			acct, key := h.account(t, credits.Whole(1000))
 			a := h.kubeAPI(t)
 			sub := a.Submit(key, rows)
@@ -207,7 +197,7 @@ func TestShardFirstAttemptExitingNonZeroIsRetried(t *testing.T) {
 func TestShardFailingForGoodIsAnsweredAsErrors(t *testing.T) {
 	host := "hang-fail.example"
 	rows := hangRows(host)
-	h.web.hangOnce(host)
+	h.web.HangOnce(host)
 	h.setHook(func(at *nodeagent.Attempt) {
 		if at.Index == 1 && at.Number > 0 { // every retry finds Redis unreachable
 			at.Env["BULKD_REDIS_URL"] = "redis://127.0.0.1:1/0"
@@ -386,7 +376,7 @@ func hangRows(host string) []in {
 func killMidShard(t *testing.T, jobID, host string, disruption bool) {
 	t.Helper()
 	select {
-	case got := <-h.web.hits:
+	case got := <-h.web.Hits:
 		if got != host {
 			t.Fatalf("hang on %s, want %s", got, host)
 		}
@@ -407,32 +397,6 @@ func killMidShard(t *testing.T, jobID, host string, disruption bool) {
 	}
 	if err := h.agent.Kill(jobID, 1, disruption); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// exactlyOnce checks the job's counters in Redis: every row answered once,
-// every distinct input once, per-outcome counts adding up.
-func (h *harness) exactlyOnce(t *testing.T, jobID string, st jobStatus) {
-	t.Helper()
-	ctx := context.Background()
-	j, err := h.parts.Processor.Store.Get(ctx, jobID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum int64
-	for _, n := range j.Outcomes {
-		sum += n
-	}
-	answers, err := h.rdb.HLen(ctx, "bulkd:job:{"+jobID+"}:ans").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if j.RowsProcessed != j.TotalRows || j.DistinctProcessed != j.Distinct || answers != j.Distinct ||
-		sum+j.TotalInvalid != j.TotalRows || j.ShardsDone != int64(j.Shards) || j.Status != "completed" {
-		t.Fatalf("not exactly once: %+v (answers %d)", j, answers)
-	}
-	if st.TotalProcessed != j.TotalRows {
-		t.Fatalf("status %+v", st)
 	}
 }
 
@@ -524,4 +488,8 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+func (h *harness) exactlyOnce(t *testing.T, jobID string, st jobStatus) {
+	companyapi.ExactlyOnce(t, h.parts.Processor.Store, h.rdb, jobID, st)
 }

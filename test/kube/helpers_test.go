@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -23,25 +22,6 @@ import (
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 )
-
-func str(s string) *string { return &s }
-
-// companies is the company data of every test (both modes).
-func companies() []company.Record {
-	recs := []company.Record{
-		{Name: str("Northwind Traders"), NetworkURL: str("https://www.linkedin.com/company/northwind-traders"),
-			Website: str("https://www.northwind.example"), Domain: str("northwind.example"), Industry: str("Wholesale")},
-		{Name: str("Contoso"), NetworkURL: str("https://www.linkedin.com/company/contoso"), Website: str("https://contoso.example")},
-		{Name: str("New Home"), NetworkURL: str("https://www.linkedin.com/company/newhome"), Website: str("https://www.newhome.example")},
-		{Name: str("Moved Co"), NetworkURL: str("https://www.linkedin.com/company/moved-co"), Website: str("https://moved.example")},
-	}
-	for i := 0; i < 60; i += 2 { // co-00, co-02, ... exist; odd ones do not
-		recs = append(recs, company.Record{Name: str(fmt.Sprintf("Company %02d", i)),
-			NetworkURL: str(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", i)),
-			Website:    str(fmt.Sprintf("https://site-%02d.example", i))})
-	}
-	return recs
-}
 
 func (h *harness) loadCompanies(ctx context.Context) error {
 	var buf bytes.Buffer
@@ -63,15 +43,17 @@ type (
 )
 
 var (
-	nu  = companyapi.NetworkURL
-	dom = companyapi.Domain
-	co  = companyapi.Company // found when n is even
+	nu   = companyapi.NetworkURL
+	dom  = companyapi.Domain
+	co   = companyapi.Company // found when n is even
+	site = companyapi.Site
+	str  = companyapi.Str
+
+	companies   = companyapi.Companies
+	sameResults = companyapi.SameResults
 )
 
 const bulkPath = companyapi.BulkPath
-
-// site is the domain of generated company n.
-func site(n int) in { return dom(fmt.Sprintf("site-%02d.example", n)) }
 
 // account makes an account with balance and a pay-as-you-go key on the
 // shared Redis.
@@ -116,21 +98,6 @@ func standalone(t *testing.T, rows []in) (jobStatus, []map[string]any) {
 	sub := a.Submit(key, rows)
 	st := a.Wait(key, sub.JobID, 30*time.Second)
 	return st, a.Results(key, sub.JobID)
-}
-
-// sameResults compares two result lists row by row.
-func sameResults(t *testing.T, got, want []map[string]any) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d result rows, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !reflect.DeepEqual(got[i], want[i]) {
-			g, _ := json.Marshal(got[i])
-			w, _ := json.Marshal(want[i])
-			t.Fatalf("row %d differs from standalone mode:\n got %s\nwant %s", i, g, w)
-		}
-	}
 }
 
 func (h *harness) bulkJob(t *testing.T, id string) *v1alpha1.BulkJob {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,7 @@ import (
 	"github.com/bulkd/bulkd/internal/kube"
 	"github.com/bulkd/bulkd/internal/serve"
 	"github.com/bulkd/bulkd/internal/testredis"
+	"github.com/bulkd/bulkd/test/companyapi"
 	"github.com/bulkd/bulkd/test/nodeagent"
 )
 
@@ -61,7 +63,8 @@ type harness struct {
 	redisURL string
 	bin      string
 	agent    *nodeagent.Agent
-	web      *web
+	web      *companyapi.Web
+	webURL   string
 	apiURL   string        // the API in Kubernetes mode
 	apiCfg   config.Config // its configuration
 	parts    *serve.Components
@@ -145,8 +148,10 @@ func run(m *testing.M) (int, error) {
 	h.redisURL = rs.URL
 	h.rdb = redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: 32})
 	defer h.rdb.Close()
-	h.web = startWeb()
-	defer h.web.srv.Close()
+	h.web = companyapi.NewWeb()
+	webSrv := httptest.NewServer(h.web)
+	defer webSrv.Close()
+	h.webURL = webSrv.URL
 	wg.Wait()
 	if buildErr != nil {
 		return 1, buildErr
@@ -192,7 +197,7 @@ func processorConfig() map[string]string {
 	return map[string]string{
 		"BULKD_LOG_FORMAT":      "text",
 		"BULKD_REDIRECT_CHECKS": "true",
-		"BULKD_HTTP_PROXY":      h.web.srv.URL,
+		"BULKD_HTTP_PROXY":      h.webURL,
 		"BULKD_BATCH_SIZE":      fmt.Sprint(batchSize),
 	}
 }
@@ -333,7 +338,7 @@ func apiConfig() config.Config {
 	c.BatchSize = batchSize
 	c.RateLimit = 1000
 	c.RedirectChecks = true
-	c.HTTPProxy = h.web.srv.URL
+	c.HTTPProxy = h.webURL
 	c.Retention = retention
 	c.InstanceID = "e2e"
 	return c

@@ -30,7 +30,7 @@ func TestSubcommands(t *testing.T) {
 		`BULKD_PROCESSOR_RESOURCES={"requests":{"cpu":"100m"}}`, "BULKD_PARALLELISM_CAP=4")
 	apiProc := h.startBinary(t, "bulkd-apiserver", []string{"apiserver", "--namespace", namespace, "--listen", apiAddr},
 		"BULKD_REDIS_URL="+h.redisURL, "BULKD_SHARD_SIZE=10", "BULKD_RATE_LIMIT=1000",
-		"BULKD_REDIRECT_CHECKS=true", "BULKD_HTTP_PROXY="+h.web.srv.URL)
+		"BULKD_REDIRECT_CHECKS=true", "BULKD_HTTP_PROXY="+h.webURL)
 
 	for _, u := range []string{"http://" + healthAddr + "/healthz", "http://" + healthAddr + "/readyz", "http://" + apiAddr + "/healthz"} {
 		waitHTTP(t, u, "")
