@@ -97,12 +97,7 @@ func main() {
 
 func runServe(ctx context.Context, args []string) error {
 	cfg := config.Default()
-	fs := flag.NewFlagSet("bulkd serve", flag.ContinueOnError)
-	cfg.Register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := parseFlags("bulkd serve", args, cfg.Register, cfg.Validate); err != nil {
 		return err
 	}
 	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
@@ -115,16 +110,8 @@ func runServe(ctx context.Context, args []string) error {
 func runAPIServer(ctx context.Context, args []string) error {
 	cfg := config.Default()
 	kc := config.DefaultKube()
-	fs := flag.NewFlagSet("bulkd apiserver", flag.ContinueOnError)
-	cfg.Register(fs)
-	kc.RegisterAPIServer(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if err := kc.Validate(); err != nil {
+	register := func(fs *flag.FlagSet) { cfg.Register(fs); kc.RegisterAPIServer(fs) }
+	if err := parseFlags("bulkd apiserver", args, register, cfg.Validate, kc.Validate); err != nil {
 		return err
 	}
 	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
@@ -141,16 +128,8 @@ func runAPIServer(ctx context.Context, args []string) error {
 func runController(ctx context.Context, args []string) error {
 	cfg := config.Default()
 	kc := config.DefaultKube()
-	fs := flag.NewFlagSet("bulkd controller", flag.ContinueOnError)
-	cfg.RegisterStore(fs)
-	kc.RegisterController(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if err := kc.Validate(); err != nil {
+	register := func(fs *flag.FlagSet) { cfg.RegisterStore(fs); kc.RegisterController(fs) }
+	if err := parseFlags("bulkd controller", args, register, cfg.Validate, kc.Validate); err != nil {
 		return err
 	}
 	resources, err := kube.ParseResources(kc.Resources)
@@ -244,6 +223,22 @@ func runProcessor(ctx context.Context, args []string) error {
 	parts.Processor.Owner = kube.ShardOwner(*jobID, shard)
 	if err := kube.RunShard(ctx, parts.Processor, *jobID, shard, *timeout, log); err != nil {
 		return &exitError{kube.ExitCode(err), err}
+	}
+	return nil
+}
+
+// parseFlags registers a command's flags, parses args and runs the
+// validators in order.
+func parseFlags(name string, args []string, register func(*flag.FlagSet), validate ...func() error) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, v := range validate {
+		if err := v(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
