@@ -301,13 +301,19 @@ import_images() {
   local a=(--address "${LC_DIR}/containerd/containerd.sock" -n k8s.io)
   ctr "${a[@]}" images import "${ROOT}/bin/bulkd-image.tar" >>"${LC_DIR}/logs/images.log" 2>&1
   ctr "${a[@]}" images import "${LC_DIR}/pause-image.tar" >>"${LC_DIR}/logs/images.log" 2>&1
-  ctr "${a[@]}" images ls -q | grep -q "^${PAUSE_IMAGE}$" || die "pause image not imported: $(ctr "${a[@]}" images ls -q | tr '\n' ' ')"
-  ctr "${a[@]}" images ls -q | grep -q '^localhost/bulkd:' || die "bulkd image not imported"
+  # The list is read whole before matching: with pipefail, "ctr | grep -q" fails whenever grep
+  # exits at its first match while ctr is still writing (SIGPIPE), as it did once in CI.
+  local images
+  images="$(ctr "${a[@]}" images ls -q)"
+  grep -qx -- "${PAUSE_IMAGE}" <<<"${images}" || die "pause image not imported: $(tr '\n' ' ' <<<"${images}")"
+  grep -q '^localhost/bulkd:' <<<"${images}" || die "bulkd image not imported: $(tr '\n' ' ' <<<"${images}")"
 }
 
 # ---------------------------------------------------------------- teardown
 own_pid() { # PID NAME: is PID still the component we started?
-  [[ -r "/proc/$1/cmdline" ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q -- "$2"
+  local cmd
+  cmd="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 1
+  [[ "${cmd}" == *"$2"* ]]
 }
 
 stop_pid() { # PID PATTERN
