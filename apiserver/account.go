@@ -49,25 +49,26 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 	now := s.Now()
 	limits := s.Plans[p.Account.Plan]
 	day := billing.DailyWindow(billing.BulkSearches, now)
-	used, err := s.Billing.Used(r.Context(), p.Account.ID, day)
+	windows := []billing.Window{day}
+	if !p.Account.PeriodEnd.IsZero() {
+		windows = append(windows, billing.PeriodWindow(billing.SingleLookups, p.Account.PeriodEnd))
+	}
+	used, err := s.Billing.UsedIn(r.Context(), p.Account.ID, windows...)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
 	resp := UsageResponse{
 		Plan: string(p.Account.Plan), PlanStatus: string(p.Account.PlanState),
-		BulkSearchesUsed: used, BulkSearchesLimit: limits.DailyBulkSearches,
-		BulkSearchesRemaining: max(0, limits.DailyBulkSearches-used),
+		BulkSearchesUsed: used[0], BulkSearchesLimit: limits.DailyBulkSearches,
+		BulkSearchesRemaining: max(0, limits.DailyBulkSearches-used[0]),
 		BulkSearchesResetAt:   day.Reset,
 		SingleLookupsLimit:    limits.MonthlySingleLookups,
 	}
-	if !p.Account.PeriodEnd.IsZero() {
+	if len(used) > 1 {
 		pe := p.Account.PeriodEnd
 		resp.CurrentPeriodEnd = &pe
-		if resp.SingleLookupsUsed, err = s.Billing.Used(r.Context(), p.Account.ID, billing.PeriodWindow(billing.SingleLookups, pe)); err != nil {
-			s.internalError(w, r, err)
-			return
-		}
+		resp.SingleLookupsUsed = used[1]
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
@@ -112,11 +113,45 @@ func TestCreditsAndUsage(t *testing.T) {
 
 	api.Clock.Set(time.Date(2026, 3, 9, 15, 0, 0, 0, time.UTC))
 	pe := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
-	_, ukey := api.unlimitedAccount(accounts.PlanStandard, accounts.StateActive, pe)
+	uid, ukey := api.unlimitedAccount(accounts.PlanStandard, accounts.StateActive, pe)
 	m := api.get("/v1/unlimited/usage", ukey).JSON(t)
 	if m["bulk_searches_reset_at"] != "2026-03-10T00:00:00Z" || m["current_period_end"] != "2026-04-01T00:00:00Z" ||
-		m["bulk_searches_limit"] != float64(30000) || m["bulk_searches_remaining"] != float64(30000) || m["plan"] != "standard" {
+		m["bulk_searches_limit"] != float64(30000) || m["bulk_searches_remaining"] != float64(30000) || m["plan"] != "standard" ||
+		m["bulk_searches_used"] != float64(0) || m["single_lookups_used"] != float64(0) || m["single_lookups_limit"] != float64(60000) {
 		t.Fatalf("usage %v", m)
+	}
+	// Use read back: today's bulk searches and the period's single lookups,
+	// each from its own window.
+	ctx := context.Background()
+	for _, c := range []billing.Consumption{
+		{AccountID: uid, ChargeID: "job-1", Window: billing.DailyWindow(billing.BulkSearches, api.Clock.Now()), N: 120, Limit: 30000},
+		{AccountID: uid, ChargeID: "job-0", Window: billing.DailyWindow(billing.BulkSearches, api.Clock.Now().AddDate(0, 0, -1)), N: 5000, Limit: 30000},
+		{AccountID: uid, ChargeID: "single-1", Window: billing.PeriodWindow(billing.SingleLookups, pe), N: 7, Limit: 60000},
+	} {
+		if _, err := api.Billing.Consume(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m = api.get("/v1/unlimited/usage", ukey).JSON(t)
+	if m["bulk_searches_used"] != float64(120) || m["bulk_searches_remaining"] != float64(29880) || m["single_lookups_used"] != float64(7) {
+		t.Fatalf("usage after use %v", m)
+	}
+	// SPEC section 8's daily bulk quotas (and our monthly single-lookup
+	// caps) per plan; a plan with no billing period has a null period end.
+	for _, c := range []struct {
+		plan          accounts.Plan
+		daily, single float64
+		periodEnd     time.Time
+	}{
+		{accounts.PlanStarter, 10000, 20000, pe},
+		{accounts.PlanProfessional, 75000, 150000, time.Time{}},
+	} {
+		_, k := api.unlimitedAccount(c.plan, accounts.StateActive, c.periodEnd)
+		m := api.get("/v1/unlimited/usage", k).JSON(t)
+		if m["plan"] != string(c.plan) || m["bulk_searches_limit"] != c.daily || m["bulk_searches_remaining"] != c.daily ||
+			m["single_lookups_limit"] != c.single || (c.periodEnd.IsZero() != (m["current_period_end"] == nil)) {
+			t.Fatalf("%s usage %v", c.plan, m)
+		}
 	}
 }
 

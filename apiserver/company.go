@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -166,7 +165,7 @@ func decodeCompanyRows(dec *json.Decoder, n *normalize.Normalizer, b *jobs.Build
 // checkLength records a value over the length limit; the location is
 // only built when there is a problem to report.
 func checkLength(val *string, row int, field string, v *apierr.Validation) bool {
-	if val == nil || len(*val) <= companyMaxValueLen || utf8.RuneCountInString(*val) <= companyMaxValueLen {
+	if val == nil || !overChars(*val, companyMaxValueLen) {
 		return true
 	}
 	if len(v.Items) < maxReportedErrors {
@@ -177,9 +176,8 @@ func checkLength(val *string, row int, field string, v *apierr.Validation) bool 
 }
 
 func tokenError(err error) *apierr.Error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return apierr.New(http.StatusBadRequest, fmt.Sprintf("Request body is larger than the limit of %d bytes.", mbe.Limit))
+	if e := tooLarge(err); e != nil {
+		return e
 	}
 	return jsonError(err)
 }
@@ -202,7 +200,7 @@ func (s *Server) submitCompanyBulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j, err := s.Jobs.Submit(r.Context(), p, b, jobs.Metering{Price: companyPrice})
-	if s.submitFailed(w, r, err) {
+	if s.chargeFailed(w, r, err) {
 		return
 	}
 	s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
@@ -210,9 +208,11 @@ func (s *Server) submitCompanyBulk(w http.ResponseWriter, r *http.Request) {
 		TotalInvalid: j.TotalInvalid, CreditsConsumed: j.Charge})
 }
 
-// submitFailed answers a failed submission: 403 when the account cannot
-// pay, 500 (with the charge already reversed) otherwise.
-func (s *Server) submitFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+// chargeFailed counts a charge (a submission's or a single lookup's) by
+// outcome and answers a failed one: 403 when the account cannot pay, 500
+// otherwise (a submission has reversed its charge by then). It reports
+// whether it answered.
+func (s *Server) chargeFailed(w http.ResponseWriter, r *http.Request, err error) bool {
 	if err == nil {
 		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
 		return false
@@ -223,7 +223,7 @@ func (s *Server) submitFailed(w http.ResponseWriter, r *http.Request, err error)
 		apierr.Write(w, apierr.New(http.StatusForbidden, ie.Error()))
 		return true
 	}
-	s.Metrics.ChargesByOutcome.WithLabelValues("refunded").Inc()
+	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
 	s.internalError(w, r, err)
 	return true
 }
@@ -249,12 +249,7 @@ func (s *Server) companyJob(w http.ResponseWriter, r *http.Request) (*jobs.Job, 
 		return nil, false
 	}
 	j, err := s.Jobs.Get(r.Context(), PrincipalFrom(r.Context()).Key.ID, id)
-	if errors.Is(err, jobs.ErrJobNotFound) || (err == nil && j.Family != enrich.Family) {
-		apierr.Write(w, apierr.ErrJobNotFound)
-		return nil, false
-	}
-	if err != nil {
-		s.internalError(w, r, err)
+	if s.jobReadFailed(w, r, j, enrich.Family, err) {
 		return nil, false
 	}
 	return j, true
@@ -347,52 +342,55 @@ func (s *Server) getCompanyResults(w http.ResponseWriter, r *http.Request) {
 	// No job has more than companyMaxRows rows, so every offset past that
 	// reads the same empty page; clamping keeps offset+limit from
 	// overflowing in the row arithmetic. The answer echoes the offset asked.
-	page, err := s.Jobs.Page(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, companyMaxRows), limit)
-	if errors.Is(err, jobs.ErrJobNotFound) || (err == nil && page.Job.Family != enrich.Family) {
-		apierr.Write(w, apierr.ErrJobNotFound)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	buf := pageBuffers.Get().(*bytes.Buffer)
-	defer putPageBuffer(buf)
-	// Rows are their answer's data plus about 200 bytes of row fields (a
-	// duplicate repeats its answer; pending and invalid rows are ~450 bytes).
-	buf.Grow(256 + page.AnswerBytes + len(page.Rows)*700)
-	fmt.Fprintf(buf, `{"job_id":"%s","total_rows":%d,"total_processed":%d,"limit":%d,"offset":%d,"results":[`,
-		page.Job.ID, page.Job.TotalRows, page.Job.RowsProcessed, limit, offset)
 	price := companyPrice.String()
-	for i, row := range page.Rows {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		var ans *jobs.StoredAnswer
-		if a, ok := page.Answers[row.Index]; ok && row.Index >= 0 {
-			ans = &a
-		}
-		enrich.RenderRow(buf, row, ans, price)
+	render := func(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) { enrich.RenderRow(buf, row, ans, price) }
+	res, err := s.Jobs.Results(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, companyMaxRows), limit, render)
+	var j *jobs.Job
+	if res != nil {
+		defer res.Release()
+		j = res.Job
 	}
-	buf.WriteString("]}\n")
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
-	_, _ = w.Write(buf.Bytes())
+	if s.jobReadFailed(w, r, j, enrich.Family, err) {
+		return
+	}
+	writeResultsPage(w, res, limit, offset)
 }
 
-// pageBuffers recycles results-page buffers: a 500-row page is up to about
-// a megabyte, and allocating (and zeroing) one per request was the largest
-// cost of serving it.
-var pageBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// jobReadFailed answers a job read that failed: 404 for an unknown job,
+// another key's, or one of another family (each family's endpoints know
+// only their own jobs), 500 for anything else. It reports whether it
+// answered.
+func (s *Server) jobReadFailed(w http.ResponseWriter, r *http.Request, j *jobs.Job, family string, err error) bool {
+	switch {
+	case errors.Is(err, jobs.ErrJobNotFound) || (err == nil && j.Family != family):
+		apierr.Write(w, apierr.ErrJobNotFound)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		return false
+	}
+	return true
+}
 
-func putPageBuffer(b *bytes.Buffer) {
-	if b.Cap() > 8<<20 { // do not pin memory for freak pages
+// writeResultsPage writes a results page (SPEC 2.4, 4.x): the page fields
+// and the rendered rows, with Content-Length, without copying the rows
+// again (a cached page is written straight from the cache).
+func writeResultsPage(w http.ResponseWriter, res *jobs.Results, limit, offset int) {
+	var head [256]byte
+	h := fmt.Appendf(head[:0], `{"job_id":"%s","total_rows":%d,"total_processed":%d,"limit":%d,"offset":%d,"results":[`,
+		res.Job.ID, res.Job.TotalRows, res.Job.RowsProcessed, limit, offset)
+	const tail = "]}\n"
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Content-Length", strconv.Itoa(len(h)+res.Len()+len(tail)))
+	if _, err := w.Write(h); err != nil {
 		return
 	}
-	b.Reset()
-	pageBuffers.Put(b)
+	if _, err := res.WriteTo(w); err != nil {
+		return
+	}
+	_, _ = io.WriteString(w, tail)
 }
 
 // getCompany is the single lookup (SPEC 4.6 leaves its shape to us): query
@@ -430,14 +428,9 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 	if reason == "" {
 		row.Index, row.First = 0, true
 		chargeID := "single-" + uuid.NewString()
-		if _, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
-			Amount: companyPrice, Note: "company_enrichment single"}); err != nil {
-			var ie *billing.InsufficientError
-			if errors.As(err, &ie) {
-				apierr.Write(w, apierr.New(http.StatusForbidden, ie.Error()))
-				return
-			}
-			s.internalError(w, r, err)
+		_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
+			Amount: companyPrice, Note: "company_enrichment single"})
+		if s.chargeFailed(w, r, err) {
 			return
 		}
 		answers, err := s.Company.Answerer.Answer(r.Context(), []string{in.Key})
@@ -449,7 +442,7 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ans = &jobs.StoredAnswer{Outcome: answers[0].Outcome, Data: string(answers[0].Data)}
-		s.Metrics.CreditsCharged.Add(1)
+		s.Metrics.CreditsCharged.Add(float64(companyPrice) / credits.Scale)
 	}
 	var buf bytes.Buffer
 	enrich.RenderRow(&buf, row, ans, companyPrice.String())

@@ -21,7 +21,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) *
 	body := http.MaxBytesReader(w, r.Body, maxBytes)
 	b, err := io.ReadAll(body)
 	if err != nil {
-		return readError(err, maxBytes)
+		return readError(err)
 	}
 	return DecodeJSONBytes(b, v)
 }
@@ -41,12 +41,21 @@ func DecodeJSONBytes(b []byte, v any) *apierr.Error {
 	return nil
 }
 
-func readError(err error, maxBytes int64) *apierr.Error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return apierr.New(http.StatusBadRequest, fmt.Sprintf("Request body is larger than the limit of %d bytes.", maxBytes))
+func readError(err error) *apierr.Error {
+	if e := tooLarge(err); e != nil {
+		return e
 	}
 	return apierr.New(http.StatusBadRequest, "Request body could not be read: "+err.Error())
+}
+
+// tooLarge is the 400 of a body cut off at its limit (docs/api.md: the
+// spec's table has no 413), nil for any other error.
+func tooLarge(err error) *apierr.Error {
+	var mbe *http.MaxBytesError
+	if !errors.As(err, &mbe) {
+		return nil
+	}
+	return apierr.New(http.StatusBadRequest, fmt.Sprintf("Request body is larger than the limit of %d bytes.", mbe.Limit))
 }
 
 // jsonError maps encoding/json's errors to API errors.

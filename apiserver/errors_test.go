@@ -1,6 +1,7 @@
 package apiserver_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -93,6 +94,12 @@ func TestErrorBodies(t *testing.T) {
 	checkError(t, api.do(http.MethodGet, "/v1/nothing", "", k...), 404, "")
 	r := api.do(http.MethodDelete, "/v1/credits", "", k...)
 	checkError(t, r, 405, "")
+	// No key is needed to learn that a route or method does not exist, and
+	// a key of the wrong family changes nothing.
+	checkError(t, api.do(http.MethodGet, "/v1/unlimited/nothing", ""), 404, "")
+	checkError(t, api.do(http.MethodGet, "/v1/unlimited/nothing", "", k...), 404, "")
+	checkError(t, api.do(http.MethodDelete, "/v1/unlimited/usage", ""), 405, "")
+	checkError(t, api.do(http.MethodDelete, "/v1/credits", ""), 405, "")
 	checkError(t, post(`{"content": "x"`), 400, "")
 	checkError(t, post(`not json`), 400, "")
 	checkError(t, post(`   `), 400, "")
@@ -114,6 +121,13 @@ func TestErrorBodies(t *testing.T) {
 		t.Fatalf("422 multiple: %v", m)
 	}
 	checkError(t, post(`[]`), 422, "")
+	// Limits count characters: 100,000 two-byte characters are allowed,
+	// one more is not.
+	checkError(t, post(`{"content":"`+strings.Repeat("é", 100_000)+`","subject":"`+strings.Repeat("é", 998)+`"}`), 503, "engine_unavailable")
+	m = checkError(t, post(`{"content":"`+strings.Repeat("é", 100_001)+`"}`), 422, "")
+	if it := m["errors"].([]any)[0].(map[string]any); it["loc"] != "body.content" || it["type"] != "string_too_long" {
+		t.Fatalf("422 too long: %v", m)
+	}
 	checkError(t, post(`{"content":"hello"}`), 503, "engine_unavailable")
 }
 
@@ -150,5 +164,29 @@ func TestHeaderSpelling(t *testing.T) {
 		if !strings.Contains(string(raw), h) {
 			t.Fatalf("response lacks %q:\n%s", h, raw)
 		}
+	}
+}
+
+// SPEC section 8: the limit is per API key, across all /v1/* endpoints: a
+// key's requests to any endpoint share one budget, and another key of the
+// same account has its own. Leading and trailing spaces around a key are
+// stripped by HTTP itself (docs/api.md), so a padded key is the key.
+func TestRateLimitPerKeyAcrossEndpoints(t *testing.T) {
+	api := newTestAPI(t, withRateLimit(3))
+	acct, key := api.account(credits.Whole(5), accounts.PayAsYouGo)
+	second, _, err := api.Accounts.CreateKey(context.Background(), acct, accounts.PayAsYouGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := "/v1/company-enrichment/bulk/00000000-0000-4000-8000-000000000000"
+	for i, path := range []string{"/v1/credits", job, "/v1/credits"} {
+		if r := api.do(http.MethodGet, path, "", "X-API-Key", " "+key+"\t"); r.Status == 401 || r.Status == 429 {
+			t.Fatalf("request %d (%s): %d %s", i, path, r.Status, r.Body)
+		}
+	}
+	checkError(t, api.get(job, key), 429, "rate_limited")
+	checkError(t, api.get("/v1/credits", key), 429, "rate_limited")
+	if r := api.get("/v1/credits", second); r.Status != 200 || r.Header.Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("second key of the same account: %d remaining=%s", r.Status, r.Header.Get("X-RateLimit-Remaining"))
 	}
 }

@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bulkd/bulkd/internal/rowcache"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
@@ -13,8 +15,6 @@ type Metrics struct {
 	Latency          *prometheus.HistogramVec
 	RateLimited      prometheus.Counter
 	CreditsCharged   prometheus.Counter
-	CreditsRefunded  prometheus.Counter
-	QuotaConsumed    *prometheus.CounterVec
 	AuthFailures     prometheus.Counter
 	ChargesByOutcome *prometheus.CounterVec
 }
@@ -36,21 +36,42 @@ func NewMetrics() *Metrics {
 		CreditsCharged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bulkd_credits_charged_total", Help: "Credits charged upfront for accepted work.",
 		}),
-		CreditsRefunded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "bulkd_credits_refunded_total", Help: "Credits refunded because a submission could not be accepted.",
-		}),
-		QuotaConsumed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bulkd_quota_consumed_total", Help: "Quota units consumed, by quota.",
-		}, []string{"quota"}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bulkd_auth_failures_total", Help: "Requests refused with 401.",
 		}),
 		ChargesByOutcome: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bulkd_charges_total", Help: "Charge attempts by outcome (ok, insufficient, refunded).",
+			Name: "bulkd_charges_total", Help: "Charge attempts by outcome: ok, insufficient, failed (the submission failed; any charge taken was reversed).",
 		}, []string{"outcome"}),
 	}
-	m.Registry.MustRegister(m.Requests, m.Latency, m.RateLimited, m.CreditsCharged, m.CreditsRefunded,
-		m.QuotaConsumed, m.AuthFailures, m.ChargesByOutcome,
+	m.Registry.MustRegister(m.Requests, m.Latency, m.RateLimited, m.CreditsCharged, m.AuthFailures, m.ChargesByOutcome,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// rowCacheCollector exports the results row cache's counters.
+type rowCacheCollector struct{ c *rowcache.Cache }
+
+var (
+	rowCacheBytes     = prometheus.NewDesc("bulkd_results_cache_bytes", "Memory held by rendered results rows of completed jobs.", nil, nil)
+	rowCacheMax       = prometheus.NewDesc("bulkd_results_cache_max_bytes", "The results cache's bound (--results-cache-bytes).", nil, nil)
+	rowCacheChunks    = prometheus.NewDesc("bulkd_results_cache_chunks", "Row chunks (500 rows each) held by the results cache.", nil, nil)
+	rowCacheHits      = prometheus.NewDesc("bulkd_results_cache_hits_total", "Row-chunk reads served from the results cache.", nil, nil)
+	rowCacheMisses    = prometheus.NewDesc("bulkd_results_cache_misses_total", "Row chunks read from Redis and rendered into the results cache.", nil, nil)
+	rowCacheEvictions = prometheus.NewDesc("bulkd_results_cache_evictions_total", "Row chunks evicted to keep the results cache in its bound.", nil, nil)
+)
+
+func (r rowCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{rowCacheBytes, rowCacheMax, rowCacheChunks, rowCacheHits, rowCacheMisses, rowCacheEvictions} {
+		ch <- d
+	}
+}
+
+func (r rowCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	s := r.c.Stats()
+	ch <- prometheus.MustNewConstMetric(rowCacheBytes, prometheus.GaugeValue, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(rowCacheMax, prometheus.GaugeValue, float64(s.MaxBytes))
+	ch <- prometheus.MustNewConstMetric(rowCacheChunks, prometheus.GaugeValue, float64(s.Chunks))
+	ch <- prometheus.MustNewConstMetric(rowCacheHits, prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(rowCacheMisses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(rowCacheEvictions, prometheus.CounterValue, float64(s.Evictions))
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -61,6 +62,9 @@ func New(d Deps) *Server {
 		d.MaxBodyBytes = 64 << 20
 	}
 	s := &Server{Deps: d}
+	if d.Jobs != nil && d.Jobs.RowCache != nil {
+		d.Metrics.Registry.MustRegister(rowCacheCollector{d.Jobs.RowCache})
+	}
 	s.router = s.routes()
 	return s
 }
@@ -108,9 +112,11 @@ func (s *Server) routes() chi.Router {
 			g.Use(s.authenticate(AnyKey))
 			g.Post("/content-spam-check", s.contentSpamCheck)
 		})
-		v1.Route("/unlimited", func(u chi.Router) {
-			u.Use(s.authenticate(UnlimitedPlan))
-			u.Get("/usage", s.getUsage)
+		// A group, not a sub-router: a sub-router's middleware would also
+		// guard its 404 and 405 answers, which need no key.
+		v1.Group(func(g chi.Router) {
+			g.Use(s.authenticate(UnlimitedPlan))
+			g.Get("/unlimited/usage", s.getUsage)
 		})
 	})
 	return r
@@ -132,7 +138,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // answers with 503 engine_unavailable.
 func (s *Server) contentSpamCheck(w http.ResponseWriter, r *http.Request) {
 	var req SpamCheckRequest
-	if e := decodeJSON(w, r, 1<<20, &req); e != nil {
+	if e := decodeJSON(w, r, min(s.MaxBodyBytes, maxSpamBody), &req); e != nil {
 		apierr.Write(w, e)
 		return
 	}
@@ -151,8 +157,19 @@ type SpamCheckRequest struct {
 	Content *string `json:"content"`
 }
 
-// maxSpamContent bounds the text a spam check reads.
-const maxSpamContent = 100_000
+// maxSpamContent bounds the text a spam check reads (characters), and
+// maxSpamBody its body (bytes: 100,000 characters of up to 4 bytes, JSON
+// escapes and the subject fit).
+const (
+	maxSpamContent = 100_000
+	maxSpamBody    = 1 << 20
+)
+
+// overChars reports whether s has more than max characters (not bytes);
+// the byte length answers most calls without counting.
+func overChars(s string, max int) bool {
+	return len(s) > max && utf8.RuneCountInString(s) > max
+}
 
 func validateSpamCheck(req *SpamCheckRequest) *apierr.Error {
 	var v apierr.Validation
@@ -161,10 +178,10 @@ func validateSpamCheck(req *SpamCheckRequest) *apierr.Error {
 		v.Add("body.content", apierr.TypeMissing, "Field required")
 	case len(*req.Content) == 0:
 		v.Add("body.content", apierr.TypeStringTooShort, "String should have at least 1 character")
-	case len(*req.Content) > maxSpamContent:
+	case overChars(*req.Content, maxSpamContent):
 		v.Add("body.content", apierr.TypeStringTooLong, "String should have at most 100000 characters")
 	}
-	if req.Subject != nil && len(*req.Subject) > 998 {
+	if req.Subject != nil && overChars(*req.Subject, 998) {
 		v.Add("body.subject", apierr.TypeStringTooLong, "String should have at most 998 characters")
 	}
 	return v.Err()

@@ -101,6 +101,7 @@ func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !bj.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, &bj)
 	}
+	// The API creates BulkJobs with the finalizer; one made by hand may lack it.
 	if controllerutil.AddFinalizer(&bj, v1alpha1.Finalizer) {
 		if err := r.Client.Update(ctx, &bj); err != nil {
 			return requeueOnConflict(err)

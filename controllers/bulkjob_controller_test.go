@@ -114,7 +114,7 @@ type scenario struct {
 }
 
 func newScenario(t *testing.T, data *fakeData, objs ...client.Object) *scenario {
-	scheme := NewScheme()
+	scheme := v1alpha1.NewScheme()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}).Build()
 	s := &scenario{t: t, c: c, data: data, rec: events.NewFakeRecorder(100), now: time.Now()}
 	s.r = &BulkJobReconciler{Client: c, Scheme: scheme, Recorder: s.rec, Data: data, Shards: data,

@@ -7,7 +7,6 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -17,9 +16,6 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 )
-
-// NewScheme returns a scheme with the built-in types and BulkJob.
-func NewScheme() *runtime.Scheme { return v1alpha1.NewScheme() }
 
 // ManagerOptions configure the manager of `bulkd controller`.
 type ManagerOptions struct {
@@ -60,7 +56,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = DefaultLeaderElectionID
 	}
-	scheme := NewScheme()
+	scheme := v1alpha1.NewScheme()
 	cacheOpts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController})},

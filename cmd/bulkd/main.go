@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -24,6 +25,7 @@ import (
 	"github.com/bulkd/bulkd/internal/admin"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/kube"
+	"github.com/bulkd/bulkd/internal/memlimit"
 	"github.com/bulkd/bulkd/internal/serve"
 )
 
@@ -100,7 +102,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err := parseFlags("bulkd serve", args, cfg.Register, cfg.Validate); err != nil {
 		return err
 	}
-	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log := newLogger(cfg)
 	return serve.Run(ctx, cfg, log, os.Stdout, nil)
 }
 
@@ -114,7 +116,7 @@ func runAPIServer(ctx context.Context, args []string) error {
 	if err := parseFlags("bulkd apiserver", args, register, cfg.Validate, kc.Validate); err != nil {
 		return err
 	}
-	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log := newLogger(cfg)
 	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
 	rc, err := kube.RESTConfig(kc.Kubeconfig)
 	if err != nil {
@@ -136,7 +138,7 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--processor-resources: %w", err)
 	}
-	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log := newLogger(cfg)
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
 	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
@@ -210,7 +212,7 @@ func runProcessor(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return &exitError{2, err}
 	}
-	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel).With("job", *jobID, "shard", shard)
+	log := newLogger(cfg).With("job", *jobID, "shard", shard)
 	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return err
@@ -241,4 +243,14 @@ func parseFlags(name string, args []string, register func(*flag.FlagSet), valida
 		}
 	}
 	return nil
+}
+
+// newLogger builds the process logger and, as the first thing a long-running
+// command does, fits the Go heap under the container's memory limit.
+func newLogger(cfg config.Config) *slog.Logger {
+	log := serve.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if msg := memlimit.Apply(); msg != "" {
+		log.Info(msg)
+	}
+	return log
 }

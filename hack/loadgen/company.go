@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
@@ -39,6 +40,7 @@ func companyMain(args []string) error {
 	readFor := fs.Duration("read-for", 10*time.Second, "how long the readers run")
 	redirectRows := fs.Int("redirect-rows", 20_000, "domain rows of the redirect-checks-on job (0 to skip)")
 	workers := fs.Int("workers", 4, "bulkd --workers")
+	liveReads := fs.Bool("live-reads", true, "also measure random pages with the row cache off")
 	_ = fs.Parse(args)
 
 	srv, rdb, cleanup, err := privateRedis()
@@ -104,6 +106,7 @@ func companyMain(args []string) error {
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var submitLat, doneLat []time.Duration
 	var lastJob string
+	var jobIDs []string
 	for i := 0; i < *jobs; i++ {
 		t0 := time.Now()
 		id, err := submit(hc, b.base, key, body)
@@ -118,6 +121,7 @@ func companyMain(args []string) error {
 		}
 		doneLat = append(doneLat, time.Since(t0))
 		lastJob = id
+		jobIDs = append(jobIDs, id)
 	}
 	rss := b.peakRSS()
 	fmt.Printf("submit %d distinct rows: p50=%s min=%s max=%s (n=%d)\n", *rows, pct(submitLat, 0.5), pct(submitLat, 0), pct(submitLat, 1), len(submitLat))
@@ -125,11 +129,35 @@ func companyMain(args []string) error {
 		pct(doneLat, 0.5), pct(doneLat, 0), pct(doneLat, 1), float64(*rows)/pct(doneLat, 0.5).Seconds())
 	fmt.Printf("bulkd peak RSS (VmHWM) after %d jobs: %s\n", *jobs, rss)
 
-	// 3. Results pages under concurrent readers.
-	lat := readPages(hc, b.base, key, lastJob, *rows, *readers, *readFor)
-	fmt.Printf("results page limit=500, %d readers for %s: %d pages, %.0f pages/s, p50=%s p90=%s p99=%s max=%s\n", *readers, *readFor,
-		len(lat), float64(len(lat))/readFor.Seconds(), pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99), pct(lat, 1))
+	// 3. Results pages under concurrent readers. First every page once, in
+	// order, shared among the readers (a client downloading its results:
+	// each page is rendered from Redis and fills the row cache), then random
+	// pages for readFor (the cache warm), then the same random reading with
+	// the row cache off (every page rendered from Redis).
+	var next atomic.Int64
+	pagesPerJob := (*rows + 499) / 500
+	cold := readPages(hc, b.base, key, *readers, time.Hour, func(*rand.Rand) (string, int, bool) {
+		n := int(next.Add(1)) - 1 // the jobs one after the other, the last job last
+		if n >= pagesPerJob*len(jobIDs) {
+			return "", 0, false
+		}
+		return jobIDs[n/pagesPerJob], 500 * (n % pagesPerJob), true
+	})
+	report(fmt.Sprintf("results pages limit=500, each page of the %d jobs once in order (row cache cold), %d readers", len(jobIDs), *readers), cold, 0)
+	random := func(rnd *rand.Rand) (string, int, bool) { return lastJob, rnd.Intn(max(1, *rows-500)), true }
+	lat := readPages(hc, b.base, key, *readers, *readFor, random)
+	report(fmt.Sprintf("results page limit=500, random offsets, %d readers for %s (row cache warm)", *readers, *readFor), lat, *readFor)
+	fmt.Printf("bulkd peak RSS (VmHWM) after the reads: %s; %s\n", b.peakRSS(), b.cacheStats(hc))
 	b.stop()
+	if *liveReads {
+		b, err = startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=false", "--results-cache-bytes", "0")
+		if err != nil {
+			return err
+		}
+		lat = readPages(hc, b.base, key, *readers, *readFor, random)
+		report(fmt.Sprintf("results page limit=500, random offsets, %d readers for %s (row cache off)", *readers, *readFor), lat, *readFor)
+		b.stop()
+	}
 
 	// 4. Redirect checks on, against a local website stand-in (proxy).
 	if *redirectRows > 0 {
@@ -266,7 +294,10 @@ func waitDone(hc *http.Client, base, key, id string, d time.Duration) error {
 	return fmt.Errorf("job %s not completed within %s", id, d)
 }
 
-func readPages(hc *http.Client, base, key, id string, rows, readers int, d time.Duration) []time.Duration {
+// readPages runs readers concurrent clients for at most d, each reading
+// 500-row pages of the jobs and offsets next gives until it says stop, and
+// returns the latency of every 200 answer.
+func readPages(hc *http.Client, base, key string, readers int, d time.Duration, next func(*rand.Rand) (string, int, bool)) []time.Duration {
 	var mu sync.Mutex
 	var all []time.Duration
 	var wg sync.WaitGroup
@@ -278,7 +309,10 @@ func readPages(hc *http.Client, base, key, id string, rows, readers int, d time.
 			rnd := rand.New(rand.NewSource(seed))
 			var local []time.Duration
 			for time.Now().Before(deadline) {
-				off := rnd.Intn(max(1, rows-500))
+				id, off, ok := next(rnd)
+				if !ok {
+					break
+				}
 				req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/company-enrichment/bulk/%s/results?limit=500&offset=%d", base, id, off), nil)
 				req.Header.Set("X-API-Key", key)
 				t0 := time.Now()
@@ -299,6 +333,33 @@ func readPages(hc *http.Client, base, key, id string, rows, readers int, d time.
 	}
 	wg.Wait()
 	return all
+}
+
+// report prints a latency distribution; over (when set) is the time the
+// readers ran, for the page rate.
+func report(what string, lat []time.Duration, over time.Duration) {
+	rate := ""
+	if over > 0 {
+		rate = fmt.Sprintf(", %.0f pages/s", float64(len(lat))/over.Seconds())
+	}
+	fmt.Printf("%s: %d pages%s, p50=%s p90=%s p99=%s max=%s\n", what, len(lat), rate, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99), pct(lat, 1))
+}
+
+// cacheStats reads the row cache's counters from /metrics.
+func (b *bulkd) cacheStats(hc *http.Client) string {
+	res, err := hc.Get(b.base + "/metrics")
+	if err != nil {
+		return "row cache: " + err.Error()
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "bulkd_results_cache_") {
+			out = append(out, strings.TrimPrefix(line, "bulkd_results_cache_"))
+		}
+	}
+	return "row cache: " + strings.Join(out, " ")
 }
 
 func pct(d []time.Duration, p float64) time.Duration {

@@ -37,8 +37,6 @@ const (
 	TypeStringType       = "string_type"
 	TypeListType         = "list_type"
 	TypeObjectType       = "dict_type"
-	TypeJSONInvalid      = "json_invalid"
-	TypeExtraForbidden   = "extra_forbidden"
 	TypeValueError       = "value_error"
 	TypeUUIDParsing      = "uuid_parsing"
 )
@@ -99,11 +97,9 @@ func (v *Validation) Err() *Error {
 
 // Unprocessable builds a 422 from items.
 func Unprocessable(items ...Item) *Error {
-	detail := "Request validation failed"
+	detail := fmt.Sprintf("Request validation failed: %d problems", len(items))
 	if len(items) == 1 {
 		detail = items[0].Msg
-	} else {
-		detail = fmt.Sprintf("Request validation failed: %d problems", len(items))
 	}
 	return &Error{Status: http.StatusUnprocessableEntity, Detail: detail, Errors: items}
 }

@@ -135,7 +135,7 @@ func (b *Billing) Charge(ctx context.Context, c Charge) (credits.Amount, error) 
 }
 
 // reverseScript undoes a charge or a quota consumption once.
-// KEYS = account hash, charge record, ledger. ARGV = now ms, note.
+// KEYS = account hash, charge record, ledger. ARGV = now ms, note, charge id.
 // Returns {status, amount, unit}: 1 reversed, 0 already reversed, -1 unknown.
 var reverseScript = redis.NewScript(`
 local c = redis.call('HMGET', KEYS[2], 'unit', 'amount', 'key', 'refunded', 'quota_key')
@@ -152,7 +152,7 @@ else
   local back = math.min(used, amt)
   if back > 0 then after = redis.call('DECRBY', c[5], back) else after = used end
   redis.call('XADD', KEYS[3], '*', 'ts', ARGV[1], 'kind', 'quota_release', 'key', c[3], 'job', ARGV[3],
-    'unit', c[1], 'amount', back, 'after', after, 'note', ARGV[2])
+    'unit', c[1], 'amount', -back, 'after', after, 'note', ARGV[2])
 end
 redis.call('HSET', KEYS[2], 'refunded', 1)
 return {1, amt, c[1]}
@@ -226,8 +226,8 @@ type Entry struct {
 	Kind   string    `json:"kind"`
 	KeyID  string    `json:"key_id,omitempty"`
 	JobID  string    `json:"job_id,omitempty"`
-	Unit   string    `json:"unit"`   // credits, or the quota unit (searches, lookups)
-	Amount string    `json:"amount"` // signed; credits as a decimal, quota units as an integer
+	Unit   string    `json:"unit"`   // credits, bulk_searches or single_lookups
+	Amount string    `json:"amount"` // signed change of the balance or quota use; credits as a decimal, quota units as an integer
 	After  string    `json:"after"`  // balance or quota use after the movement
 	Note   string    `json:"note,omitempty"`
 }

@@ -169,6 +169,13 @@ func TestDailyQuotaRollsOverAtUTCMidnight(t *testing.T) {
 	if used, _ := b.Used(ctx, acct.ID, billing.DailyWindow(billing.BulkSearches, clk.Now())); used != 10_000 {
 		t.Fatalf("today's use changed to %d", used)
 	}
+	// The ledger's amounts are signed changes of the quota use.
+	es, _ := b.Entries(ctx, acct.ID, "", 10)
+	last := es[len(es)-1]
+	if len(es) != 4 || es[0].Kind != "quota_consume" || es[0].Amount != "9000" || es[0].After != "9000" ||
+		last.Kind != "quota_release" || last.Amount != "-1000" || last.After != "9000" || last.Unit != "bulk_searches" {
+		t.Fatalf("ledger %+v", es)
+	}
 }
 
 func TestConcurrentQuotaNeverExceeds(t *testing.T) {

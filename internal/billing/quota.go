@@ -93,14 +93,36 @@ func (b *Billing) Consume(ctx context.Context, c Consumption) (used int64, err e
 
 // Used reads how much of a quota window an account has used.
 func (b *Billing) Used(ctx context.Context, accountID string, w Window) (int64, error) {
-	v, err := b.rdb.Get(ctx, w.key(accountID)).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
+	v, err := b.UsedIn(ctx, accountID, w)
 	if err != nil {
-		return 0, fmt.Errorf("quota use: %w", err)
+		return 0, err
 	}
-	return v, nil
+	return v[0], nil
+}
+
+// UsedIn reads the use of several quota windows of one account in one
+// round trip (the keys share the account's hash tag, so one MGET serves
+// on Redis Cluster too).
+func (b *Billing) UsedIn(ctx context.Context, accountID string, ws ...Window) ([]int64, error) {
+	keys := make([]string, len(ws))
+	for i, w := range ws {
+		keys[i] = w.key(accountID)
+	}
+	vals, err := b.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("quota use: %w", err)
+	}
+	out := make([]int64, len(ws))
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue // never used: no key
+		}
+		if out[i], err = strconv.ParseInt(str, 10, 64); err != nil {
+			return nil, fmt.Errorf("quota use %s: %w", keys[i], err)
+		}
+	}
+	return out, nil
 }
 
 // RetryAfterSeconds rounds a wait up to whole seconds, at least 1.

@@ -98,12 +98,7 @@ func (l *tlog) Write(p []byte) (int, error) {
 // Account creates an account with balance and a pay-as-you-go key.
 func (e *Env) Account(balance credits.Amount) (accountID, key string) {
 	e.T.Helper()
-	ctx := context.Background()
-	a, err := e.Parts.API.Accounts.CreateAccount(ctx, "test", balance)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return a.ID, e.Key(a.ID, accounts.PayAsYouGo)
+	return NewAccount(e.T, e.Parts, "test", balance)
 }
 
 // Key creates another key for an account.
@@ -119,26 +114,57 @@ func (e *Env) Key(accountID string, typ accounts.KeyType) string {
 // Balance reads an account's balance.
 func (e *Env) Balance(accountID string) credits.Amount {
 	e.T.Helper()
-	b, err := e.Parts.API.Billing.Balance(context.Background(), accountID)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return b
+	return BalanceOf(e.T, e.Parts, accountID)
 }
 
 // PutCompanies stores company records, normalizing their URL and domain the
 // way the importer does.
 func (e *Env) PutCompanies(recs ...company.Record) {
 	e.T.Helper()
+	if err := ImportCompanies(context.Background(), e.Parts, recs...); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// The functions below do the same on any assembled bulkd (the
+// whole-system suites keep one on the Redis their cluster uses).
+
+// NewAccount creates an account with balance and a pay-as-you-go key.
+func NewAccount(t testing.TB, parts *serve.Components, name string, balance credits.Amount) (accountID, key string) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := parts.API.Accounts.CreateAccount(ctx, name, balance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _, err := parts.API.Accounts.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.ID, k
+}
+
+// BalanceOf reads an account's balance.
+func BalanceOf(t testing.TB, parts *serve.Components, accountID string) credits.Amount {
+	t.Helper()
+	b, err := parts.API.Billing.Balance(context.Background(), accountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ImportCompanies stores company records through the JSON Lines importer,
+// so their URL and domain are normalized as in production.
+func ImportCompanies(ctx context.Context, parts *serve.Components, recs ...company.Record) error {
 	var buf bytes.Buffer
 	for _, r := range recs {
 		b, _ := json.Marshal(r)
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	if _, err := company.Import(context.Background(), &buf, company.Format("jsonl"), e.Parts.Companies, e.Parts.Normalize, nil); err != nil {
-		e.T.Fatal(err)
-	}
+	_, err := company.Import(ctx, &buf, company.Format("jsonl"), parts.Companies, parts.Normalize, nil)
+	return err
 }
 
 // Response is an HTTP answer.
@@ -215,11 +241,3 @@ func (e *Env) WaitFor(statusPath, key string, d time.Duration) map[string]any {
 
 // Str is a helper for optional string fields.
 func Str(s string) *string { return &s }
-
-// Must fails the test on err.
-func Must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}

@@ -183,8 +183,8 @@ type decoder struct {
 	s    string
 	pos  int
 	err  error
-	strs []string // backing store for *string fields, allocated in bulk
-	ints []int    // same for *int fields
+	strs strSlab // backing store for *string fields, allocated in bulk
+	ints []int   // same for *int fields
 }
 
 // decodeRecord parses a stored value. It never panics on corrupt input.
@@ -332,6 +332,19 @@ func (d *decoder) take(n uint64) string {
 
 func (d *decoder) str() string { return d.take(d.uvarint()) }
 
+// strSlab hands out *string values carved from a shared array: one
+// allocation for many fields. Growing it leaves earlier pointers valid
+// (they keep the old array alive).
+type strSlab []string
+
+func (s *strSlab) ptr(v string) *string {
+	if len(*s) == cap(*s) {
+		*s = make([]string, 0, 32)
+	}
+	*s = append(*s, v)
+	return &(*s)[len(*s)-1]
+}
+
 // optStr and optInt carve their pointers from slabs: one allocation for
 // all fields instead of one each, which halves the cost of decoding a
 // record. Growing a slab leaves earlier pointers valid (they keep the old
@@ -340,11 +353,7 @@ func (d *decoder) optStr(present bool) *string {
 	if !present {
 		return nil
 	}
-	if len(d.strs) == cap(d.strs) {
-		d.strs = make([]string, 0, 32)
-	}
-	d.strs = append(d.strs, d.str())
-	return &d.strs[len(d.strs)-1]
+	return d.strs.ptr(d.str())
 }
 
 func (d *decoder) optInt(present bool) *int {
@@ -366,15 +375,10 @@ func (d *decoder) sharedPrefix(base string) *string {
 		return nil
 	}
 	rest := d.str()
-	if len(d.strs) == cap(d.strs) {
-		d.strs = make([]string, 0, 32)
-	}
 	if n == 0 {
-		d.strs = append(d.strs, rest)
-	} else {
-		d.strs = append(d.strs, base[:n]+rest)
+		return d.strs.ptr(rest)
 	}
-	return &d.strs[len(d.strs)-1]
+	return d.strs.ptr(base[:n] + rest)
 }
 
 func (d *decoder) u16Str() *string {
@@ -387,9 +391,5 @@ func (d *decoder) u16Str() *string {
 	if n == 0 {
 		return nil
 	}
-	if len(d.strs) == cap(d.strs) {
-		d.strs = make([]string, 0, 32)
-	}
-	d.strs = append(d.strs, d.take(n))
-	return &d.strs[len(d.strs)-1]
+	return d.strs.ptr(d.take(n))
 }

@@ -277,18 +277,23 @@ type weighted struct {
 }
 
 func pickWeighted(r *rand.Rand, ws []weighted) string {
+	return ws[pickIndex(r, len(ws), func(i int) int { return ws[i].weight })].value
+}
+
+// pickIndex draws one of n choices, choice i with weight w(i).
+func pickIndex(r *rand.Rand, n int, w func(int) int) int {
 	total := 0
-	for _, w := range ws {
-		total += w.weight
+	for i := range n {
+		total += w(i)
 	}
 	x := r.IntN(total)
-	for _, w := range ws {
-		if x < w.weight {
-			return w.value
+	for i := range n {
+		if x < w(i) {
+			return i
 		}
-		x -= w.weight
+		x -= w(i)
 	}
-	return ws[len(ws)-1].value
+	return n - 1
 }
 
 type sizeBand struct {
@@ -298,18 +303,7 @@ type sizeBand struct {
 }
 
 func pickBand(r *rand.Rand) int {
-	total := 0
-	for _, s := range sizeBands {
-		total += s.weight
-	}
-	x := r.IntN(total)
-	for i, s := range sizeBands {
-		if x < s.weight {
-			return i
-		}
-		x -= s.weight
-	}
-	return len(sizeBands) - 1
+	return pickIndex(r, len(sizeBands), func(i int) int { return sizeBands[i].weight })
 }
 
 // fixed returns one of the hand-written records. They never depend on the

@@ -288,14 +288,14 @@ func prepareOwn(rec Record, norm Normalizer) (Record, bool, error) {
 	return rec, true, nil
 }
 
-// canonical returns the canonical form of *raw, or nil when raw is nil,
-// blank or unusable.
+// canonical returns the canonical form of *raw, or nil when raw is nil or
+// the normalizer refuses it (blank values included).
 func canonical(raw *string, f func(string) (string, error)) *string {
-	if raw == nil || strings.TrimSpace(*raw) == "" {
+	if raw == nil {
 		return nil
 	}
 	c, err := f(*raw)
-	if err != nil || c == "" {
+	if err != nil {
 		return nil
 	}
 	return &c

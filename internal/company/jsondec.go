@@ -33,18 +33,11 @@ type jsonReader struct {
 	err     error
 	depth   int
 	scratch []byte
-	slab    []string // backing store for *string values, to allocate in bulk
+	slab    strSlab // backing store for *string values, to allocate in bulk
 }
 
-// ptr returns a pointer to a copy of s, carved from the slab. Growing the
-// slab leaves earlier pointers valid: they keep the old array alive.
-func (d *jsonReader) ptr(s string) *string {
-	if len(d.slab) == cap(d.slab) {
-		d.slab = make([]string, 0, 32)
-	}
-	d.slab = append(d.slab, s)
-	return &d.slab[len(d.slab)-1]
-}
+// ptr returns a pointer to a copy of s, carved from the slab.
+func (d *jsonReader) ptr(s string) *string { return d.slab.ptr(s) }
 
 func (d *jsonReader) fail(format string, args ...any) {
 	if d.err == nil {

@@ -1,7 +1,6 @@
 // Package config reads bulkd's settings from flags, each with a BULKD_*
 // environment equivalent (the flag wins when both are given). README's
-// configuration table is generated from the same definitions by
-// `bulkd serve --help`.
+// configuration table lists them all (a test checks it against Register).
 package config
 
 import (
@@ -43,6 +42,9 @@ type Config struct {
 	Workers   int           // in-process shard workers (standalone mode)
 	BatchSize int           // distinct inputs a shard processor answers per batch
 	Retention time.Duration // how long job data is kept
+	// ResultsCacheBytes bounds the memory kept for rendered results rows of
+	// completed jobs (0: no cache; every page is read from Redis).
+	ResultsCacheBytes int64
 	// InstanceID names this process as the holder of shard leases. Stable
 	// across restarts, it lets a restarted instance resume its own shards at
 	// once; empty means "hostname/listen address".
@@ -66,25 +68,26 @@ type Config struct {
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		Listen:          "127.0.0.1:8080",
-		RedisURL:        "redis://127.0.0.1:6379/0",
-		LogFormat:       "json",
-		LogLevel:        "info",
-		SMTPPort:        25,
-		ReadTimeout:     60 * time.Second,
-		WriteTimeout:    60 * time.Second,
-		IdleTimeout:     120 * time.Second,
-		ShutdownTimeout: 30 * time.Second,
-		MaxBodyBytes:    64 << 20,
-		RateLimit:       20,
-		DemoKeysFile:    "var/demo-keys.env",
-		ShardSize:       1000,
-		Workers:         4,
-		BatchSize:       500,
-		Retention:       30 * 24 * time.Hour,
-		LeaseTTL:        30 * time.Second,
-		NetworkHosts:    "linkedin.com",
-		RedirectChecks:  true,
+		Listen:            "127.0.0.1:8080",
+		RedisURL:          "redis://127.0.0.1:6379/0",
+		LogFormat:         "json",
+		LogLevel:          "info",
+		SMTPPort:          25,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		MaxBodyBytes:      64 << 20,
+		RateLimit:         20,
+		DemoKeysFile:      "var/demo-keys.env",
+		ShardSize:         1000,
+		Workers:           4,
+		BatchSize:         500,
+		Retention:         30 * 24 * time.Hour,
+		ResultsCacheBytes: 256 << 20,
+		LeaseTTL:          30 * time.Second,
+		NetworkHosts:      "linkedin.com",
+		RedirectChecks:    true,
 	}
 }
 
@@ -109,6 +112,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.Workers, "workers", "in-process shard workers in standalone mode")
 	num(fs, &c.BatchSize, "batch-size", "distinct inputs a shard processor answers per batch (and records at once)")
 	dur(fs, &c.Retention, "retention", "how long job data (status and results) is kept after submission")
+	num64(fs, &c.ResultsCacheBytes, "results-cache-bytes", "memory for the rendered results rows of completed jobs, in bytes (0: off; pages are then read from Redis each time)")
 	dur(fs, &c.LeaseTTL, "lease-ttl", "how long a shard stays claimed without a heartbeat (and how often unfinished shards are looked for)")
 	str(fs, &c.InstanceID, "instance-id", "stable id of this instance for shard leases (default: hostname/listen address)")
 	str(fs, &c.NetworkHosts, "network-hosts", "comma-separated professional-network hosts recognised in network_url")
@@ -194,6 +198,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShardSize < 1 || c.ShardSize > 100_000 {
 		return fmt.Errorf("--shard-size must be 1..100000")
+	}
+	if c.ResultsCacheBytes < 0 {
+		return fmt.Errorf("--results-cache-bytes must not be negative")
 	}
 	if c.MaxShards < 0 {
 		return fmt.Errorf("--max-shards must not be negative")
@@ -337,8 +344,10 @@ func (k *Kube) Validate() error {
 	if k.Image == "" || k.RedisSecretName == "" || k.RedisSecretKey == "" {
 		return fmt.Errorf("--processor-image, --redis-secret-name and --redis-secret-key are required")
 	}
-	if k.JobTTL < 0 || k.ProcessorTimeout <= 0 || k.Requeue <= 0 {
-		return fmt.Errorf("--job-ttl cannot be negative; --processor-timeout and --requeue must be positive")
+	// A finished Job is where the controller reads which shards failed, so
+	// it must outlive at least a reconcile: no zero TTL.
+	if k.JobTTL <= 0 || k.ProcessorTimeout <= 0 || k.Requeue <= 0 {
+		return fmt.Errorf("--job-ttl, --processor-timeout and --requeue must be positive")
 	}
 	return nil
 }

@@ -56,10 +56,10 @@ func (a *Answerer) Answer(ctx context.Context, payloads []string) ([]jobs.Answer
 	var nets, doms []string
 	for i, p := range payloads {
 		switch {
-		case strings.HasPrefix(p, "n:"):
-			netIdx, nets = append(netIdx, i), append(nets, p[2:])
-		case strings.HasPrefix(p, "d:"):
-			domIdx, doms = append(domIdx, i), append(doms, p[2:])
+		case strings.HasPrefix(p, normalize.KeyNetwork):
+			netIdx, nets = append(netIdx, i), append(nets, p[len(normalize.KeyNetwork):])
+		case strings.HasPrefix(p, normalize.KeyDomain):
+			domIdx, doms = append(domIdx, i), append(doms, p[len(normalize.KeyDomain):])
 		default:
 			return nil, fmt.Errorf("enrich: payload %q has no kind", p)
 		}
@@ -134,10 +134,8 @@ func (a *Answerer) checkRedirects(ctx context.Context, doms []string) []redirect
 
 func encode(d data, found bool) jobs.Answer {
 	d.Record.Normalize()
-	if found {
-		if d.EmailDomain == nil {
-			d.EmailDomain = d.Domain
-		}
+	if found && d.EmailDomain == nil { // email on the company's own domain
+		d.EmailDomain = d.Domain
 	}
 	b, err := json.Marshal(d)
 	if err != nil { // only plain data types: cannot happen
@@ -190,16 +188,10 @@ func Classify(n *normalize.Normalizer, networkURL, domain *string) (echo string,
 	}
 	in, err := n.Row(nu, d)
 	// The network URL is used when it has a value (SPEC 2.1), even when it
-	// turns out invalid; a blank one gives way to the domain. What counts
-	// as blank is the normalizer's call: a valid row says which field it
-	// used, an invalid one is asked.
-	var useNetwork bool
-	if err == nil {
-		useNetwork = in.Kind == normalize.KindNetwork
-	} else {
-		useNetwork = !blankTo(n, nu) || (networkURL != nil && blankTo(n, d))
-	}
-	if useNetwork {
+	// turns out invalid; a blank one gives way to the domain. The normalizer
+	// says which field it used; with both blank, the row echoes network_url
+	// when it was sent.
+	if in.Kind == normalize.KindNetwork || (in.Kind == 0 && networkURL != nil) {
 		echo = Echo(true, networkURL)
 	} else {
 		echo = Echo(false, domain)
@@ -211,15 +203,6 @@ func Classify(n *normalize.Normalizer, networkURL, domain *string) (echo string,
 		return echo, in, err.Error()
 	}
 	return echo, in, ""
-}
-
-// blankTo reports whether n reads s as a blank value. strings.TrimSpace is
-// not the same test: the normalizer also trims U+200B and U+FEFF, which
-// arrive invisibly with values pasted from spreadsheets.
-func blankTo(n *normalize.Normalizer, s string) bool {
-	_, err := n.NetworkURL(s)
-	inv, ok := err.(*normalize.Invalid)
-	return ok && inv.Reason == normalize.ReasonBlank
 }
 
 // RenderRow appends one result row (SPEC 2.4) as JSON; ans is nil while

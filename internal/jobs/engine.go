@@ -12,6 +12,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/rowcache"
 )
 
 // Executor runs a stored job's shards: in-process (Local) or as Kubernetes
@@ -64,6 +65,9 @@ type Engine struct {
 	// from paying that start-up a hundred times.
 	MaxShards int
 	Retention time.Duration // how long a job's data is kept after submission
+	// RowCache, when set, keeps the rendered rows of completed jobs
+	// (Results); nil renders every page from Redis.
+	RowCache *rowcache.Cache
 
 	// failpoint, when set (tests only), is called before each step of a
 	// submission; an error there behaves like a failure of that step.

@@ -48,21 +48,8 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		meta["completed_at"] = j.CompletedAt.UnixMilli()
 	}
 	pipe.HSet(ctx, metaKey(j.ID), meta)
-	// Chunks go in batches so no single command carries the whole job.
-	for start := 0; start < len(rows); start += 20 {
-		args := make([]any, 0, 40)
-		for c := start; c < min(start+20, len(rows)); c++ {
-			args = append(args, strconv.Itoa(c), rows[c])
-		}
-		pipe.HSet(ctx, rowsKey(j.ID), args...)
-	}
-	for start := 0; start < len(shards); start += 20 {
-		args := make([]any, 0, 40)
-		for c := start; c < min(start+20, len(shards)); c++ {
-			args = append(args, strconv.Itoa(c), shards[c])
-		}
-		pipe.HSet(ctx, inputsKey(j.ID), args...)
-	}
+	hsetChunks(ctx, pipe, rowsKey(j.ID), rows)
+	hsetChunks(ctx, pipe, inputsKey(j.ID), shards)
 	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
 		pipe.PExpireAt(ctx, k, exp)
 	}
@@ -73,6 +60,18 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		return fmt.Errorf("store job %s: %w", j.ID, err)
 	}
 	return nil
+}
+
+// hsetChunks queues chunks as fields "0", "1", … of a hash, 20 per HSET,
+// so no single command carries a whole job.
+func hsetChunks(ctx context.Context, pipe redis.Pipeliner, key string, chunks [][]byte) {
+	for start := 0; start < len(chunks); start += 20 {
+		args := make([]any, 0, 40)
+		for c := start; c < min(start+20, len(chunks)); c++ {
+			args = append(args, strconv.Itoa(c), chunks[c])
+		}
+		pipe.HSet(ctx, key, args...)
+	}
 }
 
 // Delete removes every key of a job.
@@ -398,15 +397,18 @@ func (s *Store) ReadPage(ctx context.Context, id string, offset, limit int) (*Pa
 	return p, nil
 }
 
+// mark is a submission's member in the pending and reclaiming sets.
+func mark(jobID, accountID string) string { return jobID + "|" + accountID }
+
 // markPending notes a submission in flight; commit removes the mark. A mark
 // that outlives its submission means the process died in between: the
 // janitor reverses the charge and deletes what was stored.
 func (s *Store) markPending(ctx context.Context, jobID, accountID string, now time.Time) error {
-	return s.rdb.ZAdd(ctx, pendingKey, redis.Z{Score: float64(now.UnixMilli()), Member: jobID + "|" + accountID}).Err()
+	return s.rdb.ZAdd(ctx, pendingKey, redis.Z{Score: float64(now.UnixMilli()), Member: mark(jobID, accountID)}).Err()
 }
 
 func (s *Store) commit(ctx context.Context, jobID, accountID string) error {
-	n, err := s.rdb.ZRem(ctx, pendingKey, jobID+"|"+accountID).Result()
+	n, err := s.rdb.ZRem(ctx, pendingKey, mark(jobID, accountID)).Result()
 	if err != nil {
 		return fmt.Errorf("commit %s: %w", jobID, err)
 	}
@@ -454,9 +456,9 @@ func (s *Store) reclaiming(ctx context.Context) ([][2]string, error) {
 }
 
 func (s *Store) doneReclaiming(ctx context.Context, jobID, accountID string) error {
-	return s.rdb.ZRem(ctx, reclaimingKey, jobID+"|"+accountID).Err()
+	return s.rdb.ZRem(ctx, reclaimingKey, mark(jobID, accountID)).Err()
 }
 
 func (s *Store) dropPending(ctx context.Context, jobID, accountID string) error {
-	return s.rdb.ZRem(ctx, pendingKey, jobID+"|"+accountID).Err()
+	return s.rdb.ZRem(ctx, pendingKey, mark(jobID, accountID)).Err()
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,9 +21,6 @@ import (
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/serve"
 )
-
-// Scheme has the built-in types and BulkJob.
-func Scheme() *runtime.Scheme { return v1alpha1.NewScheme() }
 
 // RESTConfig is the Kubernetes client configuration: the kubeconfig file
 // when one is given, else in-cluster or $KUBECONFIG.
@@ -43,7 +39,7 @@ func RunAPIServer(ctx context.Context, rc *rest.Config, cfg config.Config, kc co
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cl, err := cluster.New(rc, func(o *cluster.Options) {
-		o.Scheme = Scheme()
+		o.Scheme = v1alpha1.NewScheme()
 		o.Logger = logr.FromSlogHandler(log.Handler())
 		o.Cache.DefaultNamespaces = map[string]cache.Config{kc.Namespace: {}}
 	})
@@ -66,7 +62,7 @@ func RunAPIServer(ctx context.Context, rc *rest.Config, cfg config.Config, kc co
 		}
 		return fmt.Errorf("watch BulkJobs in %s: cache did not sync", kc.Namespace)
 	}
-	ex := &Executor{Client: cl.GetClient(), Namespace: kc.Namespace, Parallelism: int32(kc.Parallelism)}
+	ex := &Executor{Client: cl.GetClient(), APIReader: cl.GetAPIReader(), Namespace: kc.Namespace, Parallelism: int32(kc.Parallelism)}
 	return serve.RunWith(ctx, cfg, log, stdout, ready, serve.Options{Executor: ex, Mode: "kubernetes"})
 }
 

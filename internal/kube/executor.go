@@ -27,11 +27,12 @@ import (
 // deletes the job's data). It also implements jobs.StatusReader: a job's
 // status is its BulkJob's.
 type Executor struct {
-	// Client creates and deletes BulkJobs.
+	// Client creates and deletes BulkJobs and reads their status (from a
+	// cache in `bulkd apiserver`).
 	Client client.Client
-	// Reader reads BulkJob status (a cache in `bulkd apiserver`); defaults
-	// to Client.
-	Reader client.Reader
+	// APIReader reads straight from the API server, where a cache may not
+	// have seen a BulkJob created a moment ago; defaults to Client.
+	APIReader client.Reader
 	// Namespace holds the BulkJobs.
 	Namespace string
 	// Parallelism of new BulkJobs (capped by their shard count).
@@ -48,7 +49,9 @@ var (
 	_ jobs.StatusReader = (*Executor)(nil)
 )
 
-// BulkJobFor is the BulkJob of an accepted job.
+// BulkJobFor is the BulkJob of an accepted job. It is created with the
+// controller's finalizer, so that the controller's first pass does not
+// spend a write (and a second pass) adding it.
 func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.BulkJob {
 	metering := v1alpha1.MeteringCredits
 	if j.QuotaWindow != "" {
@@ -63,6 +66,7 @@ func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.Bulk
 				v1alpha1.LabelManagedBy: v1alpha1.ManagedByAPIServer,
 				v1alpha1.LabelFamily:    j.Family,
 			},
+			Finalizers: []string{v1alpha1.Finalizer},
 		},
 		Spec: v1alpha1.BulkJobSpec{
 			Family:         v1alpha1.Family(j.Family),
@@ -83,29 +87,38 @@ func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.Bulk
 func (e *Executor) Enqueue(ctx context.Context, j *jobs.Job) error {
 	bj := BulkJobFor(j, e.Namespace, e.Parallelism)
 	err := e.Client.Create(ctx, bj)
+	if err == nil {
+		return nil
+	}
+	refused := certainlyNotCreated(err)
 	if apierrors.IsAlreadyExists(err) {
-		// A retried create whose first try went through is fine; anything
-		// else with this name is not ours.
+		// A retried create whose first try went through is fine. Read past
+		// any cache, which may not have seen that first try yet.
+		r := e.APIReader
+		if r == nil {
+			r = e.Client
+		}
 		var cur v1alpha1.BulkJob
-		if gerr := e.Client.Get(ctx, client.ObjectKeyFromObject(bj), &cur); gerr == nil && cur.Spec.JobID == j.ID && cur.DeletionTimestamp.IsZero() {
+		switch gerr := r.Get(ctx, client.ObjectKeyFromObject(bj), &cur); {
+		case gerr == nil && cur.Spec.JobID == j.ID && cur.DeletionTimestamp.IsZero():
 			return nil
+		case gerr == nil && cur.Spec.JobID != j.ID:
+			refused = true // another object of this name: ours was not created, and theirs is not ours to delete
 		}
+		// Otherwise ours may exist (or be on its way out): the rollback's
+		// Cancel deletes it.
 	}
-	if err != nil {
-		if certainlyNotCreated(err) {
-			e.refused.Store(j.ID, true)
-		}
-		return fmt.Errorf("create BulkJob %s/%s: %w", e.Namespace, j.ID, err)
+	if refused {
+		e.refused.Store(j.ID, true)
 	}
-	return nil
+	return fmt.Errorf("create BulkJob %s/%s: %w", e.Namespace, j.ID, err)
 }
 
 // certainlyNotCreated tells the errors after which the object cannot
 // exist; after a timeout or a lost connection it may.
 func certainlyNotCreated(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err) ||
-		apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsAlreadyExists(err) ||
-		apierrors.IsMethodNotSupported(err)
+		apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsMethodNotSupported(err)
 }
 
 // Cancel deletes the job's BulkJob; its finalizer deletes the job's data
@@ -124,14 +137,12 @@ func (e *Executor) Cancel(ctx context.Context, jobID string) error {
 
 // ReadStatus implements jobs.StatusReader: a job's status, progress and
 // outcome counts are its BulkJob's. A BulkJob the controller has not
-// reported on yet, or a Failed one, leaves the stored job as it is.
+// reported on yet, or a Failed one, leaves the stored job as it is. The
+// BulkJob follows Redis by up to one reconcile (2 s): for that long the
+// status may still say running while every row already reads answered.
 func (e *Executor) ReadStatus(ctx context.Context, j *jobs.Job) (bool, error) {
-	r := e.Reader
-	if r == nil {
-		r = e.Client
-	}
 	var bj v1alpha1.BulkJob
-	err := r.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: j.ID}, &bj)
+	err := e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: j.ID}, &bj)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}

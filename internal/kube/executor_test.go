@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func accepted() *jobs.Job {
 }
 
 func TestEnqueueCreatesTheBulkJob(t *testing.T) {
-	c := fake.NewClientBuilder().WithScheme(Scheme()).Build()
+	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).Build()
 	ex := &Executor{Client: c, Namespace: "bulkd", Parallelism: 8}
 	ctx := context.Background()
 	if err := ex.Enqueue(ctx, accepted()); err != nil {
@@ -40,7 +41,7 @@ func TestEnqueueCreatesTheBulkJob(t *testing.T) {
 	}
 	want := v1alpha1.BulkJobSpec{Family: v1alpha1.FamilyCompanyEnrichment, Metering: v1alpha1.MeteringCredits, OwnerKeyID: "key123",
 		JobID: id, Rows: 25, DistinctInputs: 20, Shards: 2, ShardSize: 10, Parallelism: 2}
-	if bj.Spec != want || bj.Labels[v1alpha1.LabelFamily] != "company_enrichment" {
+	if bj.Spec != want || bj.Labels[v1alpha1.LabelFamily] != "company_enrichment" || !slices.Equal(bj.Finalizers, []string{v1alpha1.Finalizer}) {
 		t.Fatalf("BulkJob %+v", bj)
 	}
 	// Enqueueing the same job again is not an error.
@@ -59,8 +60,10 @@ func TestEnqueueCreatesTheBulkJob(t *testing.T) {
 	if err := ex.Cancel(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "bulkd", Name: id}, &bj); !apierrors.IsNotFound(err) {
-		t.Fatalf("BulkJob not deleted: %v", err)
+	// Deleted: it waits only for its finalizer (the controller deletes the
+	// job's data, then lets it go).
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "bulkd", Name: id}, &bj); err != nil || bj.DeletionTimestamp.IsZero() {
+		t.Fatalf("BulkJob not being deleted: %v %v", err, bj.DeletionTimestamp)
 	}
 	if err := ex.Cancel(ctx, id); err != nil {
 		t.Fatalf("cancel of a job with no BulkJob: %v", err)
@@ -84,7 +87,7 @@ func TestCancelAfterARefusedCreate(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			deletes := 0
-			cl := fake.NewClientBuilder().WithScheme(Scheme()).WithInterceptorFuncs(interceptor.Funcs{
+			cl := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).WithInterceptorFuncs(interceptor.Funcs{
 				Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
 					return c.createErr
 				},
@@ -127,7 +130,7 @@ func TestReadStatusComesFromTheBulkJob(t *testing.T) {
 		{"failed: the stored job says more", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseFailed).Obj(), false, jobs.StatusRunning, 5, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := fake.NewClientBuilder().WithScheme(Scheme())
+			b := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme())
 			if c.bj != nil {
 				b = b.WithObjects(c.bj)
 			}
@@ -161,5 +164,59 @@ func TestExitCode(t *testing.T) {
 	if ExitCode(nil) != 0 || ExitCode(fmt.Errorf("x: %w", jobs.ErrJobNotFound)) != v1alpha1.ProcessorExitJobDataMissing ||
 		ExitCode(errors.New("redis down")) != v1alpha1.ProcessorExitRetry {
 		t.Fatal("exit codes")
+	}
+}
+
+// A create answered "already exists" is ours when the API server (not a
+// cache that may lag) shows our BulkJob; when it cannot tell, the rollback
+// deletes; another object of that name is neither ours nor to be deleted.
+func TestEnqueueAlreadyExists(t *testing.T) {
+	gr := schema.GroupResource{Group: "bulkd.io", Resource: "bulkjobs"}
+	ours := builders.MakeBulkJob(id, "bulkd").Obj()
+	theirs := builders.MakeBulkJob(id, "bulkd").Obj()
+	theirs.Spec.JobID = "someone-else"
+	for _, c := range []struct {
+		name        string
+		live        *v1alpha1.BulkJob // what the API server has; nil: the read fails
+		wantErr     bool
+		wantsDelete bool
+	}{
+		{"ours, not in the cache yet", ours, false, false},
+		{"cannot tell", nil, true, true},
+		{"another object", theirs, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			deletes := 0
+			cached := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+					return apierrors.NewAlreadyExists(gr, id)
+				},
+				Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+					deletes++
+					return nil
+				},
+			}).Build() // its cache has nothing
+			lb := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme())
+			if c.live != nil {
+				lb = lb.WithObjects(c.live)
+			} else {
+				lb = lb.WithInterceptorFuncs(interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+					return apierrors.NewTimeoutError("slow", 1)
+				}})
+			}
+			ex := &Executor{Client: cached, APIReader: lb.Build(), Namespace: "bulkd", Parallelism: 4}
+			err := ex.Enqueue(context.Background(), accepted())
+			if (err != nil) != c.wantErr {
+				t.Fatalf("enqueue: %v", err)
+			}
+			if err != nil {
+				if cerr := ex.Cancel(context.Background(), id); cerr != nil {
+					t.Fatal(cerr)
+				}
+			}
+			if c.wantsDelete != (deletes == 1) {
+				t.Fatalf("%d deletes", deletes)
+			}
+		})
 	}
 }

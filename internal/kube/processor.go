@@ -20,7 +20,7 @@ func ShardOwner(jobID string, shard int) string { return fmt.Sprintf("pod/%s/%d"
 
 // RunShard is `bulkd processor`: it answers every unanswered input of one
 // shard within timeout. While another holder's lease is live it waits for
-// it (a crashed holder's lease expires).
+// it (a crashed holder's lease expires). log carries the job and shard.
 func RunShard(ctx context.Context, proc *jobs.Processor, jobID string, shard int, timeout time.Duration, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -28,7 +28,7 @@ func RunShard(ctx context.Context, proc *jobs.Processor, jobID string, shard int
 	for {
 		err := proc.ProcessShard(ctx, jobID, shard)
 		if err == nil {
-			log.Info("shard done", "job", jobID, "shard", shard, "elapsed", time.Since(start).String())
+			log.Info("shard done", "elapsed", time.Since(start).String())
 			return nil
 		}
 		if !errors.Is(err, jobs.ErrShardBusy) {
@@ -37,7 +37,7 @@ func RunShard(ctx context.Context, proc *jobs.Processor, jobID string, shard int
 			}
 			return fmt.Errorf("shard %d of %s: %w", shard, jobID, err)
 		}
-		log.Info("shard leased by another processor; waiting", "job", jobID, "shard", shard)
+		log.Info("shard leased by another processor; waiting")
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("shard %d of %s: still leased elsewhere: %w", shard, jobID, ctx.Err())

@@ -32,7 +32,6 @@ type Limiter struct {
 	lim       *redis_rate.Limiter
 	limit     redis_rate.Limit
 	perSecond int
-	now       func() time.Time
 }
 
 // New returns a limiter of perSecond requests per second per key.
@@ -42,7 +41,6 @@ func New(rdb redis.UniversalClient, perSecond int) *Limiter {
 		lim:       redis_rate.NewLimiter(rdb),
 		limit:     redis_rate.Limit{Rate: perSecond, Burst: perSecond, Period: time.Second},
 		perSecond: perSecond,
-		now:       time.Now,
 	}
 }
 
@@ -52,7 +50,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("rate limit: %w", err)
 	}
-	now := l.now()
+	now := time.Now()
 	out := Result{
 		Allowed: res.Allowed > 0,
 		Limit:   l.perSecond,

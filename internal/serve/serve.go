@@ -27,6 +27,7 @@ import (
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
+	"github.com/bulkd/bulkd/internal/rowcache"
 )
 
 // Components are the parts of a configured bulkd, for `serve`, the
@@ -61,16 +62,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	if err := out.Validate(); err != nil {
 		return nil, err
 	}
-	var hosts []string
-	for _, h := range strings.Split(cfg.NetworkHosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, strings.ToLower(h))
-		}
-	}
-	if len(hosts) == 0 {
-		hosts = normalize.DefaultHosts
-	}
-	norm := normalize.New(hosts)
+	norm := normalize.New(strings.Split(cfg.NetworkHosts, ",")) // it trims, lowercases and defaults
 	companies := company.NewStore(rdb, "bulkd:")
 	ans := &enrich.Answerer{Store: companies}
 	if cfg.RedirectChecks {
@@ -103,6 +95,9 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	eng.ShardSize = cfg.ShardSize
 	eng.MaxShards = cfg.MaxShards
 	eng.Retention = cfg.Retention
+	if cfg.ResultsCacheBytes > 0 {
+		eng.RowCache = rowcache.New(cfg.ResultsCacheBytes)
+	}
 	bl.ChargeTTL = cfg.Retention + 24*time.Hour
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),

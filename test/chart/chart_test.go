@@ -64,6 +64,9 @@ var scenarios = []scenario{
 			if v := envOf(api)["BULKD_LISTEN"]["value"]; v != ":8080" {
 				t.Errorf("apiserver BULKD_LISTEN %v", v)
 			}
+			if v := envOf(api)["BULKD_RESULTS_CACHE_BYTES"]["value"]; v != "268435456" {
+				t.Errorf("apiserver BULKD_RESULTS_CACHE_BYTES %v", v)
+			}
 			probe := asMap(asMap(api["readinessProbe"])["httpGet"])
 			if probe["path"] != "/readyz" || probe["port"] != "http" {
 				t.Errorf("apiserver readiness probe %v", probe)
@@ -145,6 +148,7 @@ metrics:
     labels: {release: prometheus}
 apiserver:
   replicas: 3
+  resultsCacheBytes: 1073741824
   service: {type: NodePort, port: 8443, nodePort: 30080, annotations: {example.com/lb: internal}}
   resources:
     requests: {cpu: "1", memory: 1Gi}
@@ -198,6 +202,9 @@ tolerations: [{key: dedicated, operator: Equal, value: bulkd, effect: NoSchedule
 			}
 			if envOf(ac)["BULKD_MAX_BODY_BYTES"]["value"] != "1048576" {
 				t.Error("apiserver.extraEnv not applied")
+			}
+			if v := envOf(ac)["BULKD_RESULTS_CACHE_BYTES"]["value"]; v != "1073741824" { // not 1.073741824e+09
+				t.Errorf("apiserver.resultsCacheBytes rendered as %v", v)
 			}
 			if nested(t, api, "spec", "replicas") != int64(3) && nested(t, api, "spec", "replicas") != float64(3) {
 				t.Errorf("replicas %v", nested(t, api, "spec", "replicas"))

@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,20 +90,9 @@ func TestSubmissionRunsAsIndexedJob(t *testing.T) {
 	}
 }
 
-// hangRows are 30 distinct inputs (one shard) whose input 15 is a domain
-// whose website check hangs once: with batches of 5 the processor records
-// inputs 0-14, then blocks.
-func hangRows(host string) []in {
-	var rows []in
-	for i := 20; i < 35; i++ {
-		rows = append(rows, co(i))
-	}
-	rows = append(rows, dom(host))
-	for i := 35; i < 49; i++ {
-		rows = append(rows, co(i))
-	}
-	return rows
-}
+// hangRows: one shard of 30 inputs here, so with batches of 5 the
+// processor records inputs 0-14, then blocks on input 15.
+var hangRows = companyapi.HangRows
 
 // (b) A processor pod deleted in the middle of its shard: the index is run
 // again by a new pod, every row is answered exactly once, the charge stays.
@@ -361,5 +352,34 @@ func TestScaleSmoke100k(t *testing.T) {
 	exactlyOnce(t, sub.JobID, st)
 	if b := balance(t, acct); b != credits.Whole(200_000-n) {
 		t.Fatalf("balance %s", b)
+	}
+}
+
+// The API pods fit the Go heap under their container's memory limit
+// (internal/memlimit): the chart's 768Mi limit gives a 691 MiB Go limit,
+// which the API logs at start-up, and the results cache is configured.
+func TestAPIMemoryLimitFromContainer(t *testing.T) {
+	ctx := context.Background()
+	pods, err := h.cs.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=apiserver"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("apiserver pods: %v (%d)", err, len(pods.Items))
+	}
+	for _, p := range pods.Items {
+		raw, err := h.cs.CoreV1().Pods(h.ns).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("logs of %s: %v", p.Name, err)
+		}
+		if !strings.Contains(string(raw), "Go memory limit 691 MiB (90% of the cgroup's 768 MiB)") {
+			t.Errorf("pod %s did not set its Go memory limit from the container's; its log:\n%s", p.Name, raw)
+		}
+	}
+	res, err := http.Get(h.apiURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if !strings.Contains(string(body), "bulkd_results_cache_max_bytes 2.68435456e+08") {
+		t.Error("the API's metrics do not show the chart's 256 MiB results cache")
 	}
 }

@@ -17,9 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
-	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
-	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
@@ -32,61 +30,29 @@ type (
 )
 
 var (
-	nu   = companyapi.NetworkURL
-	dom  = companyapi.Domain
-	co   = companyapi.Company // found when n is even
-	site = companyapi.Site
-	str  = companyapi.Str
+	nu  = companyapi.NetworkURL
+	dom = companyapi.Domain
+	co  = companyapi.Company // found when n is even
 
 	companies   = companyapi.Companies
 	sameResults = companyapi.SameResults
 )
 
-const bulkPath = companyapi.BulkPath
+func clusterAPI(t *testing.T) api { return api{T: t, URL: h.apiURL} }
 
 // account makes an account with balance and a pay-as-you-go key on the
 // cluster's Redis.
 func account(t *testing.T, balance credits.Amount) (string, string) {
-	t.Helper()
-	ctx := context.Background()
-	a, err := h.parts.API.Accounts.CreateAccount(ctx, "cluster-e2e", balance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := h.parts.API.Accounts.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a.ID, key
+	return bulkdtest.NewAccount(t, h.parts, "cluster-e2e", balance)
 }
 
 func balance(t *testing.T, accountID string) credits.Amount {
-	t.Helper()
-	b, err := h.parts.API.Billing.Balance(context.Background(), accountID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return bulkdtest.BalanceOf(t, h.parts, accountID)
 }
 
-func clusterAPI(t *testing.T) api { return api{T: t, URL: h.apiURL} }
-
-// standalone runs the same rows through a standalone bulkd in this process
-// (internal/bulkdtest: private redis-server on loopback, in-process workers,
-// same company data and settings): what the cluster must return too.
+// standalone is what the cluster must return for rows.
 func standalone(t *testing.T, rows []in) (jobStatus, []map[string]any) {
-	t.Helper()
-	env := bulkdtest.Start(t, bulkdtest.WithConfig(func(c *config.Config) {
-		ref := refConfig()
-		c.ShardSize, c.BatchSize, c.RateLimit = ref.ShardSize, ref.BatchSize, ref.RateLimit
-		c.RedirectChecks, c.HTTPProxy = ref.RedirectChecks, ref.HTTPProxy
-	}))
-	env.PutCompanies(companies()...)
-	_, key := env.Account(credits.Whole(1_000_000))
-	a := api{T: t, URL: env.URL}
-	sub := a.Submit(key, rows)
-	st := a.Wait(key, sub.JobID, 120*time.Second)
-	return st, a.Results(key, sub.JobID)
+	return companyapi.Standalone(t, refConfig(), rows)
 }
 
 func bulkJob(t *testing.T, id string) (*v1alpha1.BulkJob, error) {

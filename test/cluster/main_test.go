@@ -17,9 +17,7 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,8 +35,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/bulkd/bulkd/controllers"
-	"github.com/bulkd/bulkd/internal/company"
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/serve"
 	"github.com/bulkd/bulkd/test/companyapi"
@@ -99,7 +97,7 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	h.cfg.QPS, h.cfg.Burst = 50, 100
-	if h.k8s, err = client.New(h.cfg, client.Options{Scheme: controllers.NewScheme()}); err != nil {
+	if h.k8s, err = client.New(h.cfg, client.Options{Scheme: v1alpha1.NewScheme()}); err != nil {
 		return 1, err
 	}
 	if h.cs, err = kubernetes.NewForConfig(h.cfg); err != nil {
@@ -130,7 +128,7 @@ func run(m *testing.M) (int, error) {
 	if h.parts, err = serve.Build(cfg, h.rdb, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		return 1, err
 	}
-	if err := loadCompanies(context.Background(), h.parts); err != nil {
+	if err := bulkdtest.ImportCompanies(context.Background(), h.parts, companies()...); err != nil {
 		return 1, err
 	}
 	if h.apiURL, err = findAPI(); err != nil {
@@ -150,17 +148,6 @@ func refConfig() config.Config {
 	c.RedirectChecks = true
 	c.HTTPProxy = h.proxyURL
 	return c
-}
-
-func loadCompanies(ctx context.Context, parts *serve.Components) error {
-	var buf bytes.Buffer
-	for _, r := range companies() {
-		b, _ := json.Marshal(r)
-		buf.Write(b)
-		buf.WriteByte('\n')
-	}
-	_, err := company.Import(ctx, &buf, company.Format("jsonl"), parts.Companies, parts.Normalize, nil)
-	return err
 }
 
 // findAPI returns the URL of the in-cluster API: the Service's ClusterIP

@@ -153,3 +153,19 @@ func (w *Web) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "text/html")
 	fmt.Fprint(rw, "<p>hello</p>")
 }
+
+// HangRows are 30 distinct inputs whose input 15 is Domain(host): with a
+// website stand-in whose check of host hangs, a processor answering batches
+// of 5 records inputs up to 14 of that batch's shard and then blocks (how
+// the shards fall is the suite's layout).
+func HangRows(host string) []Row {
+	var rows []Row
+	for i := 20; i < 35; i++ {
+		rows = append(rows, Company(i))
+	}
+	rows = append(rows, Domain(host))
+	for i := 35; i < 49; i++ {
+		rows = append(rows, Company(i))
+	}
+	return rows
+}

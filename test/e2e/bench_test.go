@@ -16,9 +16,21 @@ import (
 )
 
 // BenchmarkResultsPage measures one 500-row results page of a completed
-// 10,000-row job whose companies carry realistic generated data.
+// 10,000-row job whose companies carry realistic generated data, served
+// from the row cache (the default) and rendered from Redis (cache off).
 func BenchmarkResultsPage(b *testing.B) {
-	env := bulkdtest.Start(b, bulkdtest.WithConfig(func(c *config.Config) { c.ShardSize = 1000; c.RateLimit = 1_000_000 }))
+	for _, c := range []struct {
+		name  string
+		bytes int64
+	}{{"cache", 256 << 20}, {"live", 0}} {
+		b.Run(c.name, func(b *testing.B) { benchmarkResultsPage(b, c.bytes) })
+	}
+}
+
+func benchmarkResultsPage(b *testing.B, cacheBytes int64) {
+	env := bulkdtest.Start(b, bulkdtest.WithConfig(func(c *config.Config) {
+		c.ShardSize, c.RateLimit, c.ResultsCacheBytes = 1000, 1_000_000, cacheBytes
+	}))
 	var data bytes.Buffer
 	if err := company.Generate(&data, 10_000, 3, "linkedin.com"); err != nil {
 		b.Fatal(err)

@@ -445,19 +445,9 @@ func coDecode(t testing.TB, b []byte, v any) {
 	}
 }
 
-// balance reads an account's balance in credits.
-func (a *companyAPI) balance(t testing.TB, acct string) credits.Amount {
-	t.Helper()
-	b, err := a.Parts.API.Billing.Balance(context.Background(), acct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func coWantBalance(t testing.TB, a *companyAPI, acct string, want credits.Amount) {
 	t.Helper()
-	if got := a.balance(t, acct); got != want {
+	if got := a.Balance(acct); got != want {
 		t.Fatalf("balance %s, want %s", got, want)
 	}
 }

@@ -89,6 +89,10 @@ func TestCompanyRowOutcomes(t *testing.T) {
 	a.PutCompanies(coNorthwind(), company.Record{
 		// A company known only by its network page: no website of its own.
 		NetworkURL: coStr("https://www.linkedin.com/company/offline-co"), Name: coStr("Offline Co"),
+	}, company.Record{
+		// A website but no email domain on record: email on the website's.
+		NetworkURL: coStr("https://www.linkedin.com/company/quiet-mail"), Name: coStr("Quiet Mail"),
+		Website: coStr("https://www.quietmail.example"), Domain: coStr("quietmail.example"),
 	})
 	acct, key := a.Account(credits.Whole(100))
 
@@ -102,15 +106,16 @@ func TestCompanyRowOutcomes(t *testing.T) {
 		{NetworkURL: coStr("https://www.linkedin.com/company/northwind-traders"), Domain: coStr("nobody-here.example")}, // 6 both: network URL used
 		{NetworkURL: coStr(""), Domain: coStr("northwind.example")},                                                     // 7 blank network URL gives way to the domain
 		{NetworkURL: coStr("\u200b\ufeff"), Domain: coStr("www.northwind.example")},                                     // 8 so does an invisibly blank one
+		coURL("https://www.linkedin.com/company/quiet-mail"),                                                            // 9 found, email_domain from its domain
 	}
 	sub := a.submit(t, key, rows)
-	if sub.TotalInvalid != 1 || sub.CreditsConsumed != 5 {
-		t.Fatalf("submission %+v: want 1 invalid row and 5 distinct inputs charged", sub)
+	if sub.TotalInvalid != 1 || sub.CreditsConsumed != 6 {
+		t.Fatalf("submission %+v: want 1 invalid row and 6 distinct inputs charged", sub)
 	}
-	coWantBalance(t, a, acct, credits.Whole(95))
+	coWantBalance(t, a, acct, credits.Whole(94))
 	st := a.wait(t, key, sub.JobID)
-	want := map[string]int64{"total_found": 6, "total_not_found": 2, "total_error": 0, "total_invalid_url": 1, "total_pending": 0}
-	if !coSameJSON(st.Summary, want) || st.TotalProcessed != 9 || st.TotalDistinct != 5 || st.CreditsConsumed != 5 || st.TotalInvalid != 1 {
+	want := map[string]int64{"total_found": 7, "total_not_found": 2, "total_error": 0, "total_invalid_url": 1, "total_pending": 0}
+	if !coSameJSON(st.Summary, want) || st.TotalProcessed != 10 || st.TotalDistinct != 6 || st.CreditsConsumed != 6 || st.TotalInvalid != 1 {
 		t.Fatalf("status %+v, want summary %v", st, want)
 	}
 	if st.CompletedAt.Before(st.CreatedAt) || time.Since(st.CreatedAt) > time.Minute {
@@ -167,6 +172,12 @@ func TestCompanyRowOutcomes(t *testing.T) {
 	t.Run("found company without a website has null domain and email_domain", func(t *testing.T) {
 		r := res[5]
 		if r.Result != "found" || r.Name == nil || *r.Name != "Offline Co" || r.Domain != nil || r.raw["email_domain"] != nil || r.NetworkID == nil {
+			t.Fatalf("row: %s", r)
+		}
+	})
+	t.Run("found company without an email domain gets its website's domain", func(t *testing.T) {
+		r := res[9]
+		if r.Result != "found" || r.Domain == nil || *r.Domain != "quietmail.example" || r.raw["email_domain"] != "quietmail.example" {
 			t.Fatalf("row: %s", r)
 		}
 	})

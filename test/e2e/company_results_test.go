@@ -72,8 +72,8 @@ func TestCompanyResultsPaging(t *testing.T) {
 			}
 		})
 	}
-	if coCreditsSum(reference) != sub.CreditsConsumed || a.balance(t, acct) != credits.Whole(2000-int64(want.distinct)) {
-		t.Fatalf("rows carry %v credits, submission %v, balance %s", coCreditsSum(reference), sub.CreditsConsumed, a.balance(t, acct))
+	if coCreditsSum(reference) != sub.CreditsConsumed || a.Balance(acct) != credits.Whole(2000-int64(want.distinct)) {
+		t.Fatalf("rows carry %v credits, submission %v, balance %s", coCreditsSum(reference), sub.CreditsConsumed, a.Balance(acct))
 	}
 
 	t.Run("defaults are limit 50 offset 0", func(t *testing.T) {
@@ -89,6 +89,20 @@ func TestCompanyResultsPaging(t *testing.T) {
 		}
 		if p := a.page(t, key, sub.JobID, "limit=3"); p.Offset != 0 || len(p.Results) != 3 {
 			t.Fatalf("limit only: offset %d, %d rows", p.Offset, len(p.Results))
+		}
+	})
+	t.Run("pages carry Content-Length and no-store", func(t *testing.T) {
+		var first []byte
+		for i := 0; i < 2; i++ { // the second read comes from the row cache
+			r := a.get(t, coBulkPath+"/"+sub.JobID+"/results?offset=480&limit=500", key)
+			if r.Status != http.StatusOK || r.Header.Get("Cache-Control") != "no-store" || r.Header.Get("Content-Length") != fmt.Sprint(len(r.Body)) {
+				t.Fatalf("read %d: %d, Cache-Control %q, Content-Length %q for %d bytes", i, r.Status, r.Header.Get("Cache-Control"), r.Header.Get("Content-Length"), len(r.Body))
+			}
+			if i == 0 {
+				first = r.Body
+			} else if string(r.Body) != string(first) {
+				t.Fatal("the same page read twice differs")
+			}
 		}
 	})
 	t.Run("offsets at and past the end are empty pages", func(t *testing.T) {

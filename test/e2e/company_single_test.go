@@ -46,7 +46,7 @@ func TestCompanySingleLookup(t *testing.T) {
 	spent := 0.0
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			before := a.balance(t, acct)
+			before := a.Balance(acct)
 			resp := a.get(t, c.path, key)
 			if resp.Status != http.StatusOK {
 				t.Fatalf("%d %s", resp.Status, resp.Body)
@@ -69,7 +69,7 @@ func TestCompanySingleLookup(t *testing.T) {
 				}
 				coCheckEmptyData(t, r, false)
 			}
-			if got := before - a.balance(t, acct); got != credits.Amount(c.credits*credits.Scale) {
+			if got := before - a.Balance(acct); got != credits.Amount(c.credits*credits.Scale) {
 				t.Fatalf("charged %s, row says %v", got, c.credits)
 			}
 			spent += c.credits

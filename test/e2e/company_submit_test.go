@@ -27,25 +27,31 @@ func TestCompanyInvalidRowsAreSkipped(t *testing.T) {
 		name   string
 		row    coIn
 		reason string // "" for a valid row
+		echo   string // the field the row echoes: "n" network_url (input and input_url), "d" domain (input only), "-" none
 	}{
-		{"person profile URL", coURL("https://www.linkedin.com/in/jane-doe"), "a person profile URL, not a company page"},
-		{"person profile URL again (a repeat)", coURL("https://www.linkedin.com/in/jane-doe"), "a person profile URL, not a company page"},
-		{"public person profile URL", coURL("linkedin.com/pub/jane-doe/1/2/3"), "a person profile URL, not a company page"},
-		{"numeric company URL", coURL("https://www.linkedin.com/company/1035"), "a numeric company URL; use the company page URL with its name"},
-		{"blank network URL", coURL(""), "blank value"},
-		{"blank domain", coDomain("   "), "blank value"},
-		{"both blank", coIn{NetworkURL: coStr(" "), Domain: coStr("")}, "blank value"},
-		{"neither field", coIn{}, "blank value"},
-		{"company name over 200 characters", coURL("https://www.linkedin.com/company/" + slug200 + "b"), "company name over 200 characters"},
-		{"network URL in the domain field", coDomain("https://www.linkedin.com/company/acme"), "a network URL in the domain field"},
-		{"network host in the domain field", coDomain("uk.linkedin.com"), "a network URL in the domain field"},
-		{"not a domain: spaces", coDomain("acme corporation"), "not a domain: contains spaces"},
-		{"not a domain: no dot", coDomain("localhost"), "not a domain: no dot"},
-		{"not a domain: IP address", coDomain("192.0.2.10"), "an IP address, not a domain"},
-		{"not a domain: public suffix", coDomain("co.uk"), "not a domain: a public suffix such as co.uk, not a registrable domain"},
-		{"not a network page", coURL("https://www.example.com/company/acme"), "not a URL of a recognised network host"},
-		{"company name of exactly 200 characters", coURL("https://www.linkedin.com/company/" + slug200), ""},
-		{"a valid domain", coDomain("acme.example"), ""},
+		{"person profile URL", coURL("https://www.linkedin.com/in/jane-doe"), "a person profile URL, not a company page", "n"},
+		{"person profile URL again (a repeat)", coURL("https://www.linkedin.com/in/jane-doe"), "a person profile URL, not a company page", "n"},
+		{"public person profile URL", coURL("linkedin.com/pub/jane-doe/1/2/3"), "a person profile URL, not a company page", "n"},
+		{"numeric company URL", coURL("https://www.linkedin.com/company/1035"), "a numeric company URL; use the company page URL with its name", "n"},
+		{"blank network URL", coURL(""), "blank value", "n"},
+		{"blank domain", coDomain("   "), "blank value", "d"},
+		{"both blank", coIn{NetworkURL: coStr(" "), Domain: coStr("")}, "blank value", "n"},
+		{"neither field", coIn{}, "blank value", "-"},
+		{"company name over 200 characters", coURL("https://www.linkedin.com/company/" + slug200 + "b"), "company name over 200 characters", "n"},
+		{"network URL in the domain field", coDomain("https://www.linkedin.com/company/acme"), "a network URL in the domain field", "d"},
+		{"network host in the domain field", coDomain("uk.linkedin.com"), "a network URL in the domain field", "d"},
+		{"not a domain: spaces", coDomain("acme corporation"), "not a domain: contains spaces", "d"},
+		{"not a domain: no dot", coDomain("localhost"), "not a domain: no dot", "d"},
+		{"not a domain: IP address", coDomain("192.0.2.10"), "an IP address, not a domain", "d"},
+		{"not a domain: public suffix", coDomain("co.uk"), "not a domain: a public suffix such as co.uk, not a registrable domain", "d"},
+		{"not a network page", coURL("https://www.example.com/company/acme"), "not a URL of a recognised network host", "n"},
+		// SPEC 2.1: a network_url with a value is used even when a domain is
+		// also sent, so an invalid one makes the row invalid and is what the
+		// row echoes; a blank one (here a zero-width space) gives way.
+		{"invalid network URL beside a valid domain", coIn{NetworkURL: coStr("linkedin.com/in/jane-doe"), Domain: coStr("acme.example")}, "a person profile URL, not a company page", "n"},
+		{"blank network URL beside an invalid domain", coIn{NetworkURL: coStr("\u200b"), Domain: coStr("co.uk")}, "not a domain: a public suffix such as co.uk, not a registrable domain", "d"},
+		{"company name of exactly 200 characters", coURL("https://www.linkedin.com/company/" + slug200), "", "n"},
+		{"a valid domain", coDomain("acme.example"), "", "d"},
 	}
 	rows := make([]coIn, len(cases))
 	wantInvalid, wantValid := 0, map[string]bool{}
@@ -79,24 +85,21 @@ func TestCompanyInvalidRowsAreSkipped(t *testing.T) {
 				t.Fatalf("want invalid_url %q at 0 credits, got %s", c.reason, r)
 			}
 			coCheckEmptyData(t, r, false)
-			// The row echoes what was sent.
-			switch {
-			case c.row.NetworkURL == nil && c.row.Domain == nil:
-				if r.Input != nil || r.InputURL != nil {
-					t.Fatalf("row with neither field echoes %s", r)
-				}
-			case r.Input == nil || (*r.Input != coDeref(c.row.NetworkURL) && *r.Input != coDeref(c.row.Domain)):
-				t.Fatalf("row echoes %s", r)
+			// The row echoes the field it used, exactly as sent.
+			ok := false
+			switch c.echo {
+			case "-":
+				ok = r.Input == nil && r.InputURL == nil
+			case "n":
+				ok = r.Input != nil && r.InputURL != nil && *r.Input == *c.row.NetworkURL && *r.InputURL == *c.row.NetworkURL
+			case "d":
+				ok = r.Input != nil && r.InputURL == nil && *r.Input == *c.row.Domain
+			}
+			if !ok {
+				t.Fatalf("row should echo field %q: %s", c.echo, r)
 			}
 		})
 	}
-}
-
-func coDeref(s *string) string {
-	if s == nil {
-		return "\x00absent"
-	}
-	return *s
 }
 
 // TestCompanyEquivalentSpellings (SPEC 2.5 rules 2 and 3): rows that are
@@ -229,7 +232,7 @@ func TestCompanyCreditsAddUp(t *testing.T) {
 	}
 	st := a.wait(t, key, sub.JobID)
 	res := a.results(t, key, sub.JobID, 500)
-	spent := credits.Amount(500_500) - a.balance(t, acct)
+	spent := credits.Amount(500_500) - a.Balance(acct)
 	if coCreditsSum(res) != sub.CreditsConsumed || st.CreditsConsumed != sub.CreditsConsumed || spent != credits.Whole(int64(want.distinct)) {
 		t.Fatalf("rows %v, submission %v, status %v, balance decrease %s: all must be %d",
 			coCreditsSum(res), sub.CreditsConsumed, st.CreditsConsumed, spent, want.distinct)

@@ -35,6 +35,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/testredis"
+	"github.com/bulkd/bulkd/test/companyapi"
 )
 
 // TestRestart kills `bulkd serve` mid-job and starts it again.
@@ -236,54 +237,16 @@ func restartFreeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-var restartClient = &http.Client{Timeout: 30 * time.Second}
-
-func restartCall(t *testing.T, method, url, key string, body any) (int, []byte) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-API-Key", key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := restartClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return res.StatusCode, b
+// restartAPI is the company API client on one bulkd process.
+func restartAPI(t *testing.T, p *restartProc) companyapi.Client {
+	return companyapi.Client{T: t, URL: p.url}
 }
 
-type restartStatus struct {
-	Status         string           `json:"status"`
-	TotalRows      int64            `json:"total_rows"`
-	TotalProcessed int64            `json:"total_processed"`
-	TotalInvalid   int64            `json:"total_invalid"`
-	TotalDistinct  int64            `json:"total_distinct"`
-	Credits        float64          `json:"credits_consumed"`
-	Summary        map[string]int64 `json:"summary"`
-}
-
-func restartGetStatus(t *testing.T, p *restartProc, key, id string) restartStatus {
+func restartGetStatus(t *testing.T, p *restartProc, key, id string) companyapi.JobStatus {
 	t.Helper()
-	code, b := restartCall(t, http.MethodGet, p.url+"/v1/company-enrichment/bulk/"+id, key, nil)
+	code, st := restartAPI(t, p).Status(key, id)
 	if code != http.StatusOK {
-		t.Fatalf("status: %d %s", code, b)
-	}
-	var st restartStatus
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("status %s: %v", b, err)
+		t.Fatalf("status: %d", code)
 	}
 	return st
 }
@@ -293,7 +256,7 @@ func restartResults(t *testing.T, p *restartProc, key, id string, total, limit i
 	t.Helper()
 	var rows []map[string]any
 	for off := 0; off < total; off += limit {
-		code, b := restartCall(t, http.MethodGet, fmt.Sprintf("%s/v1/company-enrichment/bulk/%s/results?limit=%d&offset=%d", p.url, id, limit, off), key, nil)
+		code, b := restartAPI(t, p).Do(http.MethodGet, fmt.Sprintf("%s/%s/results?limit=%d&offset=%d", companyapi.BulkPath, id, limit, off), key, nil)
 		if code != http.StatusOK {
 			t.Fatalf("results at %d: %d %s", off, code, b)
 		}
@@ -504,16 +467,11 @@ func restartRun(t *testing.T, bin string, sameInstance bool) {
 		}
 		return out
 	}()}
-	code, b := restartCall(t, http.MethodPost, p1.url+"/v1/company-enrichment/bulk", key, body)
+	code, b := restartAPI(t, p1).Do(http.MethodPost, companyapi.BulkPath, key, body)
 	if code != http.StatusOK {
 		t.Fatalf("submit: %d %s", code, b)
 	}
-	var sub struct {
-		JobID        string  `json:"job_id"`
-		TotalRows    int     `json:"total_rows"`
-		TotalInvalid int     `json:"total_invalid"`
-		Credits      float64 `json:"credits_consumed"`
-	}
+	var sub companyapi.Submitted
 	if err := json.Unmarshal(b, &sub); err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +484,7 @@ func restartRun(t *testing.T, bin string, sameInstance bool) {
 			invalid++
 		}
 	}
-	if sub.TotalRows != len(rows) || sub.TotalInvalid != invalid || sub.Credits != float64(distinct) {
+	if sub.TotalRows != int64(len(rows)) || sub.TotalInvalid != int64(invalid) || sub.CreditsConsumed != float64(distinct) {
 		t.Fatalf("submission %s; want %d rows, %d invalid, %d credits", b, len(rows), invalid, distinct)
 	}
 	afterCharge := opening - credits.Whole(int64(distinct))
@@ -578,7 +536,7 @@ func restartRun(t *testing.T, bin string, sameInstance bool) {
 	}
 	restartAt := time.Now()
 	p2 := restartServe(t, bin, listen2, flags...)
-	var st restartStatus
+	var st companyapi.JobStatus
 	for {
 		st = restartGetStatus(t, p2, key, sub.JobID)
 		if st.Status == "completed" {

@@ -301,7 +301,7 @@ func TestFailedBulkJobCreateRefunds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	denied, err := client.New(nobody.Config(), client.Options{Scheme: kube.Scheme()})
+	denied, err := client.New(nobody.Config(), client.Options{Scheme: v1alpha1.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,20 +356,9 @@ func TestFailedBulkJobCreateRefunds(t *testing.T) {
 	}
 }
 
-// hangRows are 30 distinct inputs (3 shards of 10) whose input 15, in the
-// middle of shard 1, is a domain whose website check hangs once: with
-// batches of 5, shard 1 records inputs 10-14, then blocks.
-func hangRows(host string) []in {
-	var rows []in
-	for i := 20; i < 35; i++ {
-		rows = append(rows, co(i))
-	}
-	rows = append(rows, dom(host))
-	for i := 35; i < 49; i++ {
-		rows = append(rows, co(i))
-	}
-	return rows
-}
+// hangRows: 3 shards of 10 here, so input 15 is in the middle of shard 1,
+// which records inputs 10-14 (batches of 5), then blocks.
+var hangRows = companyapi.HangRows
 
 // killMidShard waits for shard 1 to block on host, checks it is half done,
 // and kills its process.

@@ -3,10 +3,7 @@ package kube_test
 import (
 	"github.com/bulkd/bulkd/test/companyapi"
 
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,23 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
-	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
-	"github.com/bulkd/bulkd/internal/company"
-	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 )
-
-func (h *harness) loadCompanies(ctx context.Context) error {
-	var buf bytes.Buffer
-	for _, r := range companies() {
-		b, _ := json.Marshal(r)
-		buf.Write(b)
-		buf.WriteByte('\n')
-	}
-	_, err := company.Import(ctx, &buf, company.Format("jsonl"), h.parts.Companies, h.parts.Normalize, nil)
-	return err
-}
 
 // The company API client is shared with the other whole-system suite.
 type (
@@ -43,11 +26,8 @@ type (
 )
 
 var (
-	nu   = companyapi.NetworkURL
-	dom  = companyapi.Domain
-	co   = companyapi.Company // found when n is even
-	site = companyapi.Site
-	str  = companyapi.Str
+	dom = companyapi.Domain
+	co  = companyapi.Company // found when n is even
 
 	companies   = companyapi.Companies
 	sameResults = companyapi.SameResults
@@ -55,49 +35,21 @@ var (
 
 const bulkPath = companyapi.BulkPath
 
+func (h *harness) kubeAPI(t *testing.T) api { return api{T: t, URL: h.apiURL} }
+
 // account makes an account with balance and a pay-as-you-go key on the
 // shared Redis.
 func (h *harness) account(t *testing.T, balance credits.Amount) (string, string) {
-	t.Helper()
-	ctx := context.Background()
-	a, err := h.parts.API.Accounts.CreateAccount(ctx, "kube-e2e", balance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := h.parts.API.Accounts.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a.ID, key
+	return bulkdtest.NewAccount(t, h.parts, "kube-e2e", balance)
 }
 
 func (h *harness) balance(t *testing.T, accountID string) credits.Amount {
-	t.Helper()
-	b, err := h.parts.API.Billing.Balance(context.Background(), accountID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return bulkdtest.BalanceOf(t, h.parts, accountID)
 }
 
-func (h *harness) kubeAPI(t *testing.T) api { return api{T: t, URL: h.apiURL} }
-
-// standalone runs the same rows through a standalone bulkd (its own Redis,
-// in-process workers, the same company data and settings) and returns its
-// results: what Kubernetes mode must return too.
+// standalone is what Kubernetes mode must return for rows.
 func standalone(t *testing.T, rows []in) (jobStatus, []map[string]any) {
-	t.Helper()
-	env := bulkdtest.Start(t, bulkdtest.WithConfig(func(c *config.Config) {
-		ref := apiConfig()
-		c.ShardSize, c.BatchSize, c.RateLimit = ref.ShardSize, ref.BatchSize, ref.RateLimit
-		c.RedirectChecks, c.HTTPProxy = ref.RedirectChecks, ref.HTTPProxy
-	}))
-	env.PutCompanies(companies()...)
-	_, key := env.Account(credits.Whole(1000))
-	a := api{T: t, URL: env.URL}
-	sub := a.Submit(key, rows)
-	st := a.Wait(key, sub.JobID, 30*time.Second)
-	return st, a.Results(key, sub.JobID)
+	return companyapi.Standalone(t, apiConfig(), rows)
 }
 
 func (h *harness) bulkJob(t *testing.T, id string) *v1alpha1.BulkJob {
@@ -140,15 +92,6 @@ func (h *harness) jobKeys(t *testing.T, id string) []string {
 		t.Fatal(err)
 	}
 	return keys
-}
-
-// rowsOf counts rows per result value.
-func rowsOf(res []map[string]any) map[string]int64 {
-	out := map[string]int64{}
-	for _, r := range res {
-		out[fmt.Sprint(r["result"])]++
-	}
-	return out
 }
 
 // eventReasons lists the reasons of the events about a BulkJob.

@@ -35,7 +35,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/controllers"
+	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/kube"
 	"github.com/bulkd/bulkd/internal/serve"
@@ -137,7 +139,7 @@ func run(m *testing.M) (int, error) {
 		return 1, fmt.Errorf("envtest: %w", err)
 	}
 	defer func() { _ = h.env.Stop() }()
-	if h.k8s, err = client.New(h.cfg, client.Options{Scheme: controllers.NewScheme()}); err != nil {
+	if h.k8s, err = client.New(h.cfg, client.Options{Scheme: v1alpha1.NewScheme()}); err != nil {
 		return 1, err
 	}
 	rs, err := testredis.StartProcess(dir)
@@ -169,7 +171,7 @@ func run(m *testing.M) (int, error) {
 	if err := h.startAPI(ctx); err != nil {
 		return 1, err
 	}
-	if err := h.loadCompanies(ctx); err != nil {
+	if err := bulkdtest.ImportCompanies(ctx, h.parts, companies()...); err != nil {
 		return 1, err
 	}
 	return m.Run(), nil

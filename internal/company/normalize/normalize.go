@@ -149,23 +149,31 @@ func (n *Normalizer) hosts() []string {
 // invalid; we do not fall back to the domain, because the client's preferred
 // identifier was wrong and silently using the other one would hide that);
 // otherwise the domain is used; both blank is Invalid "blank value".
+// An invalid row still says which field it used (Kind), 0 when both were
+// blank.
 func (n *Normalizer) Row(networkURL, domain string) (Input, error) {
 	if !isBlank(networkURL) {
 		c, err := n.NetworkURL(networkURL)
 		if err != nil {
-			return Input{}, err
+			return Input{Kind: KindNetwork}, err
 		}
-		return Input{Kind: KindNetwork, Canonical: c, Key: "n:" + c}, nil
+		return Input{Kind: KindNetwork, Canonical: c, Key: KeyNetwork + c}, nil
 	}
 	if !isBlank(domain) {
 		c, err := n.Domain(domain)
 		if err != nil {
-			return Input{}, err
+			return Input{Kind: KindDomain}, err
 		}
-		return Input{Kind: KindDomain, Canonical: c, Key: "d:" + c}, nil
+		return Input{Kind: KindDomain, Canonical: c, Key: KeyDomain + c}, nil
 	}
 	return Input{}, &Invalid{Reason: ReasonBlank}
 }
+
+// Key prefixes: an Input's Key is its kind's prefix and its canonical form.
+const (
+	KeyNetwork = "n:"
+	KeyDomain  = "d:"
+)
 
 // isTrimmed reports the runes stripped from both ends of a value: Unicode
 // white space plus the zero-width space and byte-order mark, which arrive

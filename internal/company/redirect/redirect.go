@@ -211,12 +211,18 @@ func judge(home, host string) Result {
 
 // judgeLoop decides a redirect loop; cycle starts at the repeated URL.
 func judgeLoop(home string, cycle []*url.URL) Result {
-	for _, u := range cycle {
-		if r := judge(home, u.Hostname()); !r.IsRedirect {
+	// A loop redirects only if every URL in it is on another domain; it is
+	// then named by the repeated URL.
+	first := judge(home, cycle[0].Hostname())
+	if !first.IsRedirect {
+		return Result{}
+	}
+	for _, u := range cycle[1:] {
+		if !judge(home, u.Hostname()).IsRedirect {
 			return Result{}
 		}
 	}
-	return judge(home, cycle[0].Hostname())
+	return first
 }
 
 // errNoResponse marks a hop that produced no HTTP response.
