@@ -2,8 +2,8 @@
 // the domain's website redirects to a website on another registrable domain
 // (SPEC 2.4 is_redirect / redirected_to).
 //
-// A check requests http://<domain>/ and follows Location headers itself, hop
-// by hop, so it sees where the chain ends even when the last hop cannot be
+// A check requests http://<domain>/ (https://<domain>/ when port 80 gives no
+// answer) and follows Location headers itself, hop by hop, so it sees where the chain ends even when the last hop cannot be
 // fetched. Everything is bounded: hops (Options.MaxHops), bytes read from any
 // body (maxBodyBytes), time (Options.Timeout for the whole check, plus the
 // outbound per-call timeouts), and the result cache (Options.CacheSize).
@@ -119,7 +119,9 @@ func NewChecker(cfg outbound.Config, opts Options) *Checker {
 //     not a redirect. Otherwise the result is the host where the loop starts.
 //   - A final host that is not a domain (an IP address) names no website:
 //     not a redirect.
-//   - If the first request gets no HTTP answer at all, Check returns an
+//   - The first hop is http://<domain>/, or https://<domain>/ when http
+//     gets no HTTP answer or a gateway error (502/504).
+//   - If neither first request gets an HTTP answer, Check returns an
 //     error and the caller decides. Errors are not cached.
 //
 // If ctx ends first, Check returns ctx's error, but a check already started
@@ -170,15 +172,16 @@ func (c *Checker) check(ctx context.Context, d string) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("redirect check %s: %w", d, err)
 	}
-	cur := &url.URL{Scheme: "http", Host: d, Path: "/"}
+	cur, loc, err := c.firstHop(ctx, d)
+	if err != nil {
+		return Result{}, fmt.Errorf("redirect check %s: %w", d, err)
+	}
 	chain := []*url.URL{cur}
 	for hop := 0; ; hop++ {
-		loc, err := c.fetch(ctx, cur)
-		if err != nil {
-			if hop == 0 {
-				return Result{}, fmt.Errorf("redirect check %s: %w", d, err)
+		if hop > 0 {
+			if loc, _, err = c.fetch(ctx, cur); err != nil {
+				return judge(home, cur.Hostname()), nil
 			}
-			return judge(home, cur.Hostname()), nil
 		}
 		if loc == nil {
 			return judge(home, cur.Hostname()), nil
@@ -193,6 +196,34 @@ func (c *Checker) check(ctx context.Context, d string) (Result, error) {
 		}
 		cur = loc
 		chain = append(chain, cur)
+	}
+}
+
+// firstHop fetches the first hop of domain d's chain and returns the URL it
+// fetched and the Location it answered. It asks http://d/ first (most sites
+// answer there, if only to send visitors to https), then https://d/ when http
+// gave no HTTP answer or a gateway error: port 80 closed shows up as a refused
+// connection when going direct and as a 502/504 from a proxy, and a site served
+// only over TLS must still be followed.
+func (c *Checker) firstHop(ctx context.Context, d string) (*url.URL, *url.URL, error) {
+	plain := &url.URL{Scheme: "http", Host: d, Path: "/"}
+	loc, status, err := c.fetch(ctx, plain)
+	if err == nil && status != http.StatusBadGateway && status != http.StatusGatewayTimeout {
+		return plain, loc, nil
+	}
+	if ctx.Err() != nil {
+		// The check's time is up; there is none left for a second try.
+		return nil, nil, err
+	}
+	secure := &url.URL{Scheme: "https", Host: d, Path: "/"}
+	sloc, _, serr := c.fetch(ctx, secure)
+	switch {
+	case serr == nil:
+		return secure, sloc, nil
+	case err == nil:
+		return plain, loc, nil // http's gateway error is the best answer there is
+	default:
+		return nil, nil, errors.Join(err, serr)
 	}
 }
 
@@ -229,19 +260,19 @@ func judgeLoop(home string, cycle []*url.URL) Result {
 var errNoResponse = errors.New("no HTTP response")
 
 // fetch requests u (HEAD, or GET when the server refuses HEAD) and returns
-// the resolved Location of a redirect response, or nil for any other
-// response.
-func (c *Checker) fetch(ctx context.Context, u *url.URL) (*url.URL, error) {
+// the resolved Location of a redirect response (nil for any other response)
+// and the response status.
+func (c *Checker) fetch(ctx context.Context, u *url.URL) (*url.URL, int, error) {
 	resp, err := c.do(ctx, http.MethodHead, u)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented {
 		if resp, err = c.do(ctx, http.MethodGet, u); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return nextURL(resp, u), nil
+	return nextURL(resp, u), resp.StatusCode, nil
 }
 
 // do sends one request and returns the response with its body already

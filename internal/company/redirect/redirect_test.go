@@ -2,8 +2,12 @@ package redirect
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -25,6 +29,48 @@ type web struct {
 
 	mu   sync.Mutex
 	hits map[string]int // by host (CONNECT: host:port)
+
+	tls *httptest.Server // the https sites (*.example.com), after withTLS
+}
+
+// withTLS adds https sites under *.example.com (the names httptest's
+// certificate holds), reached by CONNECT through the proxy like real ones,
+// and makes c trust their certificate.
+func (w *web) withTLS(t testing.TB, c *Checker) {
+	t.Helper()
+	w.tls = httptest.NewTLSServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.mu.Lock()
+		w.hits["https://"+r.Host]++
+		w.mu.Unlock()
+		switch r.Host {
+		case "tls-move.example.com":
+			redirectTo(rw, http.StatusMovedPermanently, "https://www.elsewhere.example/")
+		default:
+			_, _ = fmt.Fprint(rw, "secure home")
+		}
+	}))
+	t.Cleanup(w.tls.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(w.tls.Certificate())
+	c.client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
+}
+
+// tunnel answers a CONNECT by piping the connection to the TLS server.
+func (w *web) tunnel(rw http.ResponseWriter, _ *http.Request) {
+	up, err := net.Dial("tcp", w.tls.Listener.Addr().String())
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadGateway)
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+	conn, buf, err := rw.(http.Hijacker).Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	go func() { _, _ = io.Copy(up, buf); up.Close() }()
+	_, _ = io.Copy(conn, up)
+	conn.Close()
 }
 
 func startWeb(t testing.TB) *web {
@@ -67,8 +113,12 @@ func (w *web) serve(rw http.ResponseWriter, r *http.Request) {
 	w.mu.Unlock()
 
 	if r.Method == http.MethodConnect {
-		// No TLS sites here: every https hop fails at CONNECT, which is
-		// what the checker must cope with.
+		if w.tls != nil && strings.HasSuffix(r.Host, ".example.com:443") {
+			w.tunnel(rw, r)
+			return
+		}
+		// Other sites have no TLS: their https hops fail at CONNECT, which
+		// is what the checker must cope with.
 		http.Error(rw, "CONNECT refused", http.StatusBadGateway)
 		return
 	}
@@ -144,7 +194,10 @@ func (w *web) serve(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		redirectTo(rw, http.StatusMovedPermanently, "http://slowdest.example/")
-	case "dead.example":
+	case "tls-only.example.com":
+		// Port 80 closed: a proxy answers 502 for it.
+		http.Error(rw, "connection refused", http.StatusBadGateway)
+	case "dead.example", "tls-move.example.com":
 		// Accept the connection, then drop it without any HTTP response.
 		if hj, ok := rw.(http.Hijacker); ok {
 			if conn, _, err := hj.Hijack(); err == nil {
@@ -255,6 +308,36 @@ func TestCheckNoAnswerIsError(t *testing.T) {
 	}
 	if w.count("dead.example") == before {
 		t.Fatal("error result was cached: second check made no request")
+	}
+}
+
+// A site whose port 80 is closed (the proxy's 502, or a dropped connection)
+// is checked over https instead of being reported as not redirecting.
+func TestCheckHTTPSOnlySite(t *testing.T) {
+	w := startWeb(t)
+	c := w.checker(Options{})
+	w.withTLS(t, c)
+	for _, tt := range []struct {
+		domain string
+		want   Result
+	}{
+		{"tls-only.example.com", Result{}},
+		{"tls-move.example.com", Result{true, "elsewhere.example"}},
+	} {
+		got, err := c.Check(context.Background(), tt.domain)
+		if err != nil || got != tt.want {
+			t.Fatalf("Check(%q) = %+v, %v; want %+v", tt.domain, got, err, tt.want)
+		}
+		if n := w.count("https://" + tt.domain); n != 1 {
+			t.Errorf("https requests to %s = %d, want 1", tt.domain, n)
+		}
+	}
+	// Neither scheme answers: still an error, and both were tried.
+	if _, err := c.Check(context.Background(), "dead.example"); !errors.Is(err, errNoResponse) {
+		t.Fatalf("dead site: err = %v, want errNoResponse", err)
+	}
+	if n := w.count("dead.example:443"); n != 1 {
+		t.Fatalf("CONNECT dead.example:443 = %d, want 1 (https tried after http)", n)
 	}
 }
 
