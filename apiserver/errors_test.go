@@ -94,6 +94,18 @@ func TestErrorBodies(t *testing.T) {
 	checkError(t, api.do(http.MethodGet, "/v1/nothing", "", k...), 404, "")
 	r := api.do(http.MethodDelete, "/v1/credits", "", k...)
 	checkError(t, r, 405, "")
+	for path, allow := range map[string]string{
+		"/v1/credits":                   "GET",
+		"/v1/company-enrichment/bulk":   "POST",
+		"/v1/company-enrichment/bulk/x": "GET",
+		"/v1/unlimited/usage":           "GET",
+		"/healthz":                      "GET",
+	} {
+		r := api.do(http.MethodPut, path, "", k...)
+		if r.Status != 405 || r.Header.Get("Allow") != allow {
+			t.Errorf("PUT %s: %d, Allow %q; want 405, Allow %q", path, r.Status, r.Header.Get("Allow"), allow)
+		}
+	}
 	// No key is needed to learn that a route or method does not exist, and
 	// a key of the wrong family changes nothing.
 	checkError(t, api.do(http.MethodGet, "/v1/unlimited/nothing", ""), 404, "")

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -88,8 +89,9 @@ func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.observe, s.recoverer)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { apierr.Write(w, apierr.ErrNotFound) })
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, "Method "+r.Method+" is not allowed on "+r.URL.Path))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", allowedMethods(r, req.URL.Path))
+		apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, "Method "+req.Method+" is not allowed on "+req.URL.Path))
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -120,6 +122,23 @@ func (s *Server) routes() chi.Router {
 		})
 	})
 	return r
+}
+
+// routedMethods are the methods allowedMethods asks the router about.
+var routedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// allowedMethods lists the methods routes answers on path, for the Allow
+// header a 405 must carry (RFC 9110 section 15.5.6). 405s are rare, so asking
+// the router once per method costs nothing that matters.
+func allowedMethods(routes chi.Routes, path string) string {
+	var ms []string
+	for _, m := range routedMethods {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			ms = append(ms, m)
+		}
+	}
+	return strings.Join(ms, ", ")
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
