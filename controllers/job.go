@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/config"
 )
 
 // Options are the operator-wide settings of the processor Jobs (from
@@ -57,20 +58,30 @@ type Options struct {
 	RequeueInterval time.Duration
 }
 
-// DefaultOptions returns the defaults.
+// DefaultOptions returns the defaults: those of `bulkd controller`'s flags.
 func DefaultOptions() Options {
+	return OptionsFrom(config.DefaultKube(), config.Default().Retention, corev1.ResourceRequirements{})
+}
+
+// OptionsFrom maps the controller's configuration (its flags) to Options;
+// resources is the parsed --processor-resources.
+func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.ResourceRequirements) Options {
 	return Options{
-		Image:                "bulkd:latest",
-		ImagePullPolicy:      corev1.PullIfNotPresent,
+		Image:                kc.Image,
+		ImagePullPolicy:      corev1.PullPolicy(kc.ImagePullPolicy),
+		ServiceAccount:       kc.ServiceAccount,
+		Resources:            resources,
 		Command:              []string{"bulkd"},
-		RedisSecretName:      "bulkd-redis",
-		RedisSecretKey:       "redis-url",
-		MaxParallelism:       32,
-		BackoffLimitPerIndex: 3,
-		JobTTL:               time.Hour,
-		ProcessorTimeout:     30 * time.Minute,
-		Retention:            30 * 24 * time.Hour,
-		RequeueInterval:      2 * time.Second,
+		RedisSecretName:      kc.RedisSecretName,
+		RedisSecretKey:       kc.RedisSecretKey,
+		ConfigMapName:        kc.ProcessorConfigMap,
+		MaxParallelism:       int32(kc.ParallelismCap),
+		BackoffLimitPerIndex: int32(kc.BackoffLimitPerShard),
+		MaxFailedShards:      int32(kc.MaxFailedShards),
+		JobTTL:               kc.JobTTL,
+		ProcessorTimeout:     kc.ProcessorTimeout,
+		Retention:            retention,
+		RequeueInterval:      kc.Requeue,
 	}
 }
 

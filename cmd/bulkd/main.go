@@ -18,7 +18,6 @@ import (
 	"syscall"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/bulkd/bulkd/controllers"
@@ -154,28 +153,13 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := controllers.DefaultOptions()
-	opts.Image = kc.Image
-	opts.ImagePullPolicy = corev1.PullPolicy(kc.ImagePullPolicy)
-	opts.ServiceAccount = kc.ServiceAccount
-	opts.Resources = resources
-	opts.RedisSecretName = kc.RedisSecretName
-	opts.RedisSecretKey = kc.RedisSecretKey
-	opts.ConfigMapName = kc.ProcessorConfigMap
-	opts.MaxParallelism = int32(kc.ParallelismCap)
-	opts.BackoffLimitPerIndex = int32(kc.BackoffLimitPerShard)
-	opts.MaxFailedShards = int32(kc.MaxFailedShards)
-	opts.JobTTL = kc.JobTTL
-	opts.ProcessorTimeout = kc.ProcessorTimeout
-	opts.Retention = cfg.Retention
-	opts.RequeueInterval = kc.Requeue
 	mgr, err := controllers.NewManager(rc, controllers.ManagerOptions{
 		Namespace:   kc.Namespace,
 		MetricsAddr: kc.MetricsAddr,
 		HealthAddr:  kc.HealthAddr,
 		LeaderElect: kc.LeaderElect,
 		Concurrency: kc.Concurrency,
-		Reconciler:  opts,
+		Reconciler:  controllers.OptionsFrom(kc, cfg.Retention, resources),
 		Data:        parts.Processor.Store,
 		Shards:      parts.Processor,
 		ReadyCheck:  func(r *http.Request) error { return rdb.Ping(r.Context()).Err() },
