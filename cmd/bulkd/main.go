@@ -145,7 +145,7 @@ func runController(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	parts, err := serve.Build(cfg, rdb, log)
+	proc, err := serve.NewProcessor(cfg, rdb, log)
 	if err != nil {
 		return err
 	}
@@ -160,8 +160,8 @@ func runController(ctx context.Context, args []string) error {
 		LeaderElect: kc.LeaderElect,
 		Concurrency: kc.Concurrency,
 		Reconciler:  controllers.OptionsFrom(kc, cfg.Retention, resources),
-		Data:        parts.Processor.Store,
-		Shards:      parts.Processor,
+		Data:        proc.Store,
+		Shards:      proc,
 		ReadyCheck:  func(r *http.Request) error { return rdb.Ping(r.Context()).Err() },
 		Logger:      logger,
 	})
@@ -202,12 +202,12 @@ func runProcessor(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	parts, err := serve.Build(cfg, rdb, log)
+	proc, err := serve.NewProcessor(cfg, rdb, log)
 	if err != nil {
 		return err
 	}
-	parts.Processor.Owner = kube.ShardOwner(*jobID, shard)
-	if err := kube.RunShard(ctx, parts.Processor, *jobID, shard, *timeout, log); err != nil {
+	proc.Owner = kube.ShardOwner(*jobID, shard)
+	if err := kube.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
 		return &exitError{kube.ExitCode(err), err}
 	}
 	return nil

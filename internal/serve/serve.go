@@ -58,28 +58,14 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 
 // BuildWith assembles the components on rdb with another executor.
 func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
-	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy}.WithDefaults()
-	if err := out.Validate(); err != nil {
+	companies, ans, err := companyAnswerer(cfg, rdb)
+	if err != nil {
 		return nil, err
 	}
 	norm := normalize.New(strings.Split(cfg.NetworkHosts, ",")) // it trims, lowercases and defaults
-	companies := company.NewStore(rdb, "bulkd:")
-	ans := &enrich.Answerer{Store: companies}
-	if cfg.RedirectChecks {
-		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
-	}
 	st := accounts.NewStore(rdb, nil)
 	bl := billing.New(rdb, nil)
-	proc := jobs.NewProcessor(jobs.NewStore(rdb), map[string]jobs.Answerer{enrich.Family: ans}, log)
-	if cfg.InstanceID != "" {
-		proc.Owner = cfg.InstanceID
-	}
-	if cfg.LeaseTTL > 0 {
-		proc.LeaseTTL = cfg.LeaseTTL
-	}
-	if cfg.BatchSize > 0 {
-		proc.BatchSize = cfg.BatchSize
-	}
+	proc := newProcessor(cfg, rdb, ans, log)
 	var local *jobs.Local
 	var ex jobs.Executor
 	if o.Executor != nil {
@@ -105,6 +91,45 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Company: apiserver.CompanyDeps{Normalizer: norm, Answerer: ans},
 	})
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: companies, Normalize: norm}, nil
+}
+
+// NewProcessor builds the shard processor alone, with every family's
+// answerer: all that `bulkd processor` and the controller need.
+func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
+	_, ans, err := companyAnswerer(cfg, rdb)
+	if err != nil {
+		return nil, err
+	}
+	return newProcessor(cfg, rdb, ans, log), nil
+}
+
+// companyAnswerer builds the company store and the company family's
+// answerer (with redirect checks through the outbound configuration).
+func companyAnswerer(cfg config.Config, rdb redis.UniversalClient) (*company.Store, *enrich.Answerer, error) {
+	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy}.WithDefaults()
+	if err := out.Validate(); err != nil {
+		return nil, nil, err
+	}
+	companies := company.NewStore(rdb, "bulkd:")
+	ans := &enrich.Answerer{Store: companies}
+	if cfg.RedirectChecks {
+		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
+	}
+	return companies, ans, nil
+}
+
+func newProcessor(cfg config.Config, rdb redis.UniversalClient, ans *enrich.Answerer, log *slog.Logger) *jobs.Processor {
+	proc := jobs.NewProcessor(jobs.NewStore(rdb), map[string]jobs.Answerer{enrich.Family: ans}, log)
+	if cfg.InstanceID != "" {
+		proc.Owner = cfg.InstanceID
+	}
+	if cfg.LeaseTTL > 0 {
+		proc.LeaseTTL = cfg.LeaseTTL
+	}
+	if cfg.BatchSize > 0 {
+		proc.BatchSize = cfg.BatchSize
+	}
+	return proc
 }
 
 // janitor rolls back submissions whose process died between charge and

@@ -266,7 +266,7 @@ func (h *harness) startController(ctx context.Context) (func(), error) {
 	}
 	bcfg := config.Default()
 	bcfg.RedisURL = h.redisURL
-	parts, err := serve.Build(bcfg, h.rdb, h.log)
+	proc, err := serve.NewProcessor(bcfg, h.rdb, h.log)
 	if err != nil {
 		return nil, err
 	}
@@ -287,8 +287,8 @@ func (h *harness) startController(ctx context.Context) (func(), error) {
 		LeaderElect: true,
 		Concurrency: 4,
 		Reconciler:  opts,
-		Data:        parts.Processor.Store,
-		Shards:      parts.Processor,
+		Data:        proc.Store,
+		Shards:      proc,
 		Logger:      logr.FromSlogHandler(h.log.Handler()),
 		Now:         h.clock.Now,
 	})
