@@ -238,6 +238,3 @@ func (e *Env) WaitFor(statusPath, key string, d time.Duration) map[string]any {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// Str is a helper for optional string fields.
-func Str(s string) *string { return &s }

@@ -8,15 +8,15 @@ import (
 func TestCodecRoundTrip(t *testing.T) {
 	recs := generated(t, 2000, 7)
 	recs = append(recs,
-		Record{NetworkID: int64Ptr(1), Domain: strPtr("a.example")},
+		Record{NetworkID: new(int64(1)), Domain: new("a.example")},
 		Record{
-			NetworkID: int64Ptr(MaxNetworkID), NetworkURL: strPtr("https://www.n.example/company/x"),
-			Name: strPtr(""), Description: strPtr("line\nbreak \x00 nul"), EmployeeCount: intPtr(-5),
-			FoundedYear: intPtr(0), FollowerCount: intPtr(1 << 40),
-			CompanySize:      &CompanySize{Max: intPtr(3)},
-			Headquarters:     &Headquarters{Country: strPtr("Norway")},
+			NetworkID: new(int64(MaxNetworkID)), NetworkURL: new("https://www.n.example/company/x"),
+			Name: new(""), Description: new("line\nbreak \x00 nul"), EmployeeCount: new(-5),
+			FoundedYear: new(0), FollowerCount: new(1 << 40),
+			CompanySize:      &CompanySize{Max: new(3)},
+			Headquarters:     &Headquarters{Country: new("Norway")},
 			Specialties:      []string{"", "ünïcode"},
-			SimilarCompanies: []SimilarCompany{{}, {Location: strPtr("Oslo")}},
+			SimilarCompanies: []SimilarCompany{{}, {Location: new("Oslo")}},
 		},
 	)
 	for i := range recs {

@@ -153,10 +153,10 @@ func (c *city) text() string { return c.name + ", " + c.region + ", " + c.countr
 
 func (g *generator) similar(c core) SimilarCompany {
 	return SimilarCompany{
-		Name:       strPtr(c.name),
-		NetworkURL: strPtr(g.networkURL(c.slug)),
-		Industry:   strPtr(c.industry),
-		Location:   strPtr(c.city.name + ", " + c.city.country),
+		Name:       new(c.name),
+		NetworkURL: new(g.networkURL(c.slug)),
+		Industry:   new(c.industry),
+		Location:   new(c.city.name + ", " + c.city.country),
 	}
 }
 
@@ -167,34 +167,34 @@ func (g *generator) record(i int) Record {
 	c := g.core(i)
 	r := rand.New(rand.NewPCG(g.seed, uint64(i)))
 	rec := Record{
-		NetworkURL:  strPtr(g.networkURL(c.slug)),
-		NetworkID:   int64Ptr(generatedNetworkIDBase + int64(i)),
-		Name:        strPtr(c.name),
-		Industry:    strPtr(c.industry),
-		CompanyType: strPtr(pickWeighted(r, companyTypes)),
+		NetworkURL:  new(g.networkURL(c.slug)),
+		NetworkID:   new(int64(generatedNetworkIDBase + int64(i))),
+		Name:        new(c.name),
+		Industry:    new(c.industry),
+		CompanyType: new(pickWeighted(r, companyTypes)),
 		Headquarters: &Headquarters{
-			Text: strPtr(c.city.text()), City: strPtr(c.city.name),
-			Region: strPtr(c.city.region), Country: strPtr(c.city.country),
+			Text: new(c.city.text()), City: new(c.city.name),
+			Region: new(c.city.region), Country: new(c.city.country),
 		},
 	}
 	if r.IntN(100) >= 3 { // about 3% have no website of their own
 		domain := c.slug + ".example"
-		rec.Domain = strPtr(domain)
+		rec.Domain = new(domain)
 		if r.IntN(5) == 0 {
-			rec.Website = strPtr("https://" + domain)
+			rec.Website = new("https://" + domain)
 		} else {
-			rec.Website = strPtr("https://www." + domain)
+			rec.Website = new("https://www." + domain)
 		}
 		if r.IntN(10) == 0 {
-			rec.EmailDomain = strPtr("mail." + domain)
+			rec.EmailDomain = new("mail." + domain)
 		} else {
-			rec.EmailDomain = strPtr(domain)
+			rec.EmailDomain = new(domain)
 		}
 	}
 	sz := &sizeBands[pickBand(r)]
-	rec.CompanySize = &CompanySize{Label: strPtr(sz.label), Min: intPtr(sz.min)}
+	rec.CompanySize = &CompanySize{Label: new(sz.label), Min: new(sz.min)}
 	if sz.max > 0 {
-		rec.CompanySize.Max = intPtr(sz.max)
+		rec.CompanySize.Max = new(sz.max)
 	}
 	hi := sz.max
 	if hi == 0 {
@@ -202,17 +202,17 @@ func (g *generator) record(i int) Record {
 	}
 	employees := sz.min + r.IntN(hi-sz.min+1)
 	if r.IntN(10) > 0 {
-		rec.EmployeeCount = intPtr(employees)
+		rec.EmployeeCount = new(employees)
 	}
 	founded := 2024 - int(r.ExpFloat64()*18)
 	if founded < 1890 {
 		founded = 1890 + r.IntN(40)
 	}
 	if r.IntN(20) > 0 {
-		rec.FoundedYear = intPtr(founded)
+		rec.FoundedYear = new(founded)
 	}
 	if r.IntN(20) > 0 {
-		rec.FollowerCount = intPtr(employees*(3+r.IntN(40)) + r.IntN(500))
+		rec.FollowerCount = new(employees*(3+r.IntN(40)) + r.IntN(500))
 	}
 	if r.IntN(10) > 0 {
 		k := 1 + r.IntN(min(6, len(c.sector.specialties)))
@@ -221,7 +221,7 @@ func (g *generator) record(i int) Record {
 			rec.Specialties = append(rec.Specialties, c.sector.specialties[p])
 		}
 	}
-	rec.Description = strPtr(describe(r, &c, rec.Specialties, rec.FoundedYear))
+	rec.Description = new(describe(r, &c, rec.Specialties, rec.FoundedYear))
 	if g.n > 1 {
 		k := r.IntN(6)
 		seen := map[int]bool{i: true}
@@ -311,26 +311,26 @@ func pickBand(r *rand.Rand) int {
 func (g *generator) fixed(i int) Record {
 	f := &fixedCompanies[i]
 	rec := Record{
-		NetworkURL:  strPtr(g.networkURL(f.slug)),
-		NetworkID:   int64Ptr(generatedNetworkIDBase + int64(i)),
-		Name:        strPtr(f.name),
-		Description: strPtr(f.description),
-		Industry:    strPtr(f.sector.industry),
+		NetworkURL:  new(g.networkURL(f.slug)),
+		NetworkID:   new(int64(generatedNetworkIDBase + int64(i))),
+		Name:        new(f.name),
+		Description: new(f.description),
+		Industry:    new(f.sector.industry),
 		CompanySize: parseCompanySize(f.size),
-		CompanyType: strPtr(f.companyType),
+		CompanyType: new(f.companyType),
 		Headquarters: &Headquarters{
-			Text: strPtr(f.city.text()), City: strPtr(f.city.name),
-			Region: strPtr(f.city.region), Country: strPtr(f.city.country),
+			Text: new(f.city.text()), City: new(f.city.name),
+			Region: new(f.city.region), Country: new(f.city.country),
 		},
-		FoundedYear:   intPtr(f.founded),
-		EmployeeCount: intPtr(f.employees),
-		FollowerCount: intPtr(f.followers),
+		FoundedYear:   new(f.founded),
+		EmployeeCount: new(f.employees),
+		FollowerCount: new(f.followers),
 		Specialties:   append([]string(nil), f.specialties...),
 	}
 	if f.domain != "" {
-		rec.Website = strPtr("https://www." + f.domain)
-		rec.Domain = strPtr(f.domain)
-		rec.EmailDomain = strPtr(f.emailDomain)
+		rec.Website = new("https://www." + f.domain)
+		rec.Domain = new(f.domain)
+		rec.EmailDomain = new(f.emailDomain)
 	}
 	for j := range fixedCount {
 		if j != i && j < g.n {

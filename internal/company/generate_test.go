@@ -41,9 +41,9 @@ func TestGenerateFixedEntries(t *testing.T) {
 		name, slug             string
 		website, domain, email *string
 	}{
-		{"Northwind Traders", "northwind-traders", strPtr("https://www.northwind.example"), strPtr("northwind.example"), strPtr("northwind.example")},
-		{"Contoso Analytics", "contoso-analytics", strPtr("https://www.contoso.example"), strPtr("contoso.example"), strPtr("contoso.example")},
-		{"Fabrikam Robotics", "fabrikam-robotics", strPtr("https://www.fabrikam.example"), strPtr("fabrikam.example"), strPtr("mail.fabrikam.example")},
+		{"Northwind Traders", "northwind-traders", new("https://www.northwind.example"), new("northwind.example"), new("northwind.example")},
+		{"Contoso Analytics", "contoso-analytics", new("https://www.contoso.example"), new("contoso.example"), new("contoso.example")},
+		{"Fabrikam Robotics", "fabrikam-robotics", new("https://www.fabrikam.example"), new("fabrikam.example"), new("mail.fabrikam.example")},
 		{"Tailspin Toys", "tailspin-toys", nil, nil, nil},
 	} {
 		var r *Record

@@ -280,7 +280,7 @@ func prepareOwn(rec Record, norm Normalizer) (Record, bool, error) {
 		rec.EmailDomain = nonEmpty(strings.ToLower(*rec.EmailDomain))
 	}
 	if rec.NetworkID == nil {
-		rec.NetworkID = int64Ptr(deriveID(rec.NetworkURL, rec.Domain))
+		rec.NetworkID = new(int64(deriveID(rec.NetworkURL, rec.Domain)))
 	} else if id := *rec.NetworkID; id < 1 || id > MaxNetworkID {
 		return Record{}, false, nil
 	}
@@ -418,7 +418,7 @@ func mapPDL(row *pdlRow, norm Normalizer) (Record, bool) {
 	if rec.NetworkURL == nil && rec.Domain == nil {
 		return Record{}, false
 	}
-	rec.NetworkID = int64Ptr(deriveID(rec.NetworkURL, rec.Domain))
+	rec.NetworkID = new(int64(deriveID(rec.NetworkURL, rec.Domain)))
 	rec.EmailDomain = rec.Domain
 	rec.Name = nonEmpty(string(row.Name))
 	rec.Industry = nonEmpty(string(row.Industry))
@@ -440,7 +440,7 @@ func parseYear(s string) *int {
 	if err != nil || f != math.Trunc(f) || f < 1 || f > 9999 {
 		return nil
 	}
-	return intPtr(int(f))
+	return new(int(f))
 }
 
 // parseCompanySize turns a headcount label such as "51-200", "10001+" or
@@ -452,7 +452,7 @@ func parseCompanySize(label string) *CompanySize {
 	if label == "" {
 		return nil
 	}
-	cs := &CompanySize{Label: strPtr(label)}
+	cs := &CompanySize{Label: new(label)}
 	s := strings.ToLower(label)
 	s = strings.TrimSpace(strings.TrimSuffix(strings.TrimSuffix(s, "employees"), "employee"))
 	s = strings.NewReplacer(",", "", " ", "", "–", "-").Replace(s)
@@ -462,7 +462,7 @@ func parseCompanySize(label string) *CompanySize {
 	}
 	if lo, ok := strings.CutSuffix(s, "+"); ok {
 		if n, ok := num(lo); ok {
-			cs.Min = intPtr(n)
+			cs.Min = new(n)
 		}
 		return cs
 	}
@@ -470,12 +470,12 @@ func parseCompanySize(label string) *CompanySize {
 		a, okA := num(lo)
 		b, okB := num(hi)
 		if okA && okB && a <= b {
-			cs.Min, cs.Max = intPtr(a), intPtr(b)
+			cs.Min, cs.Max = new(a), new(b)
 		}
 		return cs
 	}
 	if n, ok := num(s); ok {
-		cs.Min, cs.Max = intPtr(n), intPtr(n)
+		cs.Min, cs.Max = new(n), new(n)
 	}
 	return cs
 }
@@ -493,6 +493,6 @@ func makeHeadquarters(city, region, country string) *Headquarters {
 	if len(parts) == 0 {
 		return nil
 	}
-	hq.Text = strPtr(strings.Join(parts, ", "))
+	hq.Text = new(strings.Join(parts, ", "))
 	return hq
 }

@@ -93,16 +93,16 @@ func TestImportPDLNDJSON(t *testing.T) {
 
 	acmeURL := "https://www.linkedin.com/company/acme-corp"
 	want := Record{
-		NetworkURL: strPtr(acmeURL), NetworkID: int64Ptr(DeriveNetworkID(acmeURL)),
-		Name: strPtr("acme corp"), Website: strPtr("acme-corp.example"),
-		Domain: strPtr("acme-corp.example"), EmailDomain: strPtr("acme-corp.example"),
-		Industry:    strPtr("computer software"),
-		CompanySize: &CompanySize{Label: strPtr("51-200"), Min: intPtr(51), Max: intPtr(200)},
+		NetworkURL: new(acmeURL), NetworkID: new(int64(DeriveNetworkID(acmeURL))),
+		Name: new("acme corp"), Website: new("acme-corp.example"),
+		Domain: new("acme-corp.example"), EmailDomain: new("acme-corp.example"),
+		Industry:    new("computer software"),
+		CompanySize: &CompanySize{Label: new("51-200"), Min: new(51), Max: new(200)},
 		Headquarters: &Headquarters{
-			Text: strPtr("san francisco, california, united states"), City: strPtr("san francisco"),
-			Region: strPtr("california"), Country: strPtr("united states"),
+			Text: new("san francisco, california, united states"), City: new("san francisco"),
+			Region: new("california"), Country: new("united states"),
 		},
-		FoundedYear: intPtr(1998), Specialties: []string{}, SimilarCompanies: []SimilarCompany{},
+		FoundedYear: new(1998), Specialties: []string{}, SimilarCompanies: []SimilarCompany{},
 	}
 	if got := lookupOne(t, st, true, acmeURL); !reflect.DeepEqual(got, &want) {
 		t.Fatalf("acme:\n got %s\nwant %s", mustJSON(t, got), mustJSON(t, want))
@@ -318,17 +318,17 @@ func TestParseCompanySize(t *testing.T) {
 	}{
 		{in: "", nilSize: true},
 		{in: "   ", nilSize: true},
-		{in: "1-10", min: intPtr(1), max: intPtr(10)},
-		{in: "11-50", min: intPtr(11), max: intPtr(50)},
-		{in: "51-200", min: intPtr(51), max: intPtr(200)},
-		{in: "201-500", min: intPtr(201), max: intPtr(500)},
-		{in: "501-1000", min: intPtr(501), max: intPtr(1000)},
-		{in: "1001-5000", min: intPtr(1001), max: intPtr(5000)},
-		{in: "5001-10000", min: intPtr(5001), max: intPtr(10000)},
-		{in: "10001+", min: intPtr(10001)},
-		{in: "1,001-5,000 employees", min: intPtr(1001), max: intPtr(5000)},
-		{in: "10,001+ employees", min: intPtr(10001)},
-		{in: "0-1", min: intPtr(0), max: intPtr(1)},
+		{in: "1-10", min: new(1), max: new(10)},
+		{in: "11-50", min: new(11), max: new(50)},
+		{in: "51-200", min: new(51), max: new(200)},
+		{in: "201-500", min: new(201), max: new(500)},
+		{in: "501-1000", min: new(501), max: new(1000)},
+		{in: "1001-5000", min: new(1001), max: new(5000)},
+		{in: "5001-10000", min: new(5001), max: new(10000)},
+		{in: "10001+", min: new(10001)},
+		{in: "1,001-5,000 employees", min: new(1001), max: new(5000)},
+		{in: "10,001+ employees", min: new(10001)},
+		{in: "0-1", min: new(0), max: new(1)},
 		{in: "Myself only"},
 		{in: "50-10"},
 		{in: "-5-10"},
@@ -341,7 +341,7 @@ func TestParseCompanySize(t *testing.T) {
 			}
 			continue
 		}
-		want := &CompanySize{Label: strPtr(strings.TrimSpace(tc.in)), Min: tc.min, Max: tc.max}
+		want := &CompanySize{Label: new(strings.TrimSpace(tc.in)), Min: tc.min, Max: tc.max}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: got %s, want %s", tc.in, mustJSON(t, got), mustJSON(t, want))
 		}

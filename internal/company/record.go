@@ -104,12 +104,6 @@ func deriveDomainNetworkID(canonDomain string) int64 {
 	return DeriveNetworkID("domain:" + canonDomain)
 }
 
-func strPtr(s string) *string { return &s }
-
-func intPtr(n int) *int { return &n }
-
-func int64Ptr(n int64) *int64 { return &n }
-
 // nonEmpty returns a pointer to the trimmed s, or nil when nothing is left,
 // so blank source values become null rather than "".
 func nonEmpty(s string) *string {

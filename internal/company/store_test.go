@@ -63,7 +63,7 @@ func TestStoreRoundTrip(t *testing.T) {
 func TestStoreJSONShape(t *testing.T) {
 	ctx := context.Background()
 	st, _ := newTestStore(t)
-	rec := Record{NetworkID: int64Ptr(42), NetworkURL: strPtr("https://www.network.example/company/bare")}
+	rec := Record{NetworkID: new(int64(42)), NetworkURL: new("https://www.network.example/company/bare")}
 	if err := st.Put(ctx, []Record{rec}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +86,8 @@ func TestByDomainMatchesOwnWebsiteOnly(t *testing.T) {
 	// A second company that hosts its email on northwind.example must not
 	// be found by that domain.
 	recs = append(recs, Record{
-		NetworkID: int64Ptr(77), NetworkURL: strPtr("https://www.network.example/company/northwind-mail-reseller"),
-		Domain: strPtr("reseller.example"), EmailDomain: strPtr("northwind.example"),
+		NetworkID: new(int64(77)), NetworkURL: new("https://www.network.example/company/northwind-mail-reseller"),
+		Domain: new("reseller.example"), EmailDomain: new("northwind.example"),
 	})
 	if err := st.Put(ctx, recs); err != nil {
 		t.Fatal(err)
@@ -168,8 +168,8 @@ func TestPutRemovesStaleIndexEntries(t *testing.T) {
 		return hashFieldCount(t, rdb, testPrefix+keyURLIdx+"*"), hashFieldCount(t, rdb, testPrefix+keyDomIdx+"*")
 	}
 
-	put(Record{NetworkID: int64Ptr(1), NetworkURL: strPtr(oldURL), Domain: strPtr(oldDom), Name: strPtr("Old")})
-	put(Record{NetworkID: int64Ptr(1), NetworkURL: strPtr(newURL), Domain: strPtr(newDom), Name: strPtr("New")})
+	put(Record{NetworkID: new(int64(1)), NetworkURL: new(oldURL), Domain: new(oldDom), Name: new("Old")})
+	put(Record{NetworkID: new(int64(1)), NetworkURL: new(newURL), Domain: new(newDom), Name: new("New")})
 	if found(true, oldURL) != nil || found(false, oldDom) != nil {
 		t.Fatal("old URL or domain still matches")
 	}
@@ -184,7 +184,7 @@ func TestPutRemovesStaleIndexEntries(t *testing.T) {
 	}
 
 	// Dropping the domain removes its entry too.
-	put(Record{NetworkID: int64Ptr(1), NetworkURL: strPtr(newURL)})
+	put(Record{NetworkID: new(int64(1)), NetworkURL: new(newURL)})
 	if found(false, newDom) != nil {
 		t.Fatal("dropped domain still matches")
 	}
@@ -194,9 +194,9 @@ func TestPutRemovesStaleIndexEntries(t *testing.T) {
 
 	// Another company (id 2) takes over newDom; when id 1 later moves away
 	// from a domain it no longer owns in the index, id 2's entry stays.
-	put(Record{NetworkID: int64Ptr(1), NetworkURL: strPtr(newURL), Domain: strPtr(newDom)})
-	put(Record{NetworkID: int64Ptr(2), NetworkURL: strPtr(oldURL), Domain: strPtr(newDom), Name: strPtr("Two")})
-	put(Record{NetworkID: int64Ptr(1), NetworkURL: strPtr(newURL), Domain: strPtr(oldDom)})
+	put(Record{NetworkID: new(int64(1)), NetworkURL: new(newURL), Domain: new(newDom)})
+	put(Record{NetworkID: new(int64(2)), NetworkURL: new(oldURL), Domain: new(newDom), Name: new("Two")})
+	put(Record{NetworkID: new(int64(1)), NetworkURL: new(newURL), Domain: new(oldDom)})
 	if r := found(false, newDom); r == nil || *r.NetworkID != 2 {
 		t.Fatalf("newDom should belong to id 2, got %v", r)
 	}
@@ -209,8 +209,8 @@ func TestPutRemovesStaleIndexEntries(t *testing.T) {
 
 	// Changes within one batch are applied in order.
 	put(
-		Record{NetworkID: int64Ptr(3), NetworkURL: strPtr("https://www.network.example/company/a")},
-		Record{NetworkID: int64Ptr(3), NetworkURL: strPtr("https://www.network.example/company/b")},
+		Record{NetworkID: new(int64(3)), NetworkURL: new("https://www.network.example/company/a")},
+		Record{NetworkID: new(int64(3)), NetworkURL: new("https://www.network.example/company/b")},
 	)
 	if found(true, "https://www.network.example/company/a") != nil || found(true, "https://www.network.example/company/b") == nil {
 		t.Fatal("in-batch rename not applied")
@@ -219,14 +219,14 @@ func TestPutRemovesStaleIndexEntries(t *testing.T) {
 
 func TestPutValidation(t *testing.T) {
 	st, _ := newTestStore(t)
-	url := strPtr("https://www.network.example/company/x")
+	url := new("https://www.network.example/company/x")
 	for name, r := range map[string]Record{
 		"no id":       {NetworkURL: url},
-		"zero id":     {NetworkID: int64Ptr(0), NetworkURL: url},
-		"id too big":  {NetworkID: int64Ptr(MaxNetworkID + 1), NetworkURL: url},
-		"no keys":     {NetworkID: int64Ptr(1)},
-		"empty url":   {NetworkID: int64Ptr(1), NetworkURL: strPtr("")},
-		"long domain": {NetworkID: int64Ptr(1), Domain: strPtr(strings.Repeat("a", maxKeyLen+1))},
+		"zero id":     {NetworkID: new(int64(0)), NetworkURL: url},
+		"id too big":  {NetworkID: new(int64(MaxNetworkID + 1)), NetworkURL: url},
+		"no keys":     {NetworkID: new(int64(1))},
+		"empty url":   {NetworkID: new(int64(1)), NetworkURL: new("")},
+		"long domain": {NetworkID: new(int64(1)), Domain: new(strings.Repeat("a", maxKeyLen+1))},
 	} {
 		if err := st.Put(context.Background(), []Record{r}); err == nil {
 			t.Errorf("%s: Put succeeded", name)

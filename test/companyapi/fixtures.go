@@ -15,25 +15,22 @@ import (
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
-// Str is a pointer to s.
-func Str(s string) *string { return &s }
-
 // Companies is the company data both suites load: four named companies
 // (one on moved.example, whose site redirects to newhome.example) and
 // co-00, co-02, … co-58 with websites site-NN.example; odd co-NN do not
 // exist.
 func Companies() []company.Record {
 	recs := []company.Record{
-		{Name: Str("Northwind Traders"), NetworkURL: Str("https://www.linkedin.com/company/northwind-traders"),
-			Website: Str("https://www.northwind.example"), Domain: Str("northwind.example"), Industry: Str("Wholesale")},
-		{Name: Str("Contoso"), NetworkURL: Str("https://www.linkedin.com/company/contoso"), Website: Str("https://contoso.example")},
-		{Name: Str("New Home"), NetworkURL: Str("https://www.linkedin.com/company/newhome"), Website: Str("https://www.newhome.example")},
-		{Name: Str("Moved Co"), NetworkURL: Str("https://www.linkedin.com/company/moved-co"), Website: Str("https://moved.example")},
+		{Name: new("Northwind Traders"), NetworkURL: new("https://www.linkedin.com/company/northwind-traders"),
+			Website: new("https://www.northwind.example"), Domain: new("northwind.example"), Industry: new("Wholesale")},
+		{Name: new("Contoso"), NetworkURL: new("https://www.linkedin.com/company/contoso"), Website: new("https://contoso.example")},
+		{Name: new("New Home"), NetworkURL: new("https://www.linkedin.com/company/newhome"), Website: new("https://www.newhome.example")},
+		{Name: new("Moved Co"), NetworkURL: new("https://www.linkedin.com/company/moved-co"), Website: new("https://moved.example")},
 	}
 	for i := 0; i < 60; i += 2 {
-		recs = append(recs, company.Record{Name: Str(fmt.Sprintf("Company %02d", i)),
-			NetworkURL: Str(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", i)),
-			Website:    Str(fmt.Sprintf("https://site-%02d.example", i))})
+		recs = append(recs, company.Record{Name: new(fmt.Sprintf("Company %02d", i)),
+			NetworkURL: new(fmt.Sprintf("https://www.linkedin.com/company/co-%02d", i)),
+			Website:    new(fmt.Sprintf("https://site-%02d.example", i))})
 	}
 	return recs
 }

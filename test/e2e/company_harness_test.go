@@ -452,8 +452,6 @@ func coWantBalance(t testing.TB, a *companyAPI, acct string, want credits.Amount
 	}
 }
 
-func coStr(s string) *string { return &s }
-
 func coSameJSON(a, b any) bool { return reflect.DeepEqual(a, b) }
 
 // coWebsites is a forward HTTP proxy on loopback standing in for every

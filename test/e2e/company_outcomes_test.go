@@ -27,24 +27,24 @@ func coStrs(s ...string) []string { return s }
 // coNorthwind is a company with every field of SPEC 2.4 and 2.6 known.
 func coNorthwind() company.Record {
 	return company.Record{
-		NetworkURL:    coStr("https://www.linkedin.com/company/northwind-traders"),
+		NetworkURL:    new("https://www.linkedin.com/company/northwind-traders"),
 		NetworkID:     coInt64(4242),
-		Name:          coStr("Northwind Traders"),
-		Description:   coStr(strings.Repeat("Northwind Traders imports and exports specialty foods from around the world. ", 40)),
-		Website:       coStr("https://www.northwind.example/home"),
-		Domain:        coStr("northwind.example"),
-		EmailDomain:   coStr("mail.northwind.example"),
-		Industry:      coStr("Food & Beverages"),
-		CompanySize:   &company.CompanySize{Label: coStr("51-200"), Min: coInt(51), Max: coInt(200)},
+		Name:          new("Northwind Traders"),
+		Description:   new(strings.Repeat("Northwind Traders imports and exports specialty foods from around the world. ", 40)),
+		Website:       new("https://www.northwind.example/home"),
+		Domain:        new("northwind.example"),
+		EmailDomain:   new("mail.northwind.example"),
+		Industry:      new("Food & Beverages"),
+		CompanySize:   &company.CompanySize{Label: new("51-200"), Min: coInt(51), Max: coInt(200)},
 		EmployeeCount: coInt(137),
-		CompanyType:   coStr("Privately Held"),
-		Headquarters:  &company.Headquarters{Text: coStr("Seattle, WA, United States"), City: coStr("Seattle"), Region: coStr("WA"), Country: coStr("United States")},
+		CompanyType:   new("Privately Held"),
+		Headquarters:  &company.Headquarters{Text: new("Seattle, WA, United States"), City: new("Seattle"), Region: new("WA"), Country: new("United States")},
 		FoundedYear:   coInt(1998),
 		Specialties:   coStrs("imports", "specialty foods", "logistics"),
 		FollowerCount: coInt(12345),
 		SimilarCompanies: []company.SimilarCompany{
-			{Name: coStr("Contoso Foods"), NetworkURL: coStr("https://www.linkedin.com/company/contoso-foods"), Industry: coStr("Food & Beverages"), Location: coStr("Redmond, WA")},
-			{Name: coStr("Fabrikam"), NetworkURL: nil, Industry: nil, Location: nil},
+			{Name: new("Contoso Foods"), NetworkURL: new("https://www.linkedin.com/company/contoso-foods"), Industry: new("Food & Beverages"), Location: new("Redmond, WA")},
+			{Name: new("Fabrikam"), NetworkURL: nil, Industry: nil, Location: nil},
 		},
 	}
 }
@@ -88,11 +88,11 @@ func TestCompanyRowOutcomes(t *testing.T) {
 	a := companyStart(t)
 	a.PutCompanies(coNorthwind(), company.Record{
 		// A company known only by its network page: no website of its own.
-		NetworkURL: coStr("https://www.linkedin.com/company/offline-co"), Name: coStr("Offline Co"),
+		NetworkURL: new("https://www.linkedin.com/company/offline-co"), Name: new("Offline Co"),
 	}, company.Record{
 		// A website but no email domain on record: email on the website's.
-		NetworkURL: coStr("https://www.linkedin.com/company/quiet-mail"), Name: coStr("Quiet Mail"),
-		Website: coStr("https://www.quietmail.example"), Domain: coStr("quietmail.example"),
+		NetworkURL: new("https://www.linkedin.com/company/quiet-mail"), Name: new("Quiet Mail"),
+		Website: new("https://www.quietmail.example"), Domain: new("quietmail.example"),
 	})
 	acct, key := a.Account(credits.Whole(100))
 
@@ -103,10 +103,10 @@ func TestCompanyRowOutcomes(t *testing.T) {
 		coDomain("nobody-here.example"),                             // 3 not_found, network_url null
 		coURL("https://www.linkedin.com/in/jane-doe"),               // 4 invalid_url
 		coURL("linkedin.com/company/offline-co"),                    // 5 found, no domain
-		{NetworkURL: coStr("https://www.linkedin.com/company/northwind-traders"), Domain: coStr("nobody-here.example")}, // 6 both: network URL used
-		{NetworkURL: coStr(""), Domain: coStr("northwind.example")},                                                     // 7 blank network URL gives way to the domain
-		{NetworkURL: coStr("\u200b\ufeff"), Domain: coStr("www.northwind.example")},                                     // 8 so does an invisibly blank one
-		coURL("https://www.linkedin.com/company/quiet-mail"),                                                            // 9 found, email_domain from its domain
+		{NetworkURL: new("https://www.linkedin.com/company/northwind-traders"), Domain: new("nobody-here.example")}, // 6 both: network URL used
+		{NetworkURL: new(""), Domain: new("northwind.example")},                                                     // 7 blank network URL gives way to the domain
+		{NetworkURL: new("\u200b\ufeff"), Domain: new("www.northwind.example")},                                     // 8 so does an invisibly blank one
+		coURL("https://www.linkedin.com/company/quiet-mail"),                                                        // 9 found, email_domain from its domain
 	}
 	sub := a.submit(t, key, rows)
 	if sub.TotalInvalid != 1 || sub.CreditsConsumed != 6 {
@@ -368,7 +368,7 @@ func TestCompanyPendingWhileShardHeld(t *testing.T) {
 	web := coStartWebsites(t)
 	held := web.hold("slow.example")
 	a := companyStart(t, coWithWebsites(web), bulkdtest.WithConfig(func(c *config.Config) { c.ShardSize = 1 }))
-	a.PutCompanies(coNorthwind(), company.Record{Name: coStr("Slow Inc"), Website: coStr("https://slow.example"), Domain: coStr("slow.example")})
+	a.PutCompanies(coNorthwind(), company.Record{Name: new("Slow Inc"), Website: new("https://slow.example"), Domain: new("slow.example")})
 	_, key := a.Account(credits.Whole(20))
 	rows := []coIn{
 		coDomain("northwind.example"),

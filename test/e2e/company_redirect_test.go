@@ -23,10 +23,10 @@ func TestCompanyRedirects(t *testing.T) {
 	web.redirect("brandco.example", "https://www.linkedin.com/company/x") // a website may send visitors to the network
 	a := companyStart(t, coWithWebsites(web))
 	a.PutCompanies(
-		company.Record{NetworkURL: coStr("https://www.linkedin.com/company/newhome"), Name: coStr("New Home"), Website: coStr("https://www.newhome.example")},
-		company.Record{NetworkURL: coStr("https://www.linkedin.com/company/moved-co"), Name: coStr("Moved Co"), Website: coStr("https://moved.example")},
-		company.Record{NetworkURL: coStr("https://www.linkedin.com/company/oldbrand"), Name: coStr("Old Brand"), Website: coStr("http://oldbrand.example")},
-		company.Record{Name: coStr("Secure"), Website: coStr("https://secure.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/newhome"), Name: new("New Home"), Website: new("https://www.newhome.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/moved-co"), Name: new("Moved Co"), Website: new("https://moved.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/oldbrand"), Name: new("Old Brand"), Website: new("http://oldbrand.example")},
+		company.Record{Name: new("Secure"), Website: new("https://secure.example")},
 	)
 	_, key := a.Account(credits.Whole(100))
 	cases := []struct {

@@ -35,7 +35,7 @@ func TestCompanyInvalidRowsAreSkipped(t *testing.T) {
 		{"numeric company URL", coURL("https://www.linkedin.com/company/1035"), "a numeric company URL; use the company page URL with its name", "n"},
 		{"blank network URL", coURL(""), "blank value", "n"},
 		{"blank domain", coDomain("   "), "blank value", "d"},
-		{"both blank", coIn{NetworkURL: coStr(" "), Domain: coStr("")}, "blank value", "n"},
+		{"both blank", coIn{NetworkURL: new(" "), Domain: new("")}, "blank value", "n"},
 		{"neither field", coIn{}, "blank value", "-"},
 		{"company name over 200 characters", coURL("https://www.linkedin.com/company/" + slug200 + "b"), "company name over 200 characters", "n"},
 		{"network URL in the domain field", coDomain("https://www.linkedin.com/company/acme"), "a network URL in the domain field", "d"},
@@ -48,8 +48,8 @@ func TestCompanyInvalidRowsAreSkipped(t *testing.T) {
 		// SPEC 2.1: a network_url with a value is used even when a domain is
 		// also sent, so an invalid one makes the row invalid and is what the
 		// row echoes; a blank one (here a zero-width space) gives way.
-		{"invalid network URL beside a valid domain", coIn{NetworkURL: coStr("linkedin.com/in/jane-doe"), Domain: coStr("acme.example")}, "a person profile URL, not a company page", "n"},
-		{"blank network URL beside an invalid domain", coIn{NetworkURL: coStr("\u200b"), Domain: coStr("co.uk")}, "not a domain: a public suffix such as co.uk, not a registrable domain", "d"},
+		{"invalid network URL beside a valid domain", coIn{NetworkURL: new("linkedin.com/in/jane-doe"), Domain: new("acme.example")}, "a person profile URL, not a company page", "n"},
+		{"blank network URL beside an invalid domain", coIn{NetworkURL: new("\u200b"), Domain: new("co.uk")}, "not a domain: a public suffix such as co.uk, not a registrable domain", "d"},
 		{"company name of exactly 200 characters", coURL("https://www.linkedin.com/company/" + slug200), "", "n"},
 		{"a valid domain", coDomain("acme.example"), "", "d"},
 	}
@@ -109,10 +109,10 @@ func TestCompanyInvalidRowsAreSkipped(t *testing.T) {
 func TestCompanyEquivalentSpellings(t *testing.T) {
 	a := companyStart(t)
 	a.PutCompanies(
-		company.Record{NetworkURL: coStr("https://www.linkedin.com/company/acme-corp"), Name: coStr("Acme Corp"),
-			Website: coStr("https://www.acme.example"), Domain: coStr("acme.example")},
-		company.Record{NetworkURL: coStr("https://www.linkedin.com/company/société-générale"), Name: coStr("Société Générale")},
-		company.Record{Name: coStr("Bücher"), Website: coStr("https://bücher.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/acme-corp"), Name: new("Acme Corp"),
+			Website: new("https://www.acme.example"), Domain: new("acme.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/société-générale"), Name: new("Société Générale")},
+		company.Record{Name: new("Bücher"), Website: new("https://bücher.example")},
 	)
 	acct, key := a.Account(credits.Whole(100))
 	groups := []struct {
@@ -244,8 +244,8 @@ func TestCompanyCreditsAddUp(t *testing.T) {
 func coSampleCompanies(n int) []company.Record {
 	recs := make([]company.Record, n)
 	for i := range recs {
-		recs[i] = company.Record{NetworkURL: coStr(fmt.Sprintf("https://www.linkedin.com/company/co-%d", i)),
-			Name: coStr(fmt.Sprintf("Company %d", i)), Website: coStr(fmt.Sprintf("https://co-%d.example", i))}
+		recs[i] = company.Record{NetworkURL: new(fmt.Sprintf("https://www.linkedin.com/company/co-%d", i)),
+			Name: new(fmt.Sprintf("Company %d", i)), Website: new(fmt.Sprintf("https://co-%d.example", i))}
 	}
 	return recs
 }

@@ -51,9 +51,9 @@ type refundEnv struct {
 func refundStart(t *testing.T) *refundEnv {
 	t.Helper()
 	env := bulkdtest.Start(t)
-	env.PutCompanies(company.Record{Name: bulkdtest.Str("Northwind Traders"),
-		NetworkURL: bulkdtest.Str("https://www.linkedin.com/company/northwind-traders"),
-		Website:    bulkdtest.Str("https://www.northwind.example"), Domain: bulkdtest.Str("northwind.example")})
+	env.PutCompanies(company.Record{Name: new("Northwind Traders"),
+		NetworkURL: new("https://www.linkedin.com/company/northwind-traders"),
+		Website:    new("https://www.northwind.example"), Domain: new("northwind.example")})
 	opening := credits.Whole(50)
 	acct, key := env.Account(opening)
 	return &refundEnv{Env: env, acct: acct, key: key, opening: opening}

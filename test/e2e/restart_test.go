@@ -306,9 +306,9 @@ func restartWorkload() ([]company.Record, []restartRow) {
 		}
 		h := host(i)
 		recs = append(recs, company.Record{
-			Name:       restartStr(fmt.Sprintf("Company %d", i)),
-			NetworkURL: restartStr(fmt.Sprintf("https://www.linkedin.com/company/co-%d", i)),
-			Website:    restartStr("https://www." + h), Domain: restartStr(h),
+			Name:       new(fmt.Sprintf("Company %d", i)),
+			NetworkURL: new(fmt.Sprintf("https://www.linkedin.com/company/co-%d", i)),
+			Website:    new("https://www." + h), Domain: new(h),
 		})
 	}
 	var rows []restartRow
@@ -379,8 +379,6 @@ func restartWorkload() ([]company.Record, []restartRow) {
 	}
 	return recs, rows
 }
-
-func restartStr(s string) *string { return &s }
 
 // checkRow compares a final result row with what the workload implies.
 func (r restartRow) check(t *testing.T, i int, got map[string]any) {
