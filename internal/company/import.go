@@ -311,8 +311,34 @@ func deriveID(url, domain *string) int64 {
 // pdlRow holds the fields of the People Data Labs company dataset that
 // bulkd uses. PDL's own id is not numeric and not part of a result row, so
 // it is not kept.
-type pdlRow struct {
-	Website, Name, Founded, Size, Locality, Region, Country, Industry, LinkedinURL flexString
+// The fields are indexed by the pdl* column constants.
+type pdlRow [pdlColumnCount]flexString
+
+// The PDL columns bulkd reads, in pdlColumns' order.
+const (
+	pdlWebsite = iota
+	pdlName
+	pdlFounded
+	pdlSize
+	pdlLocality
+	pdlRegion
+	pdlCountry
+	pdlIndustry
+	pdlLinkedinURL
+	pdlColumnCount
+)
+
+// pdlColumns are the column (CSV) and key (NDJSON) names of a pdlRow's fields.
+var pdlColumns = [pdlColumnCount]string{"website", "name", "founded", "size", "locality", "region", "country", "industry", "linkedin_url"}
+
+// pdlColumn returns the pdlRow index of a column or key name, or -1.
+func pdlColumn(name string) int {
+	for i, c := range pdlColumns {
+		if c == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // flexString is a PDL value as text: dumps of the dataset disagree on
@@ -340,11 +366,9 @@ func (s *pdlNDJSONSource) next() (Record, bool, error) {
 type pdlCSVSource struct {
 	csv  *pdlCSVReader
 	norm Normalizer
-	cols [9]int // index of each pdlRow field in a record, -1 when absent
-	n    int    // number of header columns
+	cols [pdlColumnCount]int // index of each pdlRow field in a record, -1 when absent
+	n    int                 // number of header columns
 }
-
-var pdlColumns = [9]string{"website", "name", "founded", "size", "locality", "region", "country", "industry", "linkedin_url"}
 
 func newPDLCSVSource(r io.Reader, norm Normalizer) (source, error) {
 	s := &pdlCSVSource{csv: newPDLCSVReader(r), norm: norm}
@@ -362,14 +386,11 @@ func newPDLCSVSource(r io.Reader, norm Normalizer) (source, error) {
 		s.cols[i] = -1
 	}
 	for i, h := range header {
-		h = strings.ToLower(strings.TrimSpace(h))
-		for j, name := range pdlColumns {
-			if h == name {
-				s.cols[j] = i
-			}
+		if j := pdlColumn(strings.ToLower(strings.TrimSpace(h))); j >= 0 {
+			s.cols[j] = i
 		}
 	}
-	if s.cols[0] < 0 && s.cols[8] < 0 {
+	if s.cols[pdlWebsite] < 0 && s.cols[pdlLinkedinURL] < 0 {
 		return nil, fmt.Errorf("header %q has neither a website nor a linkedin_url column", header)
 	}
 	s.n = len(header)
@@ -384,15 +405,11 @@ func (s *pdlCSVSource) next() (Record, bool, error) {
 	if len(fields) != s.n {
 		return Record{}, false, nil
 	}
-	get := func(i int) flexString {
-		if s.cols[i] < 0 {
-			return ""
+	var row pdlRow
+	for j, i := range s.cols {
+		if i >= 0 {
+			row[j] = flexString(fields[i])
 		}
-		return flexString(fields[s.cols[i]])
-	}
-	row := pdlRow{
-		Website: get(0), Name: get(1), Founded: get(2), Size: get(3), Locality: get(4),
-		Region: get(5), Country: get(6), Industry: get(7), LinkedinURL: get(8),
 	}
 	rec, ok := mapPDL(&row, s.norm)
 	return rec, ok, nil
@@ -412,19 +429,19 @@ func (emptySource) next() (Record, bool, error) { return Record{}, false, io.EOF
 // URL nor a usable domain.
 func mapPDL(row *pdlRow, norm Normalizer) (Record, bool) {
 	var rec Record
-	rec.NetworkURL = canonical(nonEmpty(string(row.LinkedinURL)), norm.NetworkURL)
-	rec.Website = nonEmpty(string(row.Website))
+	rec.NetworkURL = canonical(nonEmpty(string(row[pdlLinkedinURL])), norm.NetworkURL)
+	rec.Website = nonEmpty(string(row[pdlWebsite]))
 	rec.Domain = canonical(rec.Website, norm.Domain)
 	if rec.NetworkURL == nil && rec.Domain == nil {
 		return Record{}, false
 	}
 	rec.NetworkID = new(int64(deriveID(rec.NetworkURL, rec.Domain)))
 	rec.EmailDomain = rec.Domain
-	rec.Name = nonEmpty(string(row.Name))
-	rec.Industry = nonEmpty(string(row.Industry))
-	rec.FoundedYear = parseYear(string(row.Founded))
-	rec.CompanySize = parseCompanySize(string(row.Size))
-	rec.Headquarters = makeHeadquarters(string(row.Locality), string(row.Region), string(row.Country))
+	rec.Name = nonEmpty(string(row[pdlName]))
+	rec.Industry = nonEmpty(string(row[pdlIndustry]))
+	rec.FoundedYear = parseYear(string(row[pdlFounded]))
+	rec.CompanySize = parseCompanySize(string(row[pdlSize]))
+	rec.Headquarters = makeHeadquarters(string(row[pdlLocality]), string(row[pdlRegion]), string(row[pdlCountry]))
 	rec.Normalize()
 	return rec, true
 }

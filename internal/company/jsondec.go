@@ -542,26 +542,9 @@ func decodePDLJSON(line []byte) (pdlRow, error) {
 		return row, d.end()
 	}
 	d.object(func(key string) {
-		switch key {
-		case "website":
-			row.Website = flex()
-		case "name":
-			row.Name = flex()
-		case "founded":
-			row.Founded = flex()
-		case "size":
-			row.Size = flex()
-		case "locality":
-			row.Locality = flex()
-		case "region":
-			row.Region = flex()
-		case "country":
-			row.Country = flex()
-		case "industry":
-			row.Industry = flex()
-		case "linkedin_url":
-			row.LinkedinURL = flex()
-		default:
+		if j := pdlColumn(key); j >= 0 {
+			row[j] = flex()
+		} else {
 			d.skip()
 		}
 	})

@@ -127,7 +127,7 @@ func FuzzDecodeRecordJSON(f *testing.F) {
 
 func TestDecodePDLJSON(t *testing.T) {
 	row, err := decodePDLJSON([]byte(`{"id":"x","name":"a\"b","founded":1998.0,"size":null,"linkedin_url":"l","extra":{"k":[1]}}`))
-	if err != nil || row.Name != `a"b` || row.Founded != "1998.0" || row.Size != "" || row.LinkedinURL != "l" {
+	if err != nil || row[pdlName] != `a"b` || row[pdlFounded] != "1998.0" || row[pdlSize] != "" || row[pdlLinkedinURL] != "l" {
 		t.Fatalf("got %+v, %v", row, err)
 	}
 	for _, bad := range []string{`{"founded":true}`, `{"name":{}}`, `{"name":"x"`, `[]`} {
