@@ -92,14 +92,17 @@ func CanonicalDomain(raw string) (string, error) {
 	// "www." is a spelling of the site, not another site. Strip it (even
 	// repeated) only while what remains is still a registrable domain, so
 	// "www.co.uk" stays itself instead of becoming the bare suffix "co.uk".
+	checked := false // a is known to be registrable
 	for strings.HasPrefix(a, "www.") {
 		if _, err := RegistrableDomain(a[4:]); err != nil {
 			break
 		}
-		a = a[4:]
+		a, checked = a[4:], true
 	}
-	if _, err := RegistrableDomain(a); err != nil {
-		return "", &Invalid{Reason: ReasonPublicSuffix}
+	if !checked {
+		if _, err := RegistrableDomain(a); err != nil {
+			return "", &Invalid{Reason: ReasonPublicSuffix}
+		}
 	}
 	return a, nil
 }
