@@ -312,7 +312,8 @@ import_images() {
 # ---------------------------------------------------------------- teardown
 own_pid() { # PID NAME: is PID still the component we started?
   local cmd
-  cmd="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 1
+  # A process gone between the test and the read is simply not ours any more.
+  [[ -r "/proc/$1/cmdline" ]] && { cmd="$(tr '\0' ' ' <"/proc/$1/cmdline")"; } 2>/dev/null || return 1
   [[ "${cmd}" == *"$2"* ]]
 }
 
