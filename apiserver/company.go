@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -382,7 +382,6 @@ func writeResultsPage(w http.ResponseWriter, res *jobs.Results, limit, offset in
 	const tail = "]}\n"
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
-	hd.Set("Cache-Control", "no-store")
 	hd.Set("Content-Length", strconv.Itoa(len(h)+res.Len()+len(tail)))
 	if _, err := w.Write(h); err != nil {
 		return
@@ -409,7 +408,7 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		val := q.Get(f.name)
-		if utf8.RuneCountInString(val) > companyMaxValueLen {
+		if overChars(val, companyMaxValueLen) {
 			v.Add("query."+f.name, apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", companyMaxValueLen))
 			continue
 		}
@@ -433,22 +432,37 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 		if s.chargeFailed(w, r, err) {
 			return
 		}
+		// Until the lookup has answered, every way out (an error, a panic
+		// the recoverer turns into a 500) refunds the charge (SPEC 2.10:
+		// a 500 refunds what it deducted).
+		answered := false
+		defer func() {
+			if !answered {
+				s.refundSingle(r.Context(), p.Account.ID, chargeID)
+			}
+		}()
 		answers, err := s.Company.Answerer.Answer(r.Context(), []string{in.Key})
 		if err != nil {
-			if _, rerr := s.Billing.Reverse(r.Context(), p.Account.ID, chargeID, "lookup failed"); rerr != nil {
-				s.Logger.Error("refund failed", "charge", chargeID, "err", rerr)
-			}
 			s.internalError(w, r, err)
 			return
 		}
+		answered = true
 		ans = &jobs.StoredAnswer{Outcome: answers[0].Outcome, Data: string(answers[0].Data)}
 		s.Metrics.CreditsCharged.Add(float64(companyPrice) / credits.Scale)
 	}
 	var buf bytes.Buffer
 	enrich.RenderRow(&buf, row, ans, companyPrice.String())
 	buf.WriteByte('\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(buf.Bytes())
+}
+
+// refundSingle reverses a single lookup's charge. It is detached from the
+// request: a client that hung up mid-lookup is still refunded.
+func (s *Server) refundSingle(ctx context.Context, accountID, chargeID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := s.Billing.Reverse(ctx, accountID, chargeID, "lookup failed"); err != nil {
+		s.Logger.Error("refund failed", "charge", chargeID, "err", err)
+	}
 }

@@ -100,6 +100,7 @@ func TestErrorBodies(t *testing.T) {
 		"/v1/company-enrichment/bulk/x": "GET",
 		"/v1/unlimited/usage":           "GET",
 		"/healthz":                      "GET",
+		"/metrics":                      "GET",
 	} {
 		r := api.do(http.MethodPut, path, "", k...)
 		if r.Status != 405 || r.Header.Get("Allow") != allow {
@@ -200,5 +201,29 @@ func TestRateLimitPerKeyAcrossEndpoints(t *testing.T) {
 	checkError(t, api.get("/v1/credits", key), 429, "rate_limited")
 	if r := api.get("/v1/credits", second); r.Status != 200 || r.Header.Get("X-RateLimit-Remaining") != "2" {
 		t.Fatalf("second key of the same account: %d remaining=%s", r.Status, r.Header.Get("X-RateLimit-Remaining"))
+	}
+}
+
+// Every answer, whatever the route or outcome, tells caches not to keep it.
+func TestEveryAnswerIsNoStore(t *testing.T) {
+	api := newTestAPI(t)
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	for _, c := range []struct {
+		method, path string
+		key          bool
+	}{
+		{http.MethodGet, "/v1/credits", true}, {http.MethodGet, "/v1/credits", false},
+		{http.MethodGet, "/v1/nothing", false}, {http.MethodPut, "/v1/credits", false},
+		{http.MethodGet, "/healthz", false}, {http.MethodGet, "/readyz", false},
+		{http.MethodGet, "/metrics", false}, {http.MethodGet, "/openapi.json", false},
+	} {
+		var h []string
+		if c.key {
+			h = []string{"X-API-Key", key}
+		}
+		r := api.do(c.method, c.path, "", h...)
+		if got := r.Header.Get("Cache-Control"); got != "no-store" {
+			t.Errorf("%s %s (%d): Cache-Control %q", c.method, c.path, r.Status, got)
+		}
 	}
 }

@@ -48,7 +48,11 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			_, _ = rand.Read(b[:])
 			id = hex.EncodeToString(b[:])
 		}
-		w.Header().Set("X-Request-ID", id)
+		h := w.Header()
+		h.Set("X-Request-ID", id)
+		// Answers are per key (and /metrics, /readyz are live): no cache
+		// may keep any of them.
+		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
 	})
 }

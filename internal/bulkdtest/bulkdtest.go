@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -236,5 +237,29 @@ func (e *Env) WaitFor(statusPath, key string, d time.Duration) map[string]any {
 			e.T.Fatalf("job not completed after %v: %s", d, r.Body)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago, for a process under test to listen on.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Eventually polls ok every poll until it holds, failing the test after d.
+func Eventually(t testing.TB, d, poll time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(poll)
 	}
 }

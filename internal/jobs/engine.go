@@ -291,6 +291,7 @@ func (e *Engine) ReclaimAbandoned(ctx context.Context, olderThan time.Duration) 
 		return 0, err
 	}
 	n := 0
+	var errs []error // one job that keeps failing must not hold up the others' refunds
 	for _, c := range claimed {
 		jobID, accountID := c[0], c[1]
 		if err := e.Executor.Cancel(ctx, jobID); err != nil {
@@ -307,10 +308,11 @@ func (e *Engine) ReclaimAbandoned(ctx context.Context, olderThan time.Duration) 
 			err = e.Store.doneReclaiming(ctx, jobID, accountID)
 		}
 		if err != nil {
-			return n, fmt.Errorf("reclaim %s: %w", jobID, err)
+			errs = append(errs, fmt.Errorf("reclaim %s: %w", jobID, err))
+			continue
 		}
 		e.Log.Warn("reclaimed abandoned submission", "job", jobID, "account", accountID)
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }

@@ -92,14 +92,10 @@ func TestSubmitRollbackAtEachStep(t *testing.T) {
 	}
 }
 
-// A submission that died between charge and commit is rolled back by the
-// janitor; a committed one is never touched.
-func TestReclaimAbandoned(t *testing.T) {
-	e := newEnv(t)
-	committed := e.submit(slugs("a", "b"))
-
-	// "Die" at the commit: the failpoint panics out of Submit, so no
-	// rollback runs, like a killed process.
+// dieAtCommit submits rows and "dies" at the commit: the failpoint panics
+// out of Submit, so no rollback runs, like a killed process. It returns the
+// abandoned job's id.
+func (e *env) dieAtCommit(rows *Builder) string {
 	e.eng.SetFailpoint(func(s string) error {
 		if s == StepCommit {
 			panic("process killed")
@@ -108,10 +104,19 @@ func TestReclaimAbandoned(t *testing.T) {
 	})
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = e.eng.Submit(e.ctx, e.p, slugs("c", "d", "e"), Metering{Price: credits.Whole(1)})
+		_, _ = e.eng.Submit(e.ctx, e.p, rows, Metering{Price: credits.Whole(1)})
 	}()
 	e.eng.SetFailpoint(nil)
-	dead := e.exec.enqueued[len(e.exec.enqueued)-1]
+	return e.exec.enqueued[len(e.exec.enqueued)-1]
+}
+
+// A submission that died between charge and commit is rolled back by the
+// janitor; a committed one is never touched.
+func TestReclaimAbandoned(t *testing.T) {
+	e := newEnv(t)
+	committed := e.submit(slugs("a", "b"))
+
+	dead := e.dieAtCommit(slugs("c", "d", "e"))
 	if e.get(dead).Charge != 3000 {
 		t.Fatal("abandoned job not stored")
 	}
@@ -150,18 +155,7 @@ func TestReclaimAbandoned(t *testing.T) {
 // finishes the rollback, so the refund is never lost.
 func TestReclaimSurvivesJanitorDeath(t *testing.T) {
 	e := newEnv(t)
-	e.eng.SetFailpoint(func(s string) error {
-		if s == StepCommit {
-			panic("process killed")
-		}
-		return nil
-	})
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = e.eng.Submit(e.ctx, e.p, slugs("x", "y"), Metering{Price: credits.Whole(1)})
-	}()
-	e.eng.SetFailpoint(nil)
-	dead := e.exec.enqueued[len(e.exec.enqueued)-1]
+	dead := e.dieAtCommit(slugs("x", "y"))
 
 	// The first janitor claims the mark and dies before doing anything else.
 	if n, err := e.st.claimStale(e.ctx, time.Now(), time.Now()); err != nil || n != 1 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/bulkd/bulkd/internal/rowcache"
 )
@@ -141,6 +142,9 @@ func (e *Engine) cachedWindow(jobID string, offset, limit int) ([][]byte, bool) 
 	return parts, true
 }
 
+// chunkFillTimeout bounds the read of one row chunk for the cache.
+const chunkFillTimeout = 10 * time.Second
+
 // fillWindow renders the row chunks a window of a completed job touches
 // into the cache and returns the window from them. A chunk the window covers
 // whole is rendered from the page already read; a partly covered one is read
@@ -155,7 +159,11 @@ func (e *Engine) fillWindow(ctx context.Context, p *Page, offset int, render Ren
 		ch, err := e.RowCache.Load(id, c, func() (*rowcache.Chunk, error) {
 			src, lo := p, cStart-offset
 			if cStart < offset || cEnd > end {
-				whole, err := e.Store.ReadPage(ctx, id, cStart, RowChunk)
+				// Other readers may be waiting on this fill: it must not
+				// fail because the reader that started it went away.
+				fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chunkFillTimeout)
+				defer cancel()
+				whole, err := e.Store.ReadPage(fctx, id, cStart, RowChunk)
 				if err != nil {
 					return nil, err
 				}

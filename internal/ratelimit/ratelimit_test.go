@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -69,4 +70,45 @@ func TestRetryAfterOneWhenSlightlyOver(t *testing.T) {
 	if last.Reset.Before(time.Now()) || last.Reset.After(time.Now().Add(3*time.Second)) {
 		t.Fatalf("reset %v", last.Reset)
 	}
+}
+
+// Retry-After turns from 1 to 5 exactly when a second's requests reach three
+// times the limit (SPEC section 7): with 20/s, at the 40th rejection of the
+// second (about 20 allowed plus 40 rejected = 60).
+func TestRetryAfterFiveFromThreeTimesTheLimit(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	l := New(rdb, 20)
+	ctx := context.Background()
+	for attempt := 0; attempt < 3; attempt++ {
+		key := fmt.Sprintf("k%d", attempt)
+		// Start just after a second begins so the run stays inside it.
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 5*time.Millisecond)))
+		sec := time.Now().Unix()
+		rejected, firstFive := 0, 0
+		for i := 0; i < 200 && firstFive == 0; i++ {
+			r, err := l.Allow(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				continue
+			}
+			rejected++
+			switch r.RetryAfter {
+			case 5:
+				firstFive = rejected
+			case 1:
+			default:
+				t.Fatalf("Retry-After %d", r.RetryAfter)
+			}
+		}
+		if time.Now().Unix() != sec {
+			continue // crossed into the next second: the count restarted; try again
+		}
+		if firstFive != 40 {
+			t.Fatalf("first Retry-After 5 at rejection %d of the second, want 40", firstFive)
+		}
+		return
+	}
+	t.Skip("could not keep a run inside one second on this machine")
 }

@@ -13,6 +13,7 @@ package rowcache
 
 import (
 	"container/list"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -113,22 +114,27 @@ func (c *Cache) Load(job string, chunk int, fill func() (*Chunk, error)) (*Chunk
 		c.hits.Add(1)
 		return f.chunk, f.err
 	}
-	f := &call{done: make(chan struct{})}
+	f := &call{done: make(chan struct{}), err: errFillPanicked}
 	c.flight[k] = f
 	c.mu.Unlock()
 	c.misses.Add(1)
-
+	// Deferred so that a fill that panics still releases its waiters (with
+	// errFillPanicked) and the next reader tries again.
+	defer func() {
+		c.mu.Lock()
+		delete(c.flight, k)
+		if f.err == nil {
+			c.add(k, f.chunk)
+		}
+		c.mu.Unlock()
+		close(f.done)
+	}()
 	f.chunk, f.err = fill()
-
-	c.mu.Lock()
-	delete(c.flight, k)
-	if f.err == nil {
-		c.add(k, f.chunk)
-	}
-	c.mu.Unlock()
-	close(f.done)
 	return f.chunk, f.err
 }
+
+// errFillPanicked is what waiters get when the fill they waited on panicked.
+var errFillPanicked = errors.New("rowcache: fill panicked")
 
 // add keeps ch under k and evicts from the back until the cache fits.
 // Called with mu held.
@@ -136,9 +142,6 @@ func (c *Cache) add(k key, ch *Chunk) {
 	sz := ch.size()
 	if sz > c.max {
 		return
-	}
-	if el, ok := c.items[k]; ok { // a Put raced us; keep one
-		c.remove(el)
 	}
 	c.items[k] = c.ll.PushFront(&entry{key: k, chunk: ch})
 	c.used += sz

@@ -168,3 +168,37 @@ func TestNilCache(t *testing.T) {
 		t.Errorf("nil stats %+v", s)
 	}
 }
+
+// A fill that panics releases the readers waiting on it with an error and
+// leaves nothing behind, so the next reader fills again.
+func TestLoadFillPanics(t *testing.T) {
+	c := New(1 << 20)
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer func() { _ = recover() }()
+		_, _ = c.Load("j", 0, func() (*Chunk, error) {
+			close(started)
+			<-release
+			panic("render bug")
+		})
+	}()
+	<-started
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := c.Load("j", 0, fixed(chunkOf(`{"never":1}`)))
+		waiter <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the waiter join the fill
+	close(release)
+	select {
+	case err := <-waiter:
+		if !errors.Is(err, errFillPanicked) {
+			t.Fatalf("waiter: %v, want errFillPanicked", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter of a panicked fill hangs")
+	}
+	if ch, err := c.Load("j", 0, fixed(chunkOf(`{"n":2}`))); err != nil || ch.Rows() != 1 {
+		t.Fatalf("fill after the panic: %v, %v", ch, err)
+	}
+}

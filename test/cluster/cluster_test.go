@@ -105,14 +105,7 @@ func TestProcessorPodDeletedMidShard(t *testing.T) {
 	start := time.Now()
 	sub := a.Submit(key, rows)
 	w := watchPods(t, sub.JobID)
-	select {
-	case got := <-h.web.Hits:
-		if got != host {
-			t.Fatalf("hang on %s, want %s", got, host)
-		}
-	case <-time.After(120 * time.Second):
-		t.Fatal("the shard never reached the hanging website")
-	}
+	h.web.WaitHang(t, host, 120*time.Second)
 	// Which pod is it? The only Running one of index 0. The process can
 	// reach the website before the kubelet has reported the pod Running
 	// (its status sync lags by up to a second or two), so wait for it.

@@ -3,8 +3,6 @@
 package cluster_test
 
 import (
-	"github.com/bulkd/bulkd/test/companyapi"
-
 	"context"
 	"strconv"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/test/companyapi"
 )
 
 // The company API client is shared with the other whole-system suite.
@@ -60,17 +59,6 @@ func bulkJob(t *testing.T, id string) (*v1alpha1.BulkJob, error) {
 	var bj v1alpha1.BulkJob
 	err := h.k8s.Get(context.Background(), client.ObjectKey{Namespace: h.ns, Name: id}, &bj)
 	return &bj, err
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func getJob(t *testing.T, id string) (*batchv1.Job, error) {
@@ -171,4 +159,10 @@ func jobKeys(t *testing.T, id string) []string {
 
 func exactlyOnce(t *testing.T, jobID string, st jobStatus) {
 	companyapi.ExactlyOnce(t, h.parts.Processor.Store, h.rdb, jobID, st)
+}
+
+// waitFor polls ok until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	bulkdtest.Eventually(t, d, 200*time.Millisecond, what, ok)
 }

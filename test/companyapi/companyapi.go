@@ -100,6 +100,7 @@ type JobStatus struct {
 	TotalDistinct   int64            `json:"total_distinct"`
 	CreditsConsumed float64          `json:"credits_consumed"`
 	Summary         map[string]int64 `json:"summary"`
+	CreatedAt       time.Time        `json:"created_at"`
 	CompletedAt     *time.Time       `json:"completed_at"`
 }
 

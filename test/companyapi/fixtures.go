@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -121,6 +122,19 @@ func (w *Web) HangOnce(host string) {
 	w.mu.Lock()
 	w.hang[host] = false
 	w.mu.Unlock()
+}
+
+// WaitHang waits up to d for host's first request to be hanging.
+func (w *Web) WaitHang(t testing.TB, host string, d time.Duration) {
+	t.Helper()
+	select {
+	case got := <-w.Hits:
+		if got != host {
+			t.Fatalf("hang on %s, want %s", got, host)
+		}
+	case <-time.After(d):
+		t.Fatalf("no request to the hanging website %s within %v", host, d)
+	}
 }
 
 // ServeHTTP answers absolute-form proxy requests.

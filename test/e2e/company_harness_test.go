@@ -28,6 +28,7 @@ import (
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/test/companyapi"
 )
 
 const (
@@ -163,22 +164,18 @@ func (a *companyAPI) post(t testing.TB, path, key string, v any) bulkdtest.Respo
 	return a.do(t, http.MethodPost, path, key, b)
 }
 
-// coIn is one submitted row; nil fields are left out of the JSON.
-type coIn struct {
-	NetworkURL *string `json:"network_url,omitempty"`
-	Domain     *string `json:"domain,omitempty"`
-}
+// The wire types of the submission and status answers are shared with the
+// other whole-system suites.
+type (
+	coIn         = companyapi.Row
+	coSubmission = companyapi.Submitted
+	coStatus     = companyapi.JobStatus
+)
 
-func coURL(s string) coIn    { return coIn{NetworkURL: &s} }
-func coDomain(s string) coIn { return coIn{Domain: &s} }
-
-type coSubmission struct {
-	JobID           string  `json:"job_id"`
-	Status          string  `json:"status"`
-	TotalRows       int64   `json:"total_rows"`
-	TotalInvalid    int64   `json:"total_invalid"`
-	CreditsConsumed float64 `json:"credits_consumed"`
-}
+var (
+	coURL    = companyapi.NetworkURL
+	coDomain = companyapi.Domain
+)
 
 // submit posts rows and requires a 200.
 func (a *companyAPI) submit(t testing.TB, key string, rows []coIn) coSubmission {
@@ -193,19 +190,6 @@ func (a *companyAPI) submit(t testing.TB, key string, rows []coIn) coSubmission 
 		t.Fatalf("submission %+v for %d rows", s, len(rows))
 	}
 	return s
-}
-
-type coStatus struct {
-	JobID           string           `json:"job_id"`
-	Status          string           `json:"status"`
-	TotalRows       int64            `json:"total_rows"`
-	TotalProcessed  int64            `json:"total_processed"`
-	TotalInvalid    int64            `json:"total_invalid"`
-	TotalDistinct   int64            `json:"total_distinct"`
-	CreditsConsumed float64          `json:"credits_consumed"`
-	Summary         map[string]int64 `json:"summary"`
-	CreatedAt       time.Time        `json:"created_at"`
-	CompletedAt     *time.Time       `json:"completed_at"`
 }
 
 func (a *companyAPI) status(t testing.TB, key, id string) coStatus {

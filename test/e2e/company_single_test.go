@@ -5,11 +5,14 @@ package e2e
 // nothing for an invalid one.
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
@@ -100,4 +103,42 @@ func TestCompanySingleLookup(t *testing.T) {
 		coWantError(t, a.get(t, q("domain", "northwind.example"), ""), http.StatusUnauthorized)
 	})
 	coWantBalance(t, a, acct, credits.Whole(10)-credits.Amount(spent*credits.Scale))
+}
+
+// A lookup that fails after the charge answers the generic 500 and refunds
+// the credit (SPEC 2.10); the ledger shows the charge and its refund. The
+// failure is real: the company's stored record is unreadable.
+func TestCompanySingleLookupFailureRefunds(t *testing.T) {
+	a := companyStart(t)
+	a.PutCompanies(coNorthwind())
+	ctx := context.Background()
+	keys, err := a.Redis.Keys(ctx, "bulkd:co:r:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("record keys %v, %v", keys, err)
+	}
+	if err := a.Redis.Set(ctx, keys[0], "{not json", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	acct, key := a.Account(credits.Whole(10))
+	e := coWantError(t, a.get(t, coSinglePath+"?domain=northwind.example", key), http.StatusInternalServerError)
+	if e.Code != "" || !strings.Contains(e.Detail, "refunded") {
+		t.Fatalf("%+v", e)
+	}
+	coWantBalance(t, a, acct, credits.Whole(10))
+	es, err := a.Parts.API.Billing.Entries(ctx, acct, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, en := range es {
+		kinds = append(kinds, en.Kind+" "+en.Amount)
+	}
+	if fmt.Sprint(kinds) != "[charge -1 refund 1]" {
+		t.Fatalf("ledger %v, want the charge and its refund", kinds)
+	}
+	// A key of the other family is told so by code (SPEC 5.4).
+	ukey := a.Key(acct, accounts.Unlimited)
+	if e := coWantError(t, a.get(t, coSinglePath+"?domain=northwind.example", ukey), http.StatusForbidden); e.Code != "wrong_key_plan" {
+		t.Fatalf("unlimited key: %+v", e)
+	}
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
@@ -225,16 +225,6 @@ func restartTail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-func restartFreeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // restartAPI is the company API client on one bulkd process.
@@ -455,7 +445,7 @@ func restartRun(t *testing.T, bin string, sameInstance bool) {
 	if !sameInstance {
 		flags = append(flags, restartLeaseFlags(bin)...)
 	}
-	listen := restartFreeAddr(t)
+	listen := bulkdtest.FreeAddr(t)
 	p1 := restartServe(t, bin, listen, flags...)
 
 	body := map[string]any{"input": func() []map[string]any {
@@ -530,7 +520,7 @@ func restartRun(t *testing.T, bin string, sameInstance bool) {
 	// Restart on the same Redis.
 	listen2 := listen
 	if !sameInstance {
-		listen2 = restartFreeAddr(t)
+		listen2 = bulkdtest.FreeAddr(t)
 	}
 	restartAt := time.Now()
 	p2 := restartServe(t, bin, listen2, flags...)

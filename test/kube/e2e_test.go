@@ -145,12 +145,7 @@ func TestProcessorKilledMidShardIsRetried(t *testing.T) {
 			if wantFailed := map[bool]int32{false: 1, true: 0}[c.disruption]; job.Status.Failed != wantFailed {
 				t.Fatalf("Job counts %d failed pods, want %d", job.Status.Failed, wantFailed)
 			}
-			h.exactlyOnce(t, sub.JobID, st)
-			_, sres := standalone(t, rows)
-			sameResults(t, a.Results(key, sub.JobID), sres)
-			if got := h.balance(t, acct); got != credits.Whole(1000-30) {
-				t.Fatalf("balance %s, want 970", got)
-			}
+			h.likeStandalone(t, a, key, acct, sub.JobID, st, rows, credits.Whole(1000-30))
 		})
 	}
 }
@@ -182,12 +177,7 @@ func TestShardFirstAttemptExitingNonZeroIsRetried(t *testing.T) {
 	if len(hist0) != 2 || hist0[0].ExitCode != v1alpha1.ProcessorExitRetry || hist0[1].ExitCode != 0 {
 		t.Fatalf("shard 0 attempts %+v", hist0)
 	}
-	h.exactlyOnce(t, sub.JobID, st)
-	_, sres := standalone(t, rows)
-	sameResults(t, a.Results(key, sub.JobID), sres)
-	if got := h.balance(t, acct); got != credits.Whole(100-12) {
-		t.Fatalf("balance %s", got)
-	}
+	h.likeStandalone(t, a, key, acct, sub.JobID, st, rows, credits.Whole(100-12))
 }
 
 // (c) A shard that fails for good: the inputs it answered keep their
@@ -364,14 +354,7 @@ var hangRows = companyapi.HangRows
 // and kills its process.
 func killMidShard(t *testing.T, jobID, host string, disruption bool) {
 	t.Helper()
-	select {
-	case got := <-h.web.Hits:
-		if got != host {
-			t.Fatalf("hang on %s, want %s", got, host)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("shard 1 never reached the hanging website")
-	}
+	h.web.WaitHang(t, host, 30*time.Second)
 	idx := make([]int, 10)
 	for i := range idx {
 		idx[i] = 10 + i
@@ -468,17 +451,19 @@ func (h *harness) table(t *testing.T, name string) ([]string, []string) {
 	return cols, cells
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (h *harness) exactlyOnce(t *testing.T, jobID string, st jobStatus) {
 	companyapi.ExactlyOnce(t, h.parts.Processor.Store, h.rdb, jobID, st)
+}
+
+// likeStandalone checks a completed job of rows: every input answered
+// exactly once, the results standalone mode gives, and the account left
+// with balance (nothing refunded after acceptance).
+func (h *harness) likeStandalone(t *testing.T, a api, key, acct, jobID string, st jobStatus, rows []in, balance credits.Amount) {
+	t.Helper()
+	h.exactlyOnce(t, jobID, st)
+	_, sres := standalone(t, rows)
+	sameResults(t, a.Results(key, jobID), sres)
+	if got := h.balance(t, acct); got != balance {
+		t.Fatalf("balance %s, want %s", got, balance)
+	}
 }

@@ -1,8 +1,6 @@
 package kube_test
 
 import (
-	"github.com/bulkd/bulkd/test/companyapi"
-
 	"context"
 	"strings"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/test/companyapi"
 )
 
 // The company API client is shared with the other whole-system suite.
@@ -108,4 +107,10 @@ func (h *harness) eventReasons(t *testing.T, id string) string {
 		}
 	}
 	return strings.Join(reasons, ",")
+}
+
+// waitFor polls ok until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	bulkdtest.Eventually(t, d, 50*time.Millisecond, what, ok)
 }

@@ -3,7 +3,6 @@ package kube_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
@@ -23,7 +23,7 @@ import (
 // in-process controller holds the leader lease), and a job submitted to
 // the apiserver process runs to completion.
 func TestSubcommands(t *testing.T) {
-	healthAddr, metricsAddr, apiAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	healthAddr, metricsAddr, apiAddr := bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t)
 	ctrlProc := h.startBinary(t, "bulkd-controller", []string{"controller",
 		"--namespace", namespace, "--health-probe-bind-address", healthAddr, "--metrics-bind-address", metricsAddr},
 		"BULKD_REDIS_URL="+h.redisURL, "BULKD_PROCESSOR_IMAGE=localhost/bulkd:e2e",
@@ -92,16 +92,6 @@ func (h *harness) startBinary(t *testing.T, user string, args []string, env ...s
 		}
 	})
 	return cmd
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // waitHTTP polls url until it answers 200 (with body containing want).

@@ -3,7 +3,8 @@
 // (SPEC 2.4 is_redirect / redirected_to).
 //
 // A check requests http://<domain>/ (https://<domain>/ when port 80 gives no
-// answer) and follows Location headers itself, hop by hop, so it sees where the chain ends even when the last hop cannot be
+// answer or a gateway error) and follows Location headers itself, hop by
+// hop, so it sees where the chain ends even when the last hop cannot be
 // fetched. Everything is bounded: hops (Options.MaxHops), bytes read from any
 // body (maxBodyBytes), time (Options.Timeout for the whole check, plus the
 // outbound per-call timeouts), and the result cache (Options.CacheSize).
