@@ -18,11 +18,13 @@ import (
 	"syscall"
 
 	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/bulkd/bulkd/controllers"
 	"github.com/bulkd/bulkd/internal/admin"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/kube"
 	"github.com/bulkd/bulkd/internal/memlimit"
 	"github.com/bulkd/bulkd/internal/serve"
@@ -140,15 +142,11 @@ func runController(ctx context.Context, args []string) error {
 	log := newLogger(cfg)
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
-	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
+	rdb, proc, err := openProcessor(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	proc, err := serve.NewProcessor(cfg, rdb, log)
-	if err != nil {
-		return err
-	}
 	rc, err := kube.RESTConfig(kc.Kubeconfig)
 	if err != nil {
 		return err
@@ -197,20 +195,31 @@ func runProcessor(ctx context.Context, args []string) error {
 		return &exitError{2, err}
 	}
 	log := newLogger(cfg).With("job", *jobID, "shard", shard)
-	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
+	rdb, proc, err := openProcessor(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	proc, err := serve.NewProcessor(cfg, rdb, log)
-	if err != nil {
-		return err
-	}
 	proc.Owner = kube.ShardOwner(*jobID, shard)
 	if err := kube.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
 		return &exitError{kube.ExitCode(err), err}
 	}
 	return nil
+}
+
+// openProcessor connects to Redis and builds the shard processor on it; the
+// caller closes the client.
+func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (*redis.Client, *jobs.Processor, error) {
+	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	proc, err := serve.NewProcessor(cfg, rdb, log)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	return rdb, proc, nil
 }
 
 // parseFlags registers a command's flags, parses args and runs the
