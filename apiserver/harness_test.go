@@ -17,7 +17,9 @@ import (
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/testredis"
 )
@@ -59,7 +61,11 @@ func newTestAPI(t *testing.T, opts ...option) *testAPI {
 		Limiter:  ratelimit.New(rdb, 1000), // high unless a test is about rate limits
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:      clk.Now,
+		// The company family's routes with no store behind them: enough
+		// for the answers that come before any work (405, 422, 429).
+		Company: enrich.NewFamily(normalize.New(normalize.DefaultHosts), &enrich.Answerer{}),
 	}
+	d.Bulk = []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered, Family: d.Company}}
 	for _, o := range opts {
 		o(&d)
 	}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,6 +18,8 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 )
@@ -35,8 +36,11 @@ type Deps struct {
 	MaxBodyBytes int64
 	Now          func() time.Time
 
-	Jobs    *jobs.Engine
-	Company CompanyDeps
+	Jobs *jobs.Engine
+	// Bulk are the families' bulk endpoints, mounted in order.
+	Bulk []Bulk
+	// Company answers the single company lookup (GET /v1/company-enrichment).
+	Company *enrich.CompanyFamily
 }
 
 // Server holds the API's state.
@@ -105,10 +109,10 @@ func (s *Server) routes() chi.Router {
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(Metered))
 			g.Get("/credits", s.getCredits)
-			g.Get("/company-enrichment", s.getCompany)
-			g.Post("/company-enrichment/bulk", s.submitCompanyBulk)
-			g.Get("/company-enrichment/bulk/{job_id}", s.getCompanyJob)
-			g.Get("/company-enrichment/bulk/{job_id}/results", s.getCompanyResults)
+			if s.Company != nil {
+				g.Get("/company-enrichment", s.getCompany)
+			}
+			s.mountBulks(g, Metered)
 		})
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(AnyKey))
@@ -119,9 +123,19 @@ func (s *Server) routes() chi.Router {
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(UnlimitedPlan))
 			g.Get("/unlimited/usage", s.getUsage)
+			s.mountBulks(g, UnlimitedPlan)
 		})
 	})
 	return r
+}
+
+// mountBulks mounts the bulk endpoints that take keys of kind k.
+func (s *Server) mountBulks(g chi.Router, k Family) {
+	for _, b := range s.Bulk {
+		if b.Keys == k {
+			s.mountBulk(g, b)
+		}
+	}
 }
 
 // routedMethods are the methods allowedMethods asks the router about.
@@ -184,12 +198,6 @@ const (
 	maxSpamBody    = 1 << 20
 )
 
-// overChars reports whether s has more than max characters (not bytes);
-// the byte length answers most calls without counting.
-func overChars(s string, max int) bool {
-	return len(s) > max && utf8.RuneCountInString(s) > max
-}
-
 func validateSpamCheck(req *SpamCheckRequest) *apierr.Error {
 	var v apierr.Validation
 	switch {
@@ -197,10 +205,10 @@ func validateSpamCheck(req *SpamCheckRequest) *apierr.Error {
 		v.Add("body.content", apierr.TypeMissing, "Field required")
 	case len(*req.Content) == 0:
 		v.Add("body.content", apierr.TypeStringTooShort, "String should have at least 1 character")
-	case overChars(*req.Content, maxSpamContent):
+	case family.OverChars(*req.Content, maxSpamContent):
 		v.Add("body.content", apierr.TypeStringTooLong, "String should have at most 100000 characters")
 	}
-	if req.Subject != nil && overChars(*req.Subject, 998) {
+	if req.Subject != nil && family.OverChars(*req.Subject, 998) {
 		v.Add("body.subject", apierr.TypeStringTooLong, "String should have at most 998 characters")
 	}
 	return v.Err()

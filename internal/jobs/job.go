@@ -21,7 +21,12 @@ import (
 
 // Job statuses.
 const (
-	StatusRunning   = "running"
+	StatusRunning = "running"
+	// StatusRetrying: every distinct input has a first answer, and some of
+	// those answers are provisional, waiting for a retry (an address whose
+	// mail server greylisted us). Results may be read; the job completes
+	// when the last provisional answer is replaced by a final one.
+	StatusRetrying  = "retrying"
 	StatusCompleted = "completed"
 )
 
@@ -50,6 +55,11 @@ type Job struct {
 	RowsProcessed     int64 // rows answered so far (invalid rows count as answered at once)
 	DistinctProcessed int64
 	Outcomes          map[string]int64 // rows per outcome (invalid rows under the family's invalid outcome)
+	// Retrying is the number of distinct inputs whose answer is provisional
+	// (waiting for a retry); NextRetryAt is when the earliest is due (zero
+	// when none is; read only for a job whose status is retrying).
+	Retrying    int64
+	NextRetryAt time.Time
 
 	Shards     int
 	ShardSize  int
@@ -78,19 +88,32 @@ func answersKey(id string) string {
 	return prefix + "job:{" + id + "}:ans"
 }
 func shardsDoneKey(id string) string { return prefix + "job:{" + id + "}:sdone" }
+
+// retryKey is the zset of provisional answers waiting for a retry: member
+// the distinct index, score when it is due (ms). triesKey counts the
+// attempts made per distinct index beyond the first.
+func retryKey(id string) string { return prefix + "job:{" + id + "}:retry" }
+func triesKey(id string) string { return prefix + "job:{" + id + "}:tries" }
 func leaseKey(id string, shard int) string {
 	return prefix + "job:{" + id + "}:lease:" + strconv.Itoa(shard)
 }
 
-// jobKeys are all keys of a job, for deletion.
-func jobKeys(id string) []string {
+// dataKeys are the keys every job with answers has.
+func dataKeys(id string) []string {
 	return []string{metaKey(id), rowsKey(id), inputsKey(id), answersKey(id), shardsDoneKey(id)}
+}
+
+// jobKeys are all keys of a job, for deletion: its data and, when some of
+// its answers were provisional, its retry keys.
+func jobKeys(id string) []string {
+	return append(dataKeys(id), retryKey(id), triesKey(id))
 }
 
 const (
 	activeKey     = prefix + "jobs:active"     // set of running job ids (for resume)
 	pendingKey    = prefix + "jobs:pending"    // zset of submissions not yet committed: "job|account" by start time (ms)
 	reclaimingKey = prefix + "jobs:reclaiming" // zset of abandoned submissions being rolled back
+	retryingKey   = prefix + "jobs:retrying"   // zset of jobs with provisional answers, by earliest due retry (ms)
 )
 
 // RowChunk is how many rows one field of the row map holds: a results page

@@ -19,7 +19,11 @@ type Local struct {
 	Attempts    int           // tries per shard before its rows become errors
 	Backoff     time.Duration // first retry delay, doubled each try
 	ResumeEvery time.Duration
-	Log         *slog.Logger
+	// RetryEvery is how often jobs with provisional answers are looked at
+	// for retries that have come due. Waiting for a retry holds no worker:
+	// a due retry is queued as a task like a shard.
+	RetryEvery time.Duration
+	Log        *slog.Logger
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -34,15 +38,19 @@ type Local struct {
 
 type task struct {
 	job   string
-	shard int
+	shard int // retryTask: the job's due retries
 }
+
+// retryTask is the shard number of a task that answers a job's due
+// retries.
+const retryTask = -1
 
 // NewLocal returns an executor with workers goroutines.
 func NewLocal(proc *Processor, workers int, log *slog.Logger) *Local {
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &Local{Proc: proc, Workers: workers, Attempts: 3, Backoff: 200 * time.Millisecond, ResumeEvery: 30 * time.Second,
+	l := &Local{Proc: proc, Workers: workers, Attempts: 3, Backoff: 200 * time.Millisecond, ResumeEvery: 30 * time.Second, RetryEvery: time.Second,
 		Log: log, queued: map[task]bool{}, running: map[task]bool{}, canceled: map[string]bool{}}
 	l.cond = sync.NewCond(&l.mu)
 	return l
@@ -61,8 +69,9 @@ func (l *Local) Start(ctx context.Context) {
 		l.wg.Add(1)
 		go l.worker(ctx)
 	}
-	l.wg.Add(1)
+	l.wg.Add(2)
 	go l.resumeLoop(ctx)
+	go l.retryLoop(ctx)
 	go func() {
 		<-ctx.Done()
 		l.mu.Lock()
@@ -186,6 +195,35 @@ func (l *Local) resumeLoop(ctx context.Context) {
 	}
 }
 
+// retryLoop queues the due retries of every job that has some: one task
+// per job, whoever's process first answered it.
+func (l *Local) retryLoop(ctx context.Context) {
+	defer l.wg.Done()
+	t := time.NewTicker(l.RetryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids, err := l.Proc.Store.DueRetryJobs(ctx, l.Proc.Now(), 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.Log.Error("retry scan failed", "err", err)
+			}
+			continue
+		}
+		l.mu.Lock()
+		for _, id := range ids {
+			if !l.canceled[id] {
+				l.push(task{id, retryTask})
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
 func (l *Local) next() (task, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -223,6 +261,14 @@ func (l *Local) worker(ctx context.Context) {
 // run tries a shard up to Attempts times with doubling backoff, then
 // answers its remaining rows as errors.
 func (l *Local) run(ctx context.Context, t task) {
+	if t.shard == retryTask {
+		// A failure leaves the claimed retries to come due again (the
+		// processor's RetryHold): nothing is lost by not retrying here.
+		if _, err := l.Proc.RetryDue(ctx, t.job); err != nil && !errors.Is(err, ErrJobNotFound) && ctx.Err() == nil {
+			l.Log.Warn("retrying provisional answers failed", "job", t.job, "err", err)
+		}
+		return
+	}
 	delay := l.Backoff
 	for attempt := 1; ; attempt++ {
 		err := l.Proc.ProcessShard(ctx, t.job, t.shard)

@@ -21,6 +21,15 @@ type Answerer interface {
 	ErrorAnswer() Answer
 }
 
+// Retrier is an optional Answerer interface for families whose answers may
+// be provisional (an Answer with RetryAt set): Retry answers inputs again,
+// attempts[i] being the attempt number of payloads[i] (the first answer was
+// attempt 1). A family decides when to stop: after its last attempt it
+// returns a final answer.
+type Retrier interface {
+	Retry(ctx context.Context, payloads []string, attempts []int) ([]Answer, error)
+}
+
 // Processor answers shards. The same processor runs in-process (Local) and
 // in processor pods (`bulkd processor`).
 type Processor struct {
@@ -28,7 +37,13 @@ type Processor struct {
 	Families  map[string]Answerer
 	Log       *slog.Logger
 	Now       func() time.Time
-	BatchSize int           // inputs per Answer call and per record script
+	BatchSize int // inputs per Answer call and per record script
+	// BatchSizes overrides BatchSize per family (a family that answers a
+	// whole shard at once, say).
+	BatchSizes map[string]int
+	// RetryHold is how long a claimed retry stays away from other runners;
+	// a runner that dies releases it after that.
+	RetryHold time.Duration
 	LeaseTTL  time.Duration // how long a shard stays claimed without a heartbeat
 	Owner     string        // lease owner id (process)
 }
@@ -41,7 +56,7 @@ func NewProcessor(st *Store, families map[string]Answerer, log *slog.Logger) *Pr
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return &Processor{Store: st, Families: families, Log: log, Now: time.Now, BatchSize: 500,
-		LeaseTTL: 30 * time.Second, Owner: hex.EncodeToString(b[:])}
+		RetryHold: 5 * time.Minute, LeaseTTL: 30 * time.Second, Owner: hex.EncodeToString(b[:])}
 }
 
 // ErrShardBusy means another worker holds the shard's lease.
@@ -69,11 +84,12 @@ func (p *Processor) ProcessShard(ctx context.Context, jobID string, shard int) e
 		return err
 	}
 	base := shard * j.ShardSize
-	for start := 0; start < len(inputs); start += p.BatchSize {
+	size := p.batchSize(j.Family)
+	for start := 0; start < len(inputs); start += size {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		end := min(start+p.BatchSize, len(inputs))
+		end := min(start+size, len(inputs))
 		if err := p.answerBatch(ctx, j, fam, inputs[start:end], base+start); err != nil {
 			return err
 		}
@@ -110,10 +126,82 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 	}
 	rec := make([]Recorded, len(todo))
 	for k, i := range todo {
-		rec[k] = Recorded{Index: idx[i], Rows: batch[i].Rows, Outcome: answers[k].Outcome, Data: answers[k].Data}
+		rec[k] = Recorded{Index: idx[i], Rows: batch[i].Rows, Outcome: answers[k].Outcome, Data: answers[k].Data, RetryAt: answers[k].RetryAt}
 	}
 	_, err = p.Store.Record(ctx, j, p.Now(), rec)
 	return err
+}
+
+func (p *Processor) batchSize(family string) int {
+	if n := p.BatchSizes[family]; n > 0 {
+		return n
+	}
+	return p.BatchSize
+}
+
+// RetryDue answers every provisional answer of a job that is due now, in
+// batches, and returns when the next one is due (zero when none is left).
+// Runners may overlap: a retry is claimed before it is answered, and a
+// retry answer replaces only a provisional answer.
+func (p *Processor) RetryDue(ctx context.Context, jobID string) (time.Time, error) {
+	j, err := p.Store.Get(ctx, jobID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	fam, ok := p.Families[j.Family]
+	if !ok {
+		return time.Time{}, fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
+	}
+	rt, ok := fam.(Retrier)
+	if !ok {
+		return time.Time{}, fmt.Errorf("job %s: family %q has provisional answers but cannot retry", jobID, j.Family)
+	}
+	shards := map[int][]Input{}
+	// Bounded: each pass claims due retries and pushes them out by
+	// RetryHold, so the loop ends when nothing more is due now.
+	for {
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, err
+		}
+		idx, attempts, err := p.Store.claimRetries(ctx, j, p.Now(), p.batchSize(j.Family), p.RetryHold)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if len(idx) == 0 {
+			break
+		}
+		payloads := make([]string, len(idx))
+		rows := make([]int64, len(idx))
+		for k, x := range idx {
+			sh := x / j.ShardSize
+			in, ok := shards[sh]
+			if !ok {
+				if in, err = p.Store.ShardInputs(ctx, jobID, sh); err != nil {
+					return time.Time{}, err
+				}
+				shards[sh] = in
+			}
+			if x-sh*j.ShardSize >= len(in) {
+				return time.Time{}, fmt.Errorf("job %s: retry of input %d past its shard", jobID, x)
+			}
+			payloads[k], rows[k] = in[x-sh*j.ShardSize].Payload, in[x-sh*j.ShardSize].Rows
+		}
+		answers, err := rt.Retry(ctx, payloads, attempts)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("retry %d inputs of %s: %w", len(payloads), jobID, err)
+		}
+		if len(answers) != len(payloads) {
+			return time.Time{}, fmt.Errorf("retrier returned %d answers for %d inputs", len(answers), len(payloads))
+		}
+		rec := make([]Recorded, len(idx))
+		for k := range idx {
+			rec[k] = Recorded{Index: idx[k], Rows: rows[k], Outcome: answers[k].Outcome, Data: answers[k].Data, RetryAt: answers[k].RetryAt}
+		}
+		if _, err := p.Store.Replace(ctx, j, p.Now(), rec); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return p.Store.syncRetrying(ctx, jobID)
 }
 
 // FailShard answers every still-unanswered input of a shard with the

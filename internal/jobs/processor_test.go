@@ -99,7 +99,7 @@ func TestProcessShardTwice(t *testing.T) {
 			t.Errorf("answer %d: %s %s", i, a.Outcome, a.Data)
 		}
 	}
-	if left := e.jobKeysLeft(j.ID); len(left) != len(jobKeys(j.ID)) {
+	if left := e.jobKeysLeft(j.ID); len(left) != len(dataKeys(j.ID)) {
 		t.Errorf("keys %v: a lease was left behind", left)
 	}
 }

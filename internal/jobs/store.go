@@ -79,6 +79,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	pipe := s.rdb.TxPipeline()
 	pipe.Del(ctx, jobKeys(id)...)
 	pipe.SRem(ctx, activeKey, id)
+	pipe.ZRem(ctx, retryingKey, id)
 	_, err := pipe.Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)
@@ -95,7 +96,13 @@ func (s *Store) Get(ctx context.Context, id string) (*Job, error) {
 	if len(m) == 0 || m["id"] == "" {
 		return nil, ErrJobNotFound
 	}
-	return jobFromMap(m), nil
+	j := jobFromMap(m)
+	if j.Status == StatusRetrying {
+		if j.NextRetryAt, err = s.nextRetry(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return j, nil
 }
 
 func jobFromMap(m map[string]string) *Job {
@@ -111,7 +118,8 @@ func jobFromMap(m map[string]string) *Job {
 		TotalRows: i("total_rows"), TotalInvalid: i("total_invalid"), Distinct: i("distinct"),
 		RowsProcessed: i("rows_processed"), DistinctProcessed: i("distinct_processed"),
 		Shards: int(i("shards")), ShardSize: int(i("shard_size")), ShardsDone: i("shards_done"),
-		Charge: credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
+		Retrying: i("retrying"),
+		Charge:   credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
 		CreatedAt: t("created_at"), CompletedAt: t("completed_at"), ExpiresAt: t("expires_at"),
 		Outcomes: map[string]int64{},
 	}
@@ -165,47 +173,112 @@ type Recorded struct {
 	Rows    int64 // rows pointing at the input
 	Outcome string
 	Data    []byte // the family's answer, JSON
+	// RetryAt, when set, makes the answer provisional: it is shown (and
+	// counts as the input's first answer) until a retry due then replaces
+	// it.
+	RetryAt time.Time
 }
 
-// recordScript writes answers that do not exist yet and counts only those,
-// so a shard that runs twice (a retried pod, a restarted process) never
-// counts a row twice. It completes the job when the last input is answered.
-// KEYS = meta, answers, active set. ARGV = job id, now ms, expires ms, then
-// (index, rows, outcome, blob) per answer.
+// recordScript writes answers and counts only what changed, so a shard
+// that runs twice (a retried pod, a restarted process) never counts a row
+// twice. In mode "new" it writes only answers that do not exist yet (a
+// first pass, or a failed shard's error answers); in mode "replace" (a
+// retry) it replaces only provisional answers, moving their rows from the
+// old outcome to the new one. A provisional answer is also a member of the
+// job's retry zset, scored by when it is due. The job is completed when
+// every input has an answer and none is provisional; it is "retrying" when
+// every input has one but some are provisional.
+// KEYS = meta, answers, active set, retry zset, retrying-jobs zset.
+// ARGV = job id, now ms, expires ms, mode, then (index, rows, outcome,
+// blob, retry-at ms or 0) per answer.
 var recordScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local rows, fresh = 0, 0
-for i = 4, #ARGV, 4 do
-  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i+2] .. '\n' .. ARGV[i+3]) == 1 then
-    local m = tonumber(ARGV[i+1])
-    rows = rows + m
-    fresh = fresh + 1
-    redis.call('HINCRBY', KEYS[1], 'out:' .. ARGV[i+2], m)
+local replace = ARGV[4] == 'replace'
+local rows, fresh, changed, retrying = 0, 0, 0, 0
+for i = 5, #ARGV, 5 do
+  local idx, m, out, due = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2], tonumber(ARGV[i+4])
+  local val = out .. '\n' .. ARGV[i+3]
+  if not replace then
+    if redis.call('HSETNX', KEYS[2], idx, val) == 1 then
+      rows = rows + m
+      fresh = fresh + 1
+      redis.call('HINCRBY', KEYS[1], 'out:' .. out, m)
+      if due > 0 then
+        redis.call('ZADD', KEYS[4], due, idx)
+        retrying = retrying + 1
+      end
+    end
+  elseif redis.call('ZSCORE', KEYS[4], idx) then
+    local prev = redis.call('HGET', KEYS[2], idx)
+    local pout = string.match(prev or '', '^([^\n]*)')
+    redis.call('HSET', KEYS[2], idx, val)
+    if pout ~= out then
+      redis.call('HINCRBY', KEYS[1], 'out:' .. pout, -m)
+      redis.call('HINCRBY', KEYS[1], 'out:' .. out, m)
+    end
+    if due > 0 then
+      redis.call('ZADD', KEYS[4], due, idx)
+    else
+      redis.call('ZREM', KEYS[4], idx)
+      retrying = retrying - 1
+    end
+    changed = changed + 1
   end
 end
 if fresh > 0 then
   redis.call('HINCRBY', KEYS[1], 'rows_processed', rows)
-  local done = redis.call('HINCRBY', KEYS[1], 'distinct_processed', fresh)
+  redis.call('HINCRBY', KEYS[1], 'distinct_processed', fresh)
+end
+if retrying ~= 0 then redis.call('HINCRBY', KEYS[1], 'retrying', retrying) end
+if fresh > 0 or changed > 0 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[3])
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if first[2] then
+    redis.call('PEXPIREAT', KEYS[4], ARGV[3])
+    redis.call('ZADD', KEYS[5], first[2], ARGV[1])
+  else
+    redis.call('ZREM', KEYS[5], ARGV[1])
+  end
+  local done = tonumber(redis.call('HGET', KEYS[1], 'distinct_processed'))
   if done >= tonumber(redis.call('HGET', KEYS[1], 'distinct')) then
-    redis.call('HSET', KEYS[1], 'status', 'completed', 'completed_at', ARGV[2])
-    redis.call('SREM', KEYS[3], ARGV[1])
+    if first[2] then
+      redis.call('HSET', KEYS[1], 'status', 'retrying')
+    else
+      redis.call('HSET', KEYS[1], 'status', 'completed', 'completed_at', ARGV[2])
+      redis.call('SREM', KEYS[3], ARGV[1])
+    end
   end
 end
-return fresh
+return fresh + changed
 `)
 
-// Record stores answers exactly once and returns how many were new.
+// Record stores first answers exactly once (a provisional one included)
+// and returns how many were new.
 func (s *Store) Record(ctx context.Context, j *Job, now time.Time, answers []Recorded) (int, error) {
+	return s.record(ctx, j, now, "new", answers)
+}
+
+// Replace stores retry answers: each replaces the input's provisional
+// answer, and only that (an input already answered for good keeps its
+// answer). It returns how many were replaced.
+func (s *Store) Replace(ctx context.Context, j *Job, now time.Time, answers []Recorded) (int, error) {
+	return s.record(ctx, j, now, "replace", answers)
+}
+
+func (s *Store) record(ctx context.Context, j *Job, now time.Time, mode string, answers []Recorded) (int, error) {
 	if len(answers) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 3+4*len(answers))
-	args = append(args, j.ID, now.UnixMilli(), j.ExpiresAt.UnixMilli())
+	args := make([]any, 0, 4+5*len(answers))
+	args = append(args, j.ID, now.UnixMilli(), j.ExpiresAt.UnixMilli(), mode)
 	for _, a := range answers {
-		args = append(args, a.Index, a.Rows, a.Outcome, a.Data)
+		var due int64
+		if !a.RetryAt.IsZero() {
+			due = max(a.RetryAt.UnixMilli(), 1)
+		}
+		args = append(args, a.Index, a.Rows, a.Outcome, a.Data, due)
 	}
-	n, err := recordScript.Run(ctx, s.rdb, []string{metaKey(j.ID), answersKey(j.ID), activeKey}, args...).Int()
+	n, err := recordScript.Run(ctx, s.rdb, []string{metaKey(j.ID), answersKey(j.ID), activeKey, retryKey(j.ID), retryingKey}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("record answers of %s: %w", j.ID, err)
 	}
@@ -213,6 +286,89 @@ func (s *Store) Record(ctx context.Context, j *Job, now time.Time, answers []Rec
 		return 0, ErrJobNotFound
 	}
 	return n, nil
+}
+
+// claimRetriesScript takes up to ARGV[2] retries due at ARGV[1] (ms) and
+// pushes each one's due time ARGV[3] ms into the future, so a concurrent
+// runner does not take it too and a runner that dies leaves it to be taken
+// again later; it counts the attempt. KEYS = retry zset, tries hash.
+// Returns index, attempts (the first answer was attempt 1), ...
+var claimRetriesScript = redis.NewScript(`
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local out = {}
+for _, idx in ipairs(due) do
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[3]), idx)
+  local n = redis.call('HINCRBY', KEYS[2], idx, 1)
+  out[#out+1] = idx
+  out[#out+1] = n + 1
+end
+if #due > 0 then redis.call('PEXPIREAT', KEYS[2], ARGV[4]) end
+return out
+`)
+
+// claimRetries takes up to n retries of j due at now; each comes back with
+// its attempt number. A claimed retry becomes due again after hold unless
+// it is answered before then.
+func (s *Store) claimRetries(ctx context.Context, j *Job, now time.Time, n int, hold time.Duration) (idx []int, attempts []int, err error) {
+	vals, err := claimRetriesScript.Run(ctx, s.rdb, []string{retryKey(j.ID), triesKey(j.ID)},
+		now.UnixMilli(), n, hold.Milliseconds(), j.ExpiresAt.UnixMilli()).Int64Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim retries of %s: %w", j.ID, err)
+	}
+	for i := 0; i+1 < len(vals); i += 2 {
+		idx = append(idx, int(vals[i]))
+		attempts = append(attempts, int(vals[i+1]))
+	}
+	return idx, attempts, nil
+}
+
+// nextRetry is when j's earliest provisional answer is due (zero: none).
+func (s *Store) nextRetry(ctx context.Context, jobID string) (time.Time, error) {
+	zs, err := s.rdb.ZRangeWithScores(ctx, retryKey(jobID), 0, 0).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read retries of %s: %w", jobID, err)
+	}
+	if len(zs) == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(int64(zs[0].Score)).UTC(), nil
+}
+
+// syncRetryingScript sets a job's score in the retrying-jobs zset to its
+// earliest due retry (claims move retries later without touching it), or
+// drops the job when it has none. KEYS = retry zset, retrying-jobs zset.
+// ARGV = job id. Returns the earliest due time (ms) or 0.
+var syncRetryingScript = redis.NewScript(`
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] then
+  redis.call('ZADD', KEYS[2], first[2], ARGV[1])
+  return tonumber(first[2])
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 0
+`)
+
+// syncRetrying re-scores jobID in the retrying-jobs zset and returns when
+// its next retry is due (zero: none).
+func (s *Store) syncRetrying(ctx context.Context, jobID string) (time.Time, error) {
+	ms, err := syncRetryingScript.Run(ctx, s.rdb, []string{retryKey(jobID), retryingKey}, jobID).Int64()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sync retries of %s: %w", jobID, err)
+	}
+	if ms == 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(ms).UTC(), nil
+}
+
+// DueRetryJobs lists up to n jobs with a retry due at now.
+func (s *Store) DueRetryJobs(ctx context.Context, now time.Time, n int) ([]string, error) {
+	ids, err := s.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: retryingKey, Start: "-inf", Stop: strconv.FormatInt(now.UnixMilli(), 10),
+		ByScore: true, Count: int64(n)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list jobs with due retries: %w", err)
+	}
+	return ids, nil
 }
 
 // markShardDoneScript: KEYS = meta, shard bitmap. ARGV = shard, expires ms.
@@ -318,6 +474,9 @@ type Page struct {
 type Answer struct {
 	Outcome string
 	Data    []byte // the family's answer fields, a JSON object
+	// RetryAt, when set, makes the answer provisional: the input is
+	// answered again (Retrier) from then on.
+	RetryAt time.Time
 }
 
 // StoredAnswer is an answer read back for a results page. Data stays a

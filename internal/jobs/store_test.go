@@ -356,7 +356,7 @@ func TestRetentionTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, k := range jobKeys(j.ID) {
+	for _, k := range dataKeys(j.ID) {
 		ttl, err := e.rdb.PTTL(e.ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -367,7 +367,7 @@ func TestRetentionTTL(t *testing.T) {
 			t.Errorf("%s: ttl %v, want about %v", k, ttl, e.eng.Retention)
 		}
 	}
-	if left := e.jobKeysLeft(j.ID); len(left) != len(jobKeys(j.ID)) {
-		t.Errorf("job keys %v, want exactly %v (no lease left behind)", left, jobKeys(j.ID))
+	if left := e.jobKeysLeft(j.ID); len(left) != len(dataKeys(j.ID)) {
+		t.Errorf("job keys %v, want exactly %v (no lease left behind)", left, dataKeys(j.ID))
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company/redirect"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
@@ -58,14 +59,13 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 
 // BuildWith assembles the components on rdb with another executor.
 func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
-	companies, ans, err := companyAnswerer(cfg, rdb)
+	fams, err := buildFamilies(cfg, rdb, log)
 	if err != nil {
 		return nil, err
 	}
-	norm := normalize.New(strings.Split(cfg.NetworkHosts, ",")) // it trims, lowercases and defaults
 	st := accounts.NewStore(rdb, nil)
 	bl := billing.New(rdb, nil)
-	proc := newProcessor(cfg, rdb, ans, log)
+	proc := newProcessor(cfg, rdb, fams.registry, log)
 	var local *jobs.Local
 	var ex jobs.Executor
 	if o.Executor != nil {
@@ -88,38 +88,52 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Jobs: eng,
-		Company: apiserver.CompanyDeps{Normalizer: norm, Answerer: ans},
+		Bulk: fams.bulk, Company: fams.company,
 	})
-	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: companies, Normalize: norm}, nil
+	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer}, nil
 }
 
 // NewProcessor builds the shard processor alone, with every family's
 // answerer: all that `bulkd processor` and the controller need.
 func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
-	_, ans, err := companyAnswerer(cfg, rdb)
+	fams, err := buildFamilies(cfg, rdb, log)
 	if err != nil {
 		return nil, err
 	}
-	return newProcessor(cfg, rdb, ans, log), nil
+	return newProcessor(cfg, rdb, fams.registry, log), nil
 }
 
-// companyAnswerer builds the company store and the company family's
-// answerer (with redirect checks through the outbound configuration).
-func companyAnswerer(cfg config.Config, rdb redis.UniversalClient) (*company.Store, *enrich.Answerer, error) {
+// families are the job families of a process and how the API mounts them.
+type families struct {
+	registry  *family.Registry
+	bulk      []apiserver.Bulk
+	company   *enrich.CompanyFamily
+	companies *company.Store
+}
+
+// buildFamilies builds every family once: the registry the processor
+// answers from and the bulk endpoints the API mounts.
+func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*families, error) {
 	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy}.WithDefaults()
 	if err := out.Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	companies := company.NewStore(rdb, "bulkd:")
 	ans := &enrich.Answerer{Store: companies}
 	if cfg.RedirectChecks {
 		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
 	}
-	return companies, ans, nil
+	co := enrich.NewFamily(normalize.New(strings.Split(cfg.NetworkHosts, ",")), ans) // it trims, lowercases and defaults
+	f := &families{company: co, companies: companies}
+	f.bulk = []apiserver.Bulk{{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered}}
+	all := []family.Family{co}
+	f.registry = family.NewRegistry(all...)
+	return f, nil
 }
 
-func newProcessor(cfg config.Config, rdb redis.UniversalClient, ans *enrich.Answerer, log *slog.Logger) *jobs.Processor {
-	proc := jobs.NewProcessor(jobs.NewStore(rdb), map[string]jobs.Answerer{enrich.Family: ans}, log)
+func newProcessor(cfg config.Config, rdb redis.UniversalClient, reg *family.Registry, log *slog.Logger) *jobs.Processor {
+	proc := jobs.NewProcessor(jobs.NewStore(rdb), reg.Answerers(), log)
+	proc.BatchSizes = reg.BatchSizes()
 	if cfg.InstanceID != "" {
 		proc.Owner = cfg.InstanceID
 	}

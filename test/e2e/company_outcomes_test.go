@@ -228,7 +228,7 @@ func TestCompanyErrorRows(t *testing.T) {
 	dead := testredis.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: dead.Addr, MaxRetries: -1, DialTimeout: time.Second, DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	ans := a.Parts.Processor.Families[enrich.Family].(*enrich.Answerer)
+	ans := a.Parts.Processor.Families[enrich.Family].(*enrich.CompanyFamily).Answerer
 	if a.Parts.API.Company.Answerer != ans {
 		t.Fatal("the API and the executor no longer share one answerer; rework this test")
 	}

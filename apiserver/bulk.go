@@ -1,0 +1,209 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// Bulk mounts one family's bulk endpoints: POST Path, GET Path/{job_id} and
+// GET Path/{job_id}/results. The handlers are the same for every family;
+// what differs is the family's (decode, price, answers, rendering) and the
+// mount's (which keys, how it is paid for).
+type Bulk struct {
+	Path   string // e.g. "/company-enrichment/bulk", under /v1
+	Family family.Family
+	Keys   Family // which keys the endpoints take
+	// Metering is how a principal pays for a submission; nil means the
+	// family's credit price per distinct input.
+	Metering func(p *accounts.Principal) (jobs.Metering, *apierr.Error)
+}
+
+func (s *Server) mountBulk(g chi.Router, b Bulk) {
+	g.Post(b.Path, s.submitBulk(b))
+	g.Get(b.Path+"/{job_id}", s.getBulkJob(b))
+	g.Get(b.Path+"/{job_id}/results", s.getBulkResults(b))
+}
+
+func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p := PrincipalFrom(r.Context())
+		b := jobs.NewBuilder(m.Family.Name(), 0)
+		body := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
+		if e := m.Family.Decode(body, b); e != nil {
+			apierr.Write(w, e)
+			return
+		}
+		met := jobs.Metering{Price: m.Family.Price()}
+		if m.Metering != nil {
+			var e *apierr.Error
+			if met, e = m.Metering(p); e != nil {
+				apierr.Write(w, e)
+				return
+			}
+		}
+		j, err := s.Jobs.Submit(r.Context(), p, b, met)
+		if s.chargeFailed(w, r, err) {
+			return
+		}
+		s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
+		writeJSON(w, http.StatusOK, m.Family.Submitted(j))
+	}
+}
+
+func (s *Server) getBulkJob(m Bulk) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := jobIDParam(w, r, m.Family)
+		if !ok {
+			return
+		}
+		j, err := s.Jobs.Get(r.Context(), PrincipalFrom(r.Context()).Key.ID, id)
+		if s.jobReadFailed(w, r, j, m.Family.Name(), err) {
+			return
+		}
+		writeJSON(w, http.StatusOK, m.Family.Status(j))
+	}
+}
+
+func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := jobIDParam(w, r, m.Family)
+		if !ok {
+			return
+		}
+		limit, offset, e := pageParams(r)
+		if e != nil {
+			apierr.Write(w, e)
+			return
+		}
+		// No job has more than MaxRows rows, so every offset past that reads
+		// the same empty page; clamping keeps offset+limit from overflowing
+		// in the row arithmetic. The answer echoes the offset asked.
+		res, err := s.Jobs.Results(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, m.Family.MaxRows()), limit, m.Family.RenderRow)
+		var j *jobs.Job
+		if res != nil {
+			defer res.Release()
+			j = res.Job
+		}
+		if s.jobReadFailed(w, r, j, m.Family.Name(), err) {
+			return
+		}
+		if e := m.Family.ResultsReady(j); e != nil {
+			apierr.Write(w, e)
+			return
+		}
+		writeResultsPage(w, res, limit, offset)
+	}
+}
+
+// jobIDParam validates the job_id path parameter; what a malformed one is
+// answered with is the family's (422 or 400).
+func jobIDParam(w http.ResponseWriter, r *http.Request, f family.Family) (string, bool) {
+	raw := chi.URLParam(r, "job_id")
+	id, err := uuid.Parse(raw)
+	if err != nil || len(raw) != 36 {
+		apierr.Write(w, f.BadJobID())
+		return "", false
+	}
+	return id.String(), true
+}
+
+// chargeFailed counts a charge (a submission's or a single lookup's) by
+// outcome and answers a failed one: 403 when the account cannot pay, 500
+// otherwise (a submission has reversed its charge by then). It reports
+// whether it answered.
+func (s *Server) chargeFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+	if err == nil {
+		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
+		return false
+	}
+	var ie *billing.InsufficientError
+	if errors.As(err, &ie) {
+		s.Metrics.ChargesByOutcome.WithLabelValues("insufficient").Inc()
+		apierr.Write(w, apierr.New(http.StatusForbidden, ie.Error()))
+		return true
+	}
+	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
+	s.internalError(w, r, err)
+	return true
+}
+
+// pageParams validates limit (1..500, default 50) and offset (>= 0).
+func pageParams(r *http.Request) (limit, offset int, e *apierr.Error) {
+	var v apierr.Validation
+	limit, offset = 50, 0
+	q := r.URL.Query()
+	if s := q.Get("limit"); q.Has("limit") {
+		n, err := strconv.Atoi(s)
+		switch {
+		case err != nil:
+			v.Add("query.limit", apierr.TypeIntParsing, "Input should be a valid integer")
+		case n < 1:
+			v.Add("query.limit", apierr.TypeGreaterThanEqual, "Input should be greater than or equal to 1")
+		case n > 500:
+			v.Add("query.limit", apierr.TypeLessThanEqual, "Input should be less than or equal to 500")
+		default:
+			limit = n
+		}
+	}
+	if s := q.Get("offset"); q.Has("offset") {
+		n, err := strconv.Atoi(s)
+		switch {
+		case err != nil:
+			v.Add("query.offset", apierr.TypeIntParsing, "Input should be a valid integer")
+		case n < 0:
+			v.Add("query.offset", apierr.TypeGreaterThanEqual, "Input should be greater than or equal to 0")
+		default:
+			offset = n
+		}
+	}
+	return limit, offset, v.Err()
+}
+
+// jobReadFailed answers a job read that failed: 404 for an unknown job,
+// another key's, or one of another family (each family's endpoints know
+// only their own jobs), 500 for anything else. It reports whether it
+// answered.
+func (s *Server) jobReadFailed(w http.ResponseWriter, r *http.Request, j *jobs.Job, family string, err error) bool {
+	switch {
+	case errors.Is(err, jobs.ErrJobNotFound) || (err == nil && j.Family != family):
+		apierr.Write(w, apierr.ErrJobNotFound)
+	case err != nil:
+		s.internalError(w, r, err)
+	default:
+		return false
+	}
+	return true
+}
+
+// writeResultsPage writes a results page (SPEC 2.4, 4.x): the page fields
+// and the rendered rows, with Content-Length, without copying the rows
+// again (a cached page is written straight from the cache).
+func writeResultsPage(w http.ResponseWriter, res *jobs.Results, limit, offset int) {
+	var head [256]byte
+	h := fmt.Appendf(head[:0], `{"job_id":"%s","total_rows":%d,"total_processed":%d,"limit":%d,"offset":%d,"results":[`,
+		res.Job.ID, res.Job.TotalRows, res.Job.RowsProcessed, limit, offset)
+	const tail = "]}\n"
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Length", strconv.Itoa(len(h)+res.Len()+len(tail)))
+	if _, err := w.Write(h); err != nil {
+		return
+	}
+	if _, err := res.WriteTo(w); err != nil {
+		return
+	}
+	_, _ = io.WriteString(w, tail)
+}

@@ -1,0 +1,118 @@
+// Package family is the contract between a bulk job family (company
+// enrichment, email verification, email lookup) and the rest of bulkd. A
+// family is one package behind one interface: how a submission body is
+// decoded and limited, what a distinct input costs, how inputs are answered,
+// and how a job's status and result rows are shown. The engine, the HTTP
+// handlers, the BulkJob resource and the controller know families only
+// through it, never by name.
+package family
+
+import (
+	"bytes"
+	"io"
+	"unicode/utf8"
+
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// Family is one kind of bulk job.
+type Family interface {
+	// Name is the engine's name of the family's jobs (the BulkJob's
+	// spec.family, the bulkd.io/family label).
+	Name() string
+
+	// Decode reads a submission body into b (rows in order, deduplicated,
+	// invalid rows skipped or refused by the family's rules). A returned
+	// error is the 4xx to answer; nothing has been charged then.
+	Decode(body io.Reader, b *jobs.Builder) *apierr.Error
+	// MaxRows is the most rows a submission may hold; results offsets past
+	// it all read the same empty page.
+	MaxRows() int
+	// Price is what one distinct input costs on a credit-metered key.
+	Price() credits.Amount
+
+	// Submitted is the answer to an accepted submission.
+	Submitted(j *jobs.Job) any
+	// Status is the answer of GET .../{job_id}.
+	Status(j *jobs.Job) any
+	// ResultsReady says whether a job's results may be read now: nil, or
+	// the error to answer instead (email verification answers 409 before
+	// its job is complete).
+	ResultsReady(j *jobs.Job) *apierr.Error
+	// RenderRow writes one results row as a JSON object; ans is nil while
+	// the row is pending (and for a row skipped as invalid).
+	RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer)
+	// BadJobID is the error for a job_id path parameter that is not a uuid
+	// (SPEC: 422 for the families that say so, 400 for verification).
+	BadJobID() *apierr.Error
+
+	// Answerer answers the family's distinct inputs (the shard processor).
+	jobs.Answerer
+	// Profile is how the family's shards are processed.
+	Profile() Profile
+}
+
+// Profile is a family's processor settings.
+type Profile struct {
+	// BatchSize is how many distinct inputs one Answer call gets (0: the
+	// processor's --batch-size). Email verification answers a whole shard
+	// at once so that one SMTP session covers a domain's addresses.
+	BatchSize int
+}
+
+// Registry is every family of a process, by name.
+type Registry struct {
+	byName map[string]Family
+	order  []Family
+}
+
+// NewRegistry registers families; a name given twice panics (a wiring bug).
+func NewRegistry(fams ...Family) *Registry {
+	r := &Registry{byName: map[string]Family{}}
+	for _, f := range fams {
+		if _, dup := r.byName[f.Name()]; dup {
+			panic("family: " + f.Name() + " registered twice")
+		}
+		r.byName[f.Name()] = f
+		r.order = append(r.order, f)
+	}
+	return r
+}
+
+// Get returns a family by name.
+func (r *Registry) Get(name string) (Family, bool) {
+	f, ok := r.byName[name]
+	return f, ok
+}
+
+// All lists the families in registration order.
+func (r *Registry) All() []Family { return r.order }
+
+// Answerers are the families' answerers by name, for the shard processor.
+func (r *Registry) Answerers() map[string]jobs.Answerer {
+	m := make(map[string]jobs.Answerer, len(r.order))
+	for _, f := range r.order {
+		m[f.Name()] = f
+	}
+	return m
+}
+
+// BatchSizes are the families' own batch sizes by name (families without
+// one are absent).
+func (r *Registry) BatchSizes() map[string]int {
+	m := map[string]int{}
+	for _, f := range r.order {
+		if n := f.Profile().BatchSize; n > 0 {
+			m[f.Name()] = n
+		}
+	}
+	return m
+}
+
+// OverChars reports whether s has more than max characters (not bytes);
+// the byte length answers most calls without counting.
+func OverChars(s string, max int) bool {
+	return len(s) > max && utf8.RuneCountInString(s) > max
+}
