@@ -163,3 +163,50 @@ func (b *Builder) shardChunks(size int) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+// GroupInputs reorders the distinct inputs so that inputs with the same
+// group key are next to each other (groups in order of first appearance),
+// and remaps the rows to match. Shards are contiguous runs of inputs, so a
+// family whose work is cheaper per group (email verification: one SMTP
+// session per mail domain) calls it once the body is read; a group then
+// spans at most two shards. Rows keep their submission order.
+func (b *Builder) GroupInputs(key func(payload string) string) {
+	order := map[string]int{}
+	groups := make([]int, len(b.inputs))
+	for i, in := range b.inputs {
+		k := key(in.Payload)
+		g, ok := order[k]
+		if !ok {
+			g = len(order)
+			order[k] = g
+		}
+		groups[i] = g
+	}
+	if len(order) <= 1 {
+		return
+	}
+	// Counting sort by group: stable, O(n).
+	start := make([]int, len(order)+1)
+	for _, g := range groups {
+		start[g+1]++
+	}
+	for g := 1; g < len(start); g++ {
+		start[g] += start[g-1]
+	}
+	newIdx := make([]int32, len(b.inputs))
+	inputs := make([]Input, len(b.inputs))
+	for i, g := range groups {
+		newIdx[i] = int32(start[g])
+		inputs[start[g]] = b.inputs[i]
+		start[g]++
+	}
+	b.inputs = inputs
+	for i := range b.rows {
+		if b.rows[i].Index >= 0 {
+			b.rows[i].Index = newIdx[b.rows[i].Index]
+		}
+	}
+	for k, i := range b.index {
+		b.index[k] = newIdx[i]
+	}
+}

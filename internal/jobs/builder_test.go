@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -217,5 +218,38 @@ func TestSubmitShape(t *testing.T) {
 	bal, _ := e.bl.Balance(e.ctx, e.p.Account.ID)
 	if bal != e.balance-j.Charge {
 		t.Errorf("balance %v, want %v", bal, e.balance-j.Charge)
+	}
+}
+
+// GroupInputs puts inputs of one group next to each other and keeps every
+// row pointing at its own input, in submission order.
+func TestGroupInputs(t *testing.T) {
+	b := NewBuilder("x", 0)
+	for _, v := range []string{"a@x", "b@y", "c@x", "a@x", "d@z", "e@y", "!bad"} {
+		if r, ok := strings.CutPrefix(v, "!"); ok {
+			b.AddInvalid(v, r)
+			continue
+		}
+		b.AddValid(v, v, v)
+	}
+	b.GroupInputs(func(p string) string { _, d, _ := strings.Cut(p, "@"); return d })
+	var got []string
+	for _, in := range b.inputs {
+		got = append(got, in.Payload)
+	}
+	if strings.Join(got, ",") != "a@x,c@x,b@y,e@y,d@z" {
+		t.Fatalf("inputs %v", got)
+	}
+	for _, r := range b.rows {
+		if r.Index >= 0 && b.inputs[r.Index].Payload != r.Echo {
+			t.Errorf("row %q points at %q", r.Echo, b.inputs[r.Index].Payload)
+		}
+	}
+	if b.inputs[0].Rows != 2 || !b.rows[0].First || b.rows[3].First {
+		t.Errorf("repeat counts/first flags lost: %+v %+v", b.inputs[0], b.rows)
+	}
+	b.AddValid("c@x", "c@x", "c@x") // the index still finds moved inputs
+	if b.rows[len(b.rows)-1].Index != 1 || b.inputs[1].Rows != 2 {
+		t.Errorf("index after grouping: %+v", b.rows[len(b.rows)-1])
 	}
 }

@@ -1,0 +1,85 @@
+// Package mailworld is bulkd's own mail world: a small, realistic Internet
+// of mail on loopback that the email verifier can be tested and benchmarked
+// against without ever leaving the machine.
+//
+// A World is one authoritative DNS server (UDP and TCP on 127.0.0.1:<free
+// port>, built on github.com/miekg/dns) plus one SMTP listener per mail host.
+// Every host has its own loopback address (127.1.0.1, 127.1.0.2, ... unless
+// the Spec says otherwise; Linux routes all of 127.0.0.0/8 to lo, so no setup
+// is needed) and every host listens on the SAME port, so a verifier needs
+// exactly two settings to talk to the world: the DNS server's host:port
+// (World.DNSAddr) and the SMTP port (World.SMTPPort). It resolves a domain's
+// MX hosts through the DNS server, their A records give the 127.x.y.z
+// addresses, and it connects to that address on the SMTP port.
+//
+// # DNS
+//
+// The DNS server is authoritative (AA set, TTL 300) for every name in the
+// Spec. A domain answers according to its DNSKind: MX records (preference
+// 10, 20, ... in the order of Domain.MX, with the hosts' A records as
+// additional data), a null MX ("MX 0 ."), no MX but an A record (implicit
+// MX), a name that exists with only a TXT record, NXDOMAIN, SERVFAIL, or no
+// answer at all. Host names have an A record with their IP. AAAA queries get
+// an empty NOERROR answer; every other name is NXDOMAIN. Empty answers carry
+// an SOA record in the authority section, as real servers do.
+//
+// # SMTP
+//
+// The SMTP servers are a small hand-written ESMTP implementation (not
+// go-smtp's server) because the world needs exact control of timing:
+//
+//   - The banner "220 <host> ESMTP mailworld" and every reply are delayed by
+//     the world's RTT (changeable at run time with SetRTT) plus the host's
+//     Tarpit.
+//   - The delay is applied once per read burst: the server sleeps before
+//     answering a command only when that command had to be read from the
+//     socket; commands that were already buffered (a pipelined group such as
+//     MAIL + several RCPTs sent in one write) are answered right away and the
+//     replies of the group are flushed together. A pipelined group therefore
+//     costs one RTT, like one real network round trip, and a client that
+//     waits for each reply pays one RTT per command.
+//   - EHLO advertises PIPELINING (unless Host.NoPipelining),
+//     ENHANCEDSTATUSCODES, SIZE and 8BITMIME. MAIL and RCPT need EHLO/HELO
+//     first; RCPT without MAIL is "503 5.5.1". DATA is accepted when at least
+//     one recipient was and the message is discarded. RSET, NOOP, VRFY (252),
+//     HELP and QUIT work; anything else is "500 5.5.2".
+//   - RCPT answers, in order of precedence: "452 4.5.3 Too many recipients"
+//     once the session has seen more than Host.MaxRcpts RCPTs (counted across
+//     transactions and RSETs); "550 5.7.1 Relaying denied" when the domain
+//     does not list this host as its MX (or implicit MX); "450 4.7.1
+//     Greylisted, try again later" while the domain's Greylist period since
+//     the first attempt for that exact recipient (remembered world-wide,
+//     across hosts) has not passed; "552 5.2.2 Mailbox full" for
+//     Domain.Full; "550 5.2.1 Mailbox disabled" for Domain.Disabled;
+//     "250 2.1.5 Ok" for Domain.Users or any local part of a CatchAll
+//     domain; otherwise "550 5.1.1 User unknown". Local parts and domains
+//     are compared case-insensitively.
+//   - Host.MaxConns limits concurrent sessions from all clients: a connection
+//     over the limit gets "421 4.7.0 Too many concurrent connections" as its
+//     banner and is closed. A session gives its slot back before the server
+//     writes "221" to QUIT, so a client that waits for 221 and reconnects at
+//     once is never refused; an over-limit connection also waits a few
+//     milliseconds for a slot before it is refused, so that a client that
+//     simply closed its previous connection is not punished for the time
+//     the server takes to notice.
+//   - Host.DropAfterRcpts N: when the N-th RCPT of a session arrives, the
+//     server flushes the replies it already owes and closes the connection
+//     without answering that RCPT (so with N = 1 no RCPT is ever answered).
+//   - Host.Refuse: the host has an A record but nothing listens on its
+//     address (the address:port is held by a bound, non-listening socket
+//     so no other world can take it), so connections are refused.
+//   - Sessions idle for 5 minutes are closed; Close closes everything and
+//     waits for every goroutine.
+//
+// Stats counts sessions, 421 refusals, RCPTs, 452 and 450 replies per host
+// and the highest number of concurrent sessions (admitted or being refused)
+// each host saw, so a benchmark can show that a verifier stayed polite.
+//
+// # Scenarios
+//
+// Classes is one domain per class of mailbox and failure with its expected
+// verifier answers (Cases), for accuracy tests; Bench is 200 domains and
+// 2,000 addresses with shared provider hosts, connection limits and a
+// realistic mix, for the benchmark; Demo is the small world `make run`
+// starts (see hack/mailworld and hack/run-local.sh).
+package mailworld

@@ -1,0 +1,368 @@
+package mailworld
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Expected statuses.
+const (
+	Deliverable   = "deliverable"
+	Undeliverable = "undeliverable"
+	Risky         = "risky"
+	Unknown       = "unknown"
+)
+
+// ClassOptions tunes Classes.
+type ClassOptions struct {
+	Greylist time.Duration // greylisting period of grey.test; default 1s
+	Tarpit   time.Duration // extra delay of mx.tarpit.test; default 3s (longer than a verifier's command timeout should be)
+	RTT      time.Duration // simulated round trip; default 0
+}
+
+func ok(email string) Case { return Case{email, Deliverable, "accepted", true} }
+func bad(email, reason string) Case {
+	return Case{email, Undeliverable, reason, true}
+}
+func risky(email, reason string) Case { return Case{email, Risky, reason, true} }
+func unknown(email, reason string) Case {
+	return Case{email, Unknown, reason, false}
+}
+
+// Classes is one domain per class of mailbox and failure, with the answers
+// a verifier is expected to give (Spec.Cases):
+//
+//	ok.test          alice, bob, Carol exist; nobody is 550 5.1.1
+//	catchall.test    accepts every RCPT: risky/catch_all
+//	grey.test        450 4.7.1 for Greylist after the first attempt per address,
+//	                 then normal: alice deliverable/accepted (a verifier that
+//	                 gives up instead reports unknown/greylisted, which counts as wrong)
+//	limited.test     mx.limited.test allows 1 session at a time; six users:
+//	                 a polite verifier gets all answers and no 421
+//	many.test        mx.many.test allows 3 RCPTs per session; 8 users and 3
+//	                 unknowns: every answer must still be exact
+//	tarpit.test      mx.tarpit.test waits Tarpit before every reply: unknown/timeout
+//	full.test        max is 552 5.2.2: risky/mailbox_full          } all on the shared
+//	disabled.test    old is 550 5.2.1: undeliverable/mailbox_disabled } host
+//	shared-a.test,   ordinary domains                               } mx.provider.test
+//	shared-b.test
+//	nullmx.test      MX 0 "."  : undeliverable/null_mx
+//	implicit.test    no MX, A record -> web.implicit.test, which accepts alice
+//	nomail.test      only a TXT record: undeliverable/no_mail_server
+//	nxdomain.test    NXDOMAIN: undeliverable/no_such_domain
+//	servfail.test    SERVFAIL: unknown/dns_error
+//	dnstimeout.test  no DNS answer: unknown/dns_error
+//	refused.test     its only MX refuses connections: unknown/connection_failed
+//	dropped.test     its MX drops the connection at the first RCPT: unknown/smtp_error
+//	backup.test      first MX refuses, second accepts alice: deliverable/accepted
+//	nopipe.test      MX does not advertise PIPELINING
+//
+// plus two addresses of invalid syntax (undeliverable/invalid_syntax).
+func Classes(opts ClassOptions) Spec {
+	if opts.Greylist <= 0 {
+		opts.Greylist = time.Second
+	}
+	if opts.Tarpit <= 0 {
+		opts.Tarpit = 3 * time.Second
+	}
+	s := Spec{RTT: opts.RTT}
+	s.Hosts = []Host{
+		{Name: "mx.ok.test"},
+		{Name: "mx.catchall.test"},
+		{Name: "mx.grey.test"},
+		{Name: "mx.limited.test", MaxConns: 1},
+		{Name: "mx.many.test", MaxRcpts: 3},
+		{Name: "mx.tarpit.test", Tarpit: opts.Tarpit},
+		{Name: "mx.provider.test"},
+		{Name: "web.implicit.test"},
+		{Name: "mx.refused.test", Refuse: true},
+		{Name: "mx.dropped.test", DropAfterRcpts: 1},
+		{Name: "mx1.backup.test", Refuse: true},
+		{Name: "mx2.backup.test"},
+		{Name: "mx.nopipe.test", NoPipelining: true},
+	}
+	mx := func(name string, hosts ...string) Domain { return Domain{Name: name, MX: hosts} }
+
+	okd := mx("ok.test", "mx.ok.test")
+	okd.Users = []string{"alice", "bob", "carol"}
+	catch := mx("catchall.test", "mx.catchall.test")
+	catch.CatchAll, catch.Users = true, []string{"info"}
+	grey := mx("grey.test", "mx.grey.test")
+	grey.Greylist, grey.Users = opts.Greylist, []string{"alice"}
+	limited := mx("limited.test", "mx.limited.test")
+	limited.Users = []string{"u1", "u2", "u3", "u4", "u5", "u6"}
+	many := mx("many.test", "mx.many.test")
+	many.Users = []string{"r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"}
+	tarpit := mx("tarpit.test", "mx.tarpit.test")
+	tarpit.Users = []string{"alice"}
+	full := mx("full.test", "mx.provider.test")
+	full.Users, full.Full = []string{"alice"}, []string{"max"}
+	disabled := mx("disabled.test", "mx.provider.test")
+	disabled.Users, disabled.Disabled = []string{"alice"}, []string{"old"}
+	sharedA := mx("shared-a.test", "mx.provider.test")
+	sharedA.Users = []string{"alice", "bob"}
+	sharedB := mx("shared-b.test", "mx.provider.test")
+	sharedB.Users = []string{"alice", "bob"}
+	implicit := Domain{Name: "implicit.test", DNS: DNSNoMXWithA, MX: []string{"web.implicit.test"}, Users: []string{"alice"}}
+	refused := mx("refused.test", "mx.refused.test")
+	refused.Users = []string{"alice"}
+	dropped := mx("dropped.test", "mx.dropped.test")
+	dropped.Users = []string{"alice"}
+	backup := mx("backup.test", "mx1.backup.test", "mx2.backup.test")
+	backup.Users = []string{"alice"}
+	nopipe := mx("nopipe.test", "mx.nopipe.test")
+	nopipe.Users = []string{"alice", "bob"}
+	s.Domains = []Domain{okd, catch, grey, limited, many, tarpit, full, disabled, sharedA, sharedB,
+		{Name: "nullmx.test", DNS: DNSNullMX},
+		implicit,
+		{Name: "nomail.test", DNS: DNSNoMail},
+		{Name: "nxdomain.test", DNS: DNSNXDomain},
+		{Name: "servfail.test", DNS: DNSServFail},
+		{Name: "dnstimeout.test", DNS: DNSTimeout},
+		refused, dropped, backup, nopipe,
+	}
+
+	s.Cases = []Case{
+		ok("alice@ok.test"), ok("bob@ok.test"), ok("Carol@ok.test"),
+		bad("nobody@ok.test", "mailbox_not_found"),
+		risky("info@catchall.test", "catch_all"),
+		risky("x7q2k9-anything@catchall.test", "catch_all"),
+		ok("alice@grey.test"),
+		bad("ghost@grey.test", "mailbox_not_found"),
+	}
+	for _, u := range limited.Users {
+		s.Cases = append(s.Cases, ok(u+"@limited.test"))
+	}
+	s.Cases = append(s.Cases, bad("nobody@limited.test", "mailbox_not_found"))
+	for i, u := range many.Users {
+		s.Cases = append(s.Cases, ok(u+"@many.test"))
+		if i%3 == 1 {
+			s.Cases = append(s.Cases, bad(fmt.Sprintf("x%d@many.test", i/3+1), "mailbox_not_found"))
+		}
+	}
+	s.Cases = append(s.Cases,
+		unknown("alice@tarpit.test", "timeout"),
+		ok("alice@full.test"),
+		risky("max@full.test", "mailbox_full"),
+		ok("alice@disabled.test"),
+		bad("old@disabled.test", "mailbox_disabled"),
+		ok("alice@shared-a.test"), ok("bob@shared-a.test"),
+		bad("carol@shared-a.test", "mailbox_not_found"),
+		ok("alice@shared-b.test"), ok("bob@shared-b.test"),
+		bad("dave@shared-b.test", "mailbox_not_found"),
+		bad("alice@nullmx.test", "null_mx"),
+		ok("alice@implicit.test"),
+		bad("nobody@implicit.test", "mailbox_not_found"),
+		bad("alice@nomail.test", "no_mail_server"),
+		bad("alice@nxdomain.test", "no_such_domain"),
+		unknown("alice@servfail.test", "dns_error"),
+		unknown("alice@dnstimeout.test", "dns_error"),
+		unknown("alice@refused.test", "connection_failed"),
+		// The connection was made and the server greeted: the failure is in
+		// the SMTP dialogue (the RCPT was never answered), not in reaching
+		// the server, hence smtp_error rather than connection_failed.
+		unknown("alice@dropped.test", "smtp_error"),
+		ok("alice@backup.test"),
+		bad("nobody@backup.test", "mailbox_not_found"),
+		ok("alice@nopipe.test"), ok("bob@nopipe.test"),
+		bad("nobody@nopipe.test", "mailbox_not_found"),
+		bad("not-an-email", "invalid_syntax"),
+		bad("alice@", "invalid_syntax"),
+	)
+	return s
+}
+
+// BenchOptions tunes Bench; zero fields take the defaults.
+type BenchOptions struct {
+	Domains         int           // default 200
+	PerDomain       int           // addresses per domain; default 10
+	RTT             time.Duration // default 50ms (SetRTT changes it later, also to 0)
+	MaxConnsPerHost int           // MaxConns of every host; default 3
+	Seed            int64         // the same seed gives the same world
+}
+
+// Bench is the benchmark's world: Domains domains of PerDomain addresses
+// each, a Case for every address (in shuffled order, as a real upload).
+// About 40% of the domains that receive mail are hosted on four shared
+// provider hosts, the rest each on its own MX host; every host has
+// MaxConns = MaxConnsPerHost and MaxRcpts = 100. The mix: 3% null-MX and 3%
+// NXDOMAIN domains, 8% catch-all domains, 3% domains greylisting for 2s
+// (their addresses are expected to be answered exactly after a retry); in
+// the other domains about 20% of addresses are unknown users and about 2%
+// each full and disabled mailboxes, the rest exist.
+func Bench(opts BenchOptions) Spec {
+	if opts.Domains <= 0 {
+		opts.Domains = 200
+	}
+	if opts.PerDomain <= 0 {
+		opts.PerDomain = 10
+	}
+	if opts.RTT == 0 {
+		opts.RTT = 50 * time.Millisecond
+	}
+	if opts.RTT < 0 {
+		opts.RTT = 0
+	}
+	if opts.MaxConnsPerHost <= 0 {
+		opts.MaxConnsPerHost = 3
+	}
+	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x6d61696c776f726c)) // "mailworl"
+	const maxRcpts = 100
+	providers := []string{"mx.bigmail.test", "mx.postbox.test", "mx.mailhaus.test", "mx.inboxly.test"}
+	s := Spec{RTT: opts.RTT}
+	for _, p := range providers {
+		s.Hosts = append(s.Hosts, Host{Name: p, MaxConns: opts.MaxConnsPerHost, MaxRcpts: maxRcpts})
+	}
+
+	n := opts.Domains
+	count := func(frac float64) int { return int(math.Round(float64(n) * frac)) }
+	type class int
+	const (
+		normal class = iota
+		nullMX
+		nxdomain
+		catchAll
+		greylist
+	)
+	classes := make([]class, n)
+	i := 0
+	for _, c := range []struct {
+		k class
+		n int
+	}{{nullMX, count(0.03)}, {nxdomain, count(0.03)}, {catchAll, count(0.08)}, {greylist, count(0.03)}} {
+		for j := 0; j < c.n && i < n; j++ {
+			classes[i] = c.k
+			i++
+		}
+	}
+	rng.Shuffle(n, func(a, b int) { classes[a], classes[b] = classes[b], classes[a] })
+
+	for di := range n {
+		name := fmt.Sprintf("%s-%03d.test", words[rng.IntN(len(words))], di+1)
+		d := Domain{Name: name}
+		switch classes[di] {
+		case nullMX:
+			d.DNS = DNSNullMX
+		case nxdomain:
+			d.DNS = DNSNXDomain
+		default:
+			if rng.Float64() < 0.4 {
+				d.MX = []string{providers[rng.IntN(len(providers))]}
+			} else {
+				h := "mx." + name
+				s.Hosts = append(s.Hosts, Host{Name: h, MaxConns: opts.MaxConnsPerHost, MaxRcpts: maxRcpts})
+				d.MX = []string{h}
+			}
+		}
+		if classes[di] == catchAll {
+			d.CatchAll = true
+		}
+		if classes[di] == greylist {
+			d.Greylist = 2 * time.Second
+		}
+		seen := map[string]bool{}
+		for range opts.PerDomain {
+			var local string
+			for {
+				local = firstNames[rng.IntN(len(firstNames))] + "." + lastNames[rng.IntN(len(lastNames))]
+				if !seen[local] {
+					break
+				}
+				local += fmt.Sprint(rng.IntN(100))
+				if !seen[local] {
+					break
+				}
+			}
+			seen[local] = true
+			email := local + "@" + name
+			r := rng.Float64()
+			switch classes[di] {
+			case nullMX:
+				s.Cases = append(s.Cases, bad(email, "null_mx"))
+			case nxdomain:
+				s.Cases = append(s.Cases, bad(email, "no_such_domain"))
+			case catchAll:
+				if r < 0.8 {
+					d.Users = append(d.Users, local)
+				}
+				s.Cases = append(s.Cases, risky(email, "catch_all"))
+			default:
+				switch {
+				case r < 0.20:
+					s.Cases = append(s.Cases, bad(email, "mailbox_not_found"))
+				case r < 0.22:
+					d.Full = append(d.Full, local)
+					s.Cases = append(s.Cases, risky(email, "mailbox_full"))
+				case r < 0.24:
+					d.Disabled = append(d.Disabled, local)
+					s.Cases = append(s.Cases, bad(email, "mailbox_disabled"))
+				default:
+					d.Users = append(d.Users, local)
+					s.Cases = append(s.Cases, ok(email))
+				}
+			}
+		}
+		s.Domains = append(s.Domains, d)
+	}
+	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
+	return s
+}
+
+// Demo is the small world `make run` starts (hack/run-local.sh), with no
+// delays:
+//
+//	acme.test      alice and bob exist, anybody else is unknown
+//	catchall.test  accepts everything
+//	grey.test      greylists every address for 20s after its first attempt
+//	full.test      max's mailbox is full, alice's is fine
+//	nullmx.test    accepts no mail (MX 0 ".")
+//	nxdomain.test  does not exist
+func Demo() Spec {
+	return Spec{
+		Hosts: []Host{
+			{Name: "mx.acme.test"},
+			{Name: "mx.catchall.test"},
+			{Name: "mx.grey.test"},
+			{Name: "mx.full.test"},
+		},
+		Domains: []Domain{
+			{Name: "acme.test", MX: []string{"mx.acme.test"}, Users: []string{"alice", "bob"}},
+			{Name: "catchall.test", MX: []string{"mx.catchall.test"}, CatchAll: true},
+			{Name: "grey.test", MX: []string{"mx.grey.test"}, Users: []string{"alice"}, Greylist: 20 * time.Second},
+			{Name: "full.test", MX: []string{"mx.full.test"}, Users: []string{"alice"}, Full: []string{"max"}},
+			{Name: "nullmx.test", DNS: DNSNullMX},
+			{Name: "nxdomain.test", DNS: DNSNXDomain},
+		},
+		Cases: []Case{
+			ok("alice@acme.test"), ok("bob@acme.test"),
+			bad("nobody@acme.test", "mailbox_not_found"),
+			risky("anyone@catchall.test", "catch_all"),
+			ok("alice@grey.test"),
+			ok("alice@full.test"),
+			risky("max@full.test", "mailbox_full"),
+			bad("info@nullmx.test", "null_mx"),
+			bad("info@nxdomain.test", "no_such_domain"),
+			bad("not-an-email", "invalid_syntax"),
+		},
+	}
+}
+
+var words = []string{
+	"acorn", "birch", "cobalt", "delta", "ember", "fjord", "granite", "harbor", "indigo", "juniper",
+	"kestrel", "lumen", "meadow", "nimbus", "orchid", "pioneer", "quartz", "riverside", "summit", "tundra",
+	"upland", "vertex", "willow", "xenon", "yarrow", "zephyr",
+}
+
+var firstNames = []string{
+	"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy",
+	"karl", "laura", "mallory", "nina", "oscar", "peggy", "quinn", "rupert", "sybil", "trent",
+	"ursula", "victor", "wendy", "xavier", "yvonne", "zoe",
+}
+
+var lastNames = []string{
+	"adams", "baker", "clark", "davis", "evans", "fisher", "garcia", "hughes", "irving", "jones",
+	"keller", "lopez", "morgan", "nguyen", "owens", "parker", "quincy", "reed", "smith", "turner",
+	"underwood", "vance", "walker", "young", "zimmer",
+}
