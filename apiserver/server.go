@@ -22,6 +22,7 @@ import (
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
+	"github.com/bulkd/bulkd/internal/verification"
 )
 
 // Deps are the parts the API is built from.
@@ -41,6 +42,8 @@ type Deps struct {
 	Bulk []Bulk
 	// Company answers the single company lookup (GET /v1/company-enrichment).
 	Company *enrich.CompanyFamily
+	// Verification answers the single check (GET /v1/verify).
+	Verification *verification.VerificationFamily
 }
 
 // Server holds the API's state.
@@ -111,6 +114,9 @@ func (s *Server) routes() chi.Router {
 			g.Get("/credits", s.getCredits)
 			if s.Company != nil {
 				g.Get("/company-enrichment", s.getCompany)
+			}
+			if s.Verification != nil {
+				g.Get("/verify", s.getVerify)
 			}
 			s.mountBulks(g, Metered)
 		})

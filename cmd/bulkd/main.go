@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
@@ -180,8 +181,12 @@ func runProcessor(ctx context.Context, args []string) error {
 	jobID := fs.String("job", "", "job id (the BulkJob's spec.jobID)")
 	shardFlag := fs.String("shard", "", "shard to process (default: $JOB_COMPLETION_INDEX)")
 	timeout := fs.Duration("timeout", controllers.DefaultOptions().ProcessorTimeout, "time limit of this run")
+	retries := fs.Bool("retries", false, "answer the job's provisional answers whose retry is due, instead of a shard")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{2, err}
+	}
+	if *retries {
+		return runRetries(ctx, cfg, *jobID, *timeout)
 	}
 	s := *shardFlag
 	if s == "" {
@@ -204,6 +209,31 @@ func runProcessor(ctx context.Context, args []string) error {
 	if err := kube.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
 		return &exitError{kube.ExitCode(err), err}
 	}
+	return nil
+}
+
+// runRetries answers a job's due retries once and exits (a retry Job's
+// pod): exit codes as for a shard.
+func runRetries(ctx context.Context, cfg config.Config, jobID string, timeout time.Duration) error {
+	if jobID == "" || timeout <= 0 {
+		return &exitError{2, fmt.Errorf("--job and a positive --timeout are required")}
+	}
+	if err := cfg.Validate(); err != nil {
+		return &exitError{2, err}
+	}
+	log := newLogger(cfg).With("job", jobID, "retries", true)
+	rdb, proc, err := openProcessor(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	next, err := proc.RetryDue(ctx, jobID)
+	if err != nil {
+		return &exitError{kube.ExitCode(err), err}
+	}
+	log.Info("due retries answered", "next_retry_at", next)
 	return nil
 }
 

@@ -49,7 +49,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-` + CompaniesUsage
+` + CompaniesUsage + ListsUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -97,6 +97,9 @@ func Run(ctx context.Context, rdb redis.UniversalClient, env Env, args []string)
 	}
 	if args[0] == "companies" {
 		return companies(ctx, rdb, env, args[1:])
+	}
+	if args[0] == "lists" {
+		return listsCmd(ctx, rdb, env, args[1:])
 	}
 	if len(args) < 2 {
 		return fmt.Errorf("unknown command %q; see bulkd admin help", strings.Join(args, " "))

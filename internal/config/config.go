@@ -4,6 +4,7 @@
 package config
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -59,6 +60,16 @@ type Config struct {
 	RedirectChecks bool   // check whether domain rows redirect elsewhere
 	CompanyData    string // JSON Lines file imported at start when the company store is empty
 
+	// Email verification.
+	SMTPHelo            string        // EHLO name of SMTP checks
+	SMTPMailFrom        string        // MAIL FROM of SMTP checks (default verify@<helo>)
+	SMTPSessionsPerHost int           // concurrent SMTP sessions per MX host, across every process
+	SMTPSessionRate     float64       // new SMTP sessions per second per MX host, across every process
+	SMTPCommandTimeout  time.Duration // wait for one SMTP reply
+	VerifyRetryDelays   string        // waits before the retries of a greylisted address, e.g. "2m,5m,15m"
+	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
+	SMTPDenyPrivate     bool          // never connect to loopback/private addresses from MX records or address literals
+
 	// Demo creates a demo account with credits and both key types on first
 	// start and writes the keys to DemoKeysFile (make run uses it).
 	Demo         bool
@@ -88,6 +99,12 @@ func Default() Config {
 		LeaseTTL:          30 * time.Second,
 		NetworkHosts:      "linkedin.com",
 		RedirectChecks:    true,
+
+		SMTPHelo:            "bulkd.localhost",
+		SMTPSessionsPerHost: 3,
+		SMTPSessionRate:     5,
+		SMTPCommandTimeout:  10 * time.Second,
+		VerifyRetryDelays:   "2m,5m,15m",
 	}
 }
 
@@ -118,6 +135,14 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.NetworkHosts, "network-hosts", "comma-separated professional-network hosts recognised in network_url")
 	boolean(fs, &c.RedirectChecks, "redirect-checks", "check whether a domain row's website redirects to another domain")
 	str(fs, &c.CompanyData, "company-data", "JSON Lines company file to import at start when the company store is empty")
+	str(fs, &c.SMTPHelo, "smtp-helo", "EHLO name of SMTP checks: a name whose A and PTR records match the egress IP")
+	str(fs, &c.SMTPMailFrom, "smtp-mail-from", "MAIL FROM address of SMTP checks (default verify@<smtp-helo>)")
+	num(fs, &c.SMTPSessionsPerHost, "smtp-sessions-per-host", "SMTP sessions open at once per MX host, shared by every process through Redis")
+	float(fs, &c.SMTPSessionRate, "smtp-session-rate", "new SMTP sessions per second per MX host, shared by every process through Redis")
+	dur(fs, &c.SMTPCommandTimeout, "smtp-command-timeout", "wait for one SMTP reply (bounds tarpits)")
+	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address; after the last it is unknown")
+	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
+	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of loopback, private and link-local addresses (turn on in production)")
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
 }
@@ -171,6 +196,36 @@ func dur(fs *flag.FlagSet, p *time.Duration, name, u string) {
 	fs.DurationVar(p, name, *p, usage(u, name))
 }
 
+func float(fs *flag.FlagSet, p *float64, name, u string) {
+	if v, ok := env(name); ok {
+		if f, err := strconv.ParseFloat(v, 64); err == nil {
+			*p = f
+		} else {
+			fmt.Fprintf(os.Stderr, "ignoring %s=%q: not a number\n", EnvName(name), v)
+		}
+	}
+	fs.Float64Var(p, name, *p, usage(u, name))
+}
+
+// RetryDelays parses --verify-retry-delays.
+func (c *Config) RetryDelays() ([]time.Duration, error) {
+	var out []time.Duration
+	for _, part := range strings.Split(c.VerifyRetryDelays, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		d, err := time.ParseDuration(part)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("--verify-retry-delays: %q is not a positive duration", part)
+		}
+		out = append(out, d)
+	}
+	if len(out) > 10 {
+		return nil, fmt.Errorf("--verify-retry-delays: at most 10 retries")
+	}
+	return out, nil
+}
+
 func boolean(fs *flag.FlagSet, p *bool, name, u string) {
 	if v, ok := env(name); ok {
 		if b, err := strconv.ParseBool(v); err == nil {
@@ -220,6 +275,18 @@ func (c *Config) Validate() error {
 	if c.SMTPPort < 1 || c.SMTPPort > 65535 {
 		return fmt.Errorf("--smtp-port must be 1..65535")
 	}
+	if c.SMTPSessionsPerHost < 1 || c.SMTPSessionsPerHost > 100 {
+		return fmt.Errorf("--smtp-sessions-per-host must be 1..100")
+	}
+	if c.SMTPSessionRate <= 0 {
+		return fmt.Errorf("--smtp-session-rate must be positive")
+	}
+	if c.SMTPCommandTimeout < 100*time.Millisecond {
+		return fmt.Errorf("--smtp-command-timeout must be at least 100ms")
+	}
+	if _, err := c.RetryDelays(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -256,6 +323,7 @@ type Kube struct {
 	RedisSecretName      string
 	RedisSecretKey       string
 	ProcessorConfigMap   string
+	FamilyProfiles       string // JSON of per-family processor settings by family name (controllers.ParseFamilyProfiles)
 	BackoffLimitPerShard int
 	MaxFailedShards      int
 	JobTTL               time.Duration
@@ -309,6 +377,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	str(fs, &k.RedisSecretName, "redis-secret-name", "Secret holding the Redis URL the processor pods use")
 	str(fs, &k.RedisSecretKey, "redis-secret-key", "key of the Redis URL in --redis-secret-name")
 	str(fs, &k.ProcessorConfigMap, "processor-config-map", "ConfigMap of BULKD_* settings for the processor pods (optional)")
+	str(fs, &k.FamilyProfiles, "family-profiles", `per-family processor settings, JSON by family, every field optional: {"email_verification":{"parallelismCap":4,"resources":{"requests":{"cpu":"100m"}},"configMap":"NAME","env":{"K":"V"},"nodeSelector":{"K":"V"},"tolerations":[...]}}`)
 	num(fs, &k.BackoffLimitPerShard, "backoff-limit-per-shard", "retries of a failed shard before its unanswered rows are answered as errors")
 	num(fs, &k.MaxFailedShards, "max-failed-shards", "shards of one job that may fail for good before the rest are stopped and answered as errors (0: never stop early)")
 	dur(fs, &k.JobTTL, "job-ttl", "how long a finished processor Job and its pods are kept")
@@ -340,6 +409,12 @@ func (k *Kube) Validate() error {
 	case "Always", "IfNotPresent", "Never":
 	default:
 		return fmt.Errorf("--processor-image-pull-policy must be Always, IfNotPresent or Never, not %q", k.ImagePullPolicy)
+	}
+	if strings.TrimSpace(k.FamilyProfiles) != "" {
+		var profiles map[string]map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(k.FamilyProfiles), &profiles); err != nil {
+			return fmt.Errorf("--family-profiles must be a JSON object of objects by family: %w", err)
+		}
 	}
 	if k.Image == "" || k.RedisSecretName == "" || k.RedisSecretKey == "" {
 		return fmt.Errorf("--processor-image, --redis-secret-name and --redis-secret-key are required")

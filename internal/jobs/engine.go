@@ -42,6 +42,12 @@ type StatusReader interface {
 type Metering struct {
 	Price credits.Amount // per distinct input; used when Quota is nil
 	Quota *Quota
+	// RefundOutcome, when set on a credit-metered job, names an outcome
+	// that is not charged: when the job completes, Price times the rows
+	// answered with it is refunded, in the same atomic step as the
+	// completion (email verification does not charge unknown results).
+	// Only for families with one row per distinct input.
+	RefundOutcome string
 }
 
 // Quota meters against a plan quota instead of credits.
@@ -132,6 +138,7 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 			return nil, err
 		}
 		j.Charge = amt
+		j.RefundOutcome, j.Price = m.RefundOutcome, m.Price
 	}
 
 	if err := e.fail(StepMark); err != nil {

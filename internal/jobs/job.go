@@ -65,9 +65,14 @@ type Job struct {
 	ShardSize  int
 	ShardsDone int64
 
-	Charge      credits.Amount // credits taken upfront
-	QuotaUnits  int64          // quota units taken upfront (unlimited plans)
-	QuotaWindow string         // which quota
+	Charge credits.Amount // credits taken upfront
+	Price  credits.Amount // per distinct input (with RefundOutcome)
+	// RefundOutcome is the outcome refunded at completion (Metering);
+	// Refunded is what was refunded then.
+	RefundOutcome string
+	Refunded      credits.Amount
+	QuotaUnits    int64  // quota units taken upfront (unlimited plans)
+	QuotaWindow   string // which quota
 
 	CreatedAt   time.Time
 	CompletedAt time.Time // zero while running

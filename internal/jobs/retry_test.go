@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/credits"
 )
 
 // greyAnswerer answers "grey-*" inputs provisionally (as a greylisting mail
@@ -149,5 +151,48 @@ func TestRetryReplacesOnlyProvisional(t *testing.T) {
 	}
 	if a := g.attempts["grey-a"]; len(a) != 2 {
 		t.Errorf("grey-a answered %v times", a)
+	}
+}
+
+// An uncharged outcome is refunded with the completion, once: the ledger
+// shows the charge and one refund of price x rows with that outcome.
+func TestRefundOutcomeAtCompletion(t *testing.T) {
+	e := newEnv(t)
+	g := newGrey(2, 2, 0)
+	p := e.processor("w1", g)
+	b := slugs("never-a", "never-b", "ok-1")
+	b.DropDuplicates = true
+	price := credits.Amount(200)
+	j, err := e.eng.Submit(e.ctx, e.p, b, Metering{Price: price, RefundOutcome: "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, p, j)
+	if got := e.get(j.ID); got.Refunded != 0 || got.Status != StatusRetrying {
+		t.Fatalf("refunded %v before completion (%s)", got.Refunded, got.Status)
+	}
+	for range 2 { // the second run finds nothing due and refunds nothing more
+		if _, err := p.RetryDue(e.ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.get(j.ID)
+	if got.Status != StatusCompleted || got.Refunded != 2*price || got.Outcomes["unknown"] != 2 {
+		t.Fatalf("status %s refunded %v outcomes %v", got.Status, got.Refunded, got.Outcomes)
+	}
+	bal, err := e.bl.Balance(e.ctx, e.p.Account.ID)
+	if err != nil || bal != e.balance-3*price+2*price {
+		t.Fatalf("balance %v, want %v", bal, e.balance-price)
+	}
+	entries, err := e.bl.Entries(e.ctx, e.p.Account.ID, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := ""
+	for _, en := range entries {
+		kinds += en.Kind + " "
+	}
+	if !strings.Contains(kinds, "charge refund") || strings.Count(kinds, "refund") != 1 {
+		t.Fatalf("ledger kinds %q", kinds)
 	}
 }

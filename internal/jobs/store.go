@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
@@ -42,6 +43,7 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		"rows_processed": j.TotalInvalid, "distinct_processed": 0,
 		"shards": j.Shards, "shard_size": j.ShardSize, "shards_done": 0,
 		"charge": int64(j.Charge), "quota_units": j.QuotaUnits, "quota_window": j.QuotaWindow,
+		"price": int64(j.Price), "refund_outcome": j.RefundOutcome, "refunded": 0,
 		"created_at": j.CreatedAt.UnixMilli(), "completed_at": 0, "expires_at": exp.UnixMilli(),
 	}
 	if j.Status == StatusCompleted {
@@ -118,7 +120,8 @@ func jobFromMap(m map[string]string) *Job {
 		TotalRows: i("total_rows"), TotalInvalid: i("total_invalid"), Distinct: i("distinct"),
 		RowsProcessed: i("rows_processed"), DistinctProcessed: i("distinct_processed"),
 		Shards: int(i("shards")), ShardSize: int(i("shard_size")), ShardsDone: i("shards_done"),
-		Retrying: i("retrying"),
+		Retrying: i("retrying"), Price: credits.Amount(i("price")), RefundOutcome: m["refund_outcome"],
+		Refunded: credits.Amount(i("refunded")),
 		Charge:   credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
 		CreatedAt: t("created_at"), CompletedAt: t("completed_at"), ExpiresAt: t("expires_at"),
 		Outcomes: map[string]int64{},
@@ -188,7 +191,9 @@ type Recorded struct {
 // job's retry zset, scored by when it is due. The job is completed when
 // every input has an answer and none is provisional; it is "retrying" when
 // every input has one but some are provisional.
-// KEYS = meta, answers, active set, retry zset, retrying-jobs zset.
+// Completing a job whose metering names an uncharged outcome refunds it.
+// KEYS = meta, answers, active set, retry zset, retrying-jobs zset,
+// account hash, charge record, ledger.
 // ARGV = job id, now ms, expires ms, mode, then (index, rows, outcome,
 // blob, retry-at ms or 0) per answer.
 var recordScript = redis.NewScript(`
@@ -243,9 +248,23 @@ if fresh > 0 or changed > 0 then
   if done >= tonumber(redis.call('HGET', KEYS[1], 'distinct')) then
     if first[2] then
       redis.call('HSET', KEYS[1], 'status', 'retrying')
-    else
+    elseif redis.call('HGET', KEYS[1], 'status') ~= 'completed' then
       redis.call('HSET', KEYS[1], 'status', 'completed', 'completed_at', ARGV[2])
       redis.call('SREM', KEYS[3], ARGV[1])
+      -- An outcome that is not charged is refunded with the completion,
+      -- in this same step: exactly once, whatever crashes afterwards.
+      local ro = redis.call('HGET', KEYS[1], 'refund_outcome')
+      if ro and ro ~= '' then
+        local n = tonumber(redis.call('HGET', KEYS[1], 'out:' .. ro) or '0')
+        local amt = math.min(n * tonumber(redis.call('HGET', KEYS[1], 'price') or '0'), tonumber(redis.call('HGET', KEYS[1], 'charge') or '0'))
+        if amt > 0 and redis.call('EXISTS', KEYS[6]) == 1 and redis.call('HGET', KEYS[7], 'refunded') ~= '1' then
+          local after = redis.call('HINCRBY', KEYS[6], 'balance', amt)
+          redis.call('HSET', KEYS[7], 'part_refunded', amt)
+          redis.call('HSET', KEYS[1], 'refunded', amt)
+          redis.call('XADD', KEYS[8], '*', 'ts', ARGV[2], 'kind', 'refund', 'key', redis.call('HGET', KEYS[1], 'key'), 'job', ARGV[1],
+            'unit', 'credits', 'amount', amt, 'after', after, 'note', n .. ' ' .. ro .. ' results are not charged')
+        end
+      end
     end
   end
 end
@@ -278,7 +297,9 @@ func (s *Store) record(ctx context.Context, j *Job, now time.Time, mode string, 
 		}
 		args = append(args, a.Index, a.Rows, a.Outcome, a.Data, due)
 	}
-	n, err := recordScript.Run(ctx, s.rdb, []string{metaKey(j.ID), answersKey(j.ID), activeKey, retryKey(j.ID), retryingKey}, args...).Int()
+	keys := []string{metaKey(j.ID), answersKey(j.ID), activeKey, retryKey(j.ID), retryingKey,
+		accounts.AccountKey(j.AccountID), accounts.ChargeKey(j.AccountID, j.ID), accounts.LedgerKey(j.AccountID)}
+	n, err := recordScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("record answers of %s: %w", j.ID, err)
 	}

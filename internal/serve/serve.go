@@ -18,6 +18,7 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -29,6 +30,8 @@ import (
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/rowcache"
+	"github.com/bulkd/bulkd/internal/verification"
+	"github.com/bulkd/bulkd/internal/verify"
 )
 
 // Components are the parts of a configured bulkd, for `serve`, the
@@ -88,7 +91,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Jobs: eng,
-		Bulk: fams.bulk, Company: fams.company,
+		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification,
 	})
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer}, nil
 }
@@ -105,10 +108,11 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 
 // families are the job families of a process and how the API mounts them.
 type families struct {
-	registry  *family.Registry
-	bulk      []apiserver.Bulk
-	company   *enrich.CompanyFamily
-	companies *company.Store
+	registry     *family.Registry
+	bulk         []apiserver.Bulk
+	company      *enrich.CompanyFamily
+	companies    *company.Store
+	verification *verification.VerificationFamily
 }
 
 // buildFamilies builds every family once: the registry the processor
@@ -124,11 +128,52 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
 	}
 	co := enrich.NewFamily(normalize.New(strings.Split(cfg.NetworkHosts, ",")), ans) // it trims, lowercases and defaults
-	f := &families{company: co, companies: companies}
-	f.bulk = []apiserver.Bulk{{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered}}
-	all := []family.Family{co}
-	f.registry = family.NewRegistry(all...)
+	ver, err := verificationFamily(cfg, rdb, log)
+	if err != nil {
+		return nil, err
+	}
+	f := &families{company: co, companies: companies, verification: ver}
+	f.bulk = []apiserver.Bulk{
+		{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered},
+		{Path: "/bulk", Family: ver, Keys: apiserver.Metered,
+			Metering: func(*accounts.Principal) (jobs.Metering, *apierr.Error) { return verification.Metering(), nil }},
+	}
+	f.registry = family.NewRegistry(co, ver)
 	return f, nil
+}
+
+// verificationFamily builds the SMTP verifier (politeness shared through
+// Redis, lists overlaid with what an operator loaded) and its family.
+func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, error) {
+	delays, err := cfg.RetryDelays()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lists, err := verify.LoadListsFromRedis(ctx, rdb)
+	if err != nil {
+		log.Warn("operator-loaded address lists unavailable; using the built-in ones", "err", err)
+		lists = verify.DefaultLists()
+	}
+	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: cfg.SMTPSessionsPerHost, SessionsPerSecond: cfg.SMTPSessionRate})
+	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
+		CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate}, lists, lim)
+	if err != nil {
+		return nil, fmt.Errorf("email verifier: %w", err)
+	}
+	fam := verification.New(v, delays)
+	if cfg.VerifySingleRetry > 0 {
+		// The single check may wait out a short greylist within its own
+		// timeout: a second verifier with the same parts and that setting.
+		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
+			CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, GreylistRetry: cfg.VerifySingleRetry}, lists, lim)
+		if err != nil {
+			return nil, fmt.Errorf("email verifier: %w", err)
+		}
+		fam.Single = sv
+	}
+	return fam, nil
 }
 
 func newProcessor(cfg config.Config, rdb redis.UniversalClient, reg *family.Registry, log *slog.Logger) *jobs.Processor {

@@ -1,0 +1,328 @@
+// Package verification is the email-verification family of the job engine
+// (SPEC 2.8, 4.4): POST /v1/bulk takes {"emails": [...]}, deduplicates the
+// addresses, charges 0.2 credits per unique address upfront, and answers
+// each with the SMTP verifier (internal/verify). Addresses a mail server
+// greylisted get a provisional answer and are retried later without holding
+// a worker; the job is then partial_complete_retrying until the last retry.
+package verification
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/verify"
+)
+
+// Family is the engine's name for verification jobs.
+const Family = "email_verification"
+
+// Limits (SPEC 2.8, section 8).
+const (
+	MaxEmails         = 100_000
+	MinLen, MaxLen    = 3, 320
+	maxReportedErrors = 50
+)
+
+// Price is 0.2 credits per unique address.
+var Price = credits.Amount(credits.Scale / 5)
+
+// Wire statuses of a verification job (SPEC 3).
+const (
+	StatusInProgress = "in_progress"
+	StatusRetrying   = "partial_complete_retrying"
+	StatusComplete   = "complete"
+)
+
+// Verifier is what answering needs of internal/verify.
+type Verifier interface {
+	Verify(ctx context.Context, emails []string) []verify.Result
+}
+
+// VerificationFamily implements family.Family.
+type VerificationFamily struct {
+	Verifier Verifier
+	// RetryDelays is the wait before each retry of a temporary answer
+	// (greylisting, other 4xx): len(RetryDelays) retries, after the last
+	// the answer is final (unknown, with its reason).
+	RetryDelays []time.Duration
+	Now         func() time.Time
+	// Single answers GET /v1/verify (nil: Verifier); it may wait out a
+	// short greylist within the request.
+	Single Verifier
+	price  string
+}
+
+var _ family.Family = (*VerificationFamily)(nil)
+
+// New returns the family answering with v.
+func New(v Verifier, retryDelays []time.Duration) *VerificationFamily {
+	return &VerificationFamily{Verifier: v, RetryDelays: retryDelays, Now: time.Now, price: Price.String()}
+}
+
+// SingleVerifier is the verifier of GET /v1/verify.
+func (f *VerificationFamily) SingleVerifier() Verifier {
+	if f.Single != nil {
+		return f.Single
+	}
+	return f.Verifier
+}
+
+// Name implements family.Family.
+func (f *VerificationFamily) Name() string { return Family }
+
+// MaxRows implements family.Family.
+func (f *VerificationFamily) MaxRows() int { return MaxEmails }
+
+// Price implements family.Family.
+func (f *VerificationFamily) Price() credits.Amount { return Price }
+
+// Profile implements family.Family: a whole shard per Answer call, so one
+// SMTP session covers all of a mail host's addresses in the shard.
+func (f *VerificationFamily) Profile() family.Profile { return family.Profile{BatchSize: 100_000} }
+
+// BadJobID implements family.Family: SPEC 4.4 rule 3 says 400.
+func (f *VerificationFamily) BadJobID() *apierr.Error {
+	return apierr.New(http.StatusBadRequest, "job_id is not a valid UUID.")
+}
+
+// WireStatus maps the engine's job status to the verification statuses.
+func WireStatus(j *jobs.Job) string {
+	switch j.Status {
+	case jobs.StatusCompleted:
+		return StatusComplete
+	case jobs.StatusRetrying:
+		return StatusRetrying
+	}
+	return StatusInProgress
+}
+
+// ResultsReady implements family.Family: SPEC 4.4 rule 2, 409 before the job
+// is complete, except that partial results may be read while it is
+// partial_complete_retrying.
+func (f *VerificationFamily) ResultsReady(j *jobs.Job) *apierr.Error {
+	if st := WireStatus(j); st == StatusInProgress {
+		return apierr.New(http.StatusConflict, fmt.Sprintf("Job is not complete yet (status: %s; %d of %d emails verified). "+
+			"Results are available when the status is complete or partial_complete_retrying.", st, j.RowsProcessed, j.TotalRows))
+	}
+	return nil
+}
+
+// SubmitResponse is the SPEC 2.8 response. estimated_cost is the charge
+// rounded up to whole credits (the spec shows it integer-looking);
+// credits_consumed is the exact charge.
+type SubmitResponse struct {
+	JobID           string         `json:"job_id"`
+	Status          string         `json:"status"`
+	TotalEmails     int64          `json:"total_emails"`
+	EstimatedCost   int64          `json:"estimated_cost"`
+	CreditsConsumed credits.Amount `json:"credits_consumed"`
+}
+
+// Metering is how a bulk verification is paid for: Price per unique
+// address upfront, the unknown ones refunded when the job completes.
+func Metering() jobs.Metering {
+	return jobs.Metering{Price: Price, RefundOutcome: verify.StatusUnknown}
+}
+
+// EstimatedCost rounds a charge up to whole credits.
+func EstimatedCost(a credits.Amount) int64 { return (int64(a) + credits.Scale - 1) / credits.Scale }
+
+// Submitted implements family.Family.
+func (f *VerificationFamily) Submitted(j *jobs.Job) any {
+	return SubmitResponse{JobID: j.ID, Status: "submitted", TotalEmails: j.Distinct, EstimatedCost: EstimatedCost(j.Charge), CreditsConsumed: j.Charge}
+}
+
+// StatusResponse is GET /v1/bulk/{job_id} (its fields are ours; docs/api.md).
+type StatusResponse struct {
+	JobID           string           `json:"job_id"`
+	Status          string           `json:"status"`
+	TotalEmails     int64            `json:"total_emails"`
+	TotalProcessed  int64            `json:"total_processed"`
+	TotalRetrying   int64            `json:"total_retrying"`
+	Summary         map[string]int64 `json:"summary"`
+	CreditsConsumed credits.Amount   `json:"credits_consumed"`
+	CreditsRefunded credits.Amount   `json:"credits_refunded"`
+	CreatedAt       time.Time        `json:"created_at"`
+	NextRetryAt     *time.Time       `json:"next_retry_at"`
+	CompletedAt     *time.Time       `json:"completed_at"`
+}
+
+// Status implements family.Family.
+func (f *VerificationFamily) Status(j *jobs.Job) any {
+	st := StatusResponse{JobID: j.ID, Status: WireStatus(j), TotalEmails: j.Distinct, TotalProcessed: j.RowsProcessed,
+		TotalRetrying: j.Retrying, CreditsConsumed: j.Charge - j.Refunded, CreditsRefunded: j.Refunded, CreatedAt: j.CreatedAt, Summary: map[string]int64{}}
+	for _, s := range []string{verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusRisky, verify.StatusUnknown} {
+		st.Summary[s] = j.Outcomes[s]
+	}
+	st.Summary["pending"] = j.Pending()
+	if !j.NextRetryAt.IsZero() && j.Status == jobs.StatusRetrying {
+		t := j.NextRetryAt
+		st.NextRetryAt = &t
+	}
+	if !j.CompletedAt.IsZero() {
+		c := j.CompletedAt
+		st.CompletedAt = &c
+	}
+	return st
+}
+
+// Decode implements family.Family: {"emails": ["a@b.c", ...]}. An empty or
+// too long list is 400 (SPEC 4.4 rule 3); an item that is not a string or
+// is shorter than 3 or longer than 320 characters is 422. Addresses are
+// deduplicated on their normalized form (verify.Normalize: trimmed, domain
+// lowercased and IDNA-encoded, local part lowercased unless quoted); a
+// string that is not an address at all is still one input (answered
+// undeliverable/invalid_syntax), deduplicated on its trimmed, lowercased
+// form. Rows are the unique addresses in order of first appearance.
+func (f *VerificationFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
+	b.DropDuplicates = true
+	var v apierr.Validation
+	tooMany := func() *apierr.Error {
+		return apierr.New(http.StatusBadRequest, fmt.Sprintf("Too many emails: at most %d per submission.", MaxEmails))
+	}
+	n := 0
+	if e := apierr.ListBody(r, "emails", MaxEmails, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
+		n++
+		var s *string
+		if err := dec.Decode(&s); err != nil {
+			if _, ok := err.(*json.UnmarshalTypeError); !ok {
+				return apierr.FromJSON(err)
+			}
+			s = nil
+		}
+		switch {
+		case s == nil:
+			if len(v.Items) < maxReportedErrors {
+				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringType, "Input should be a valid string")
+			}
+		case len([]rune(*s)) < MinLen:
+			if len(v.Items) < maxReportedErrors {
+				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringTooShort, fmt.Sprintf("String should have at least %d characters", MinLen))
+			}
+		case family.OverChars(*s, MaxLen):
+			if len(v.Items) < maxReportedErrors {
+				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxLen))
+			}
+		case v.Empty():
+			key := Key(*s)
+			b.AddValid(*s, key, key)
+		}
+		return nil
+	}); e != nil {
+		return e
+	}
+	if n == 0 {
+		return apierr.New(http.StatusBadRequest, "The emails list is empty: at least one email is required.")
+	}
+	if e := v.Err(); e != nil {
+		return e
+	}
+	b.GroupInputs(domainOf)
+	return nil
+}
+
+// Key is an address's dedupe key and the input the verifier is given.
+func Key(s string) string {
+	if a, err := verify.Normalize(s); err == nil {
+		return a.String()
+	}
+	return strings.ToLower(strings.TrimSpace(s))
+}
+
+func domainOf(key string) string {
+	if i := strings.LastIndexByte(key, '@'); i >= 0 {
+		return key[i+1:]
+	}
+	return ""
+}
+
+// stored is an answer as recorded: the verifier's result and whether it
+// waits for a retry.
+type stored struct {
+	verify.Result
+	Retrying bool `json:"retrying"`
+	Attempts int  `json:"attempts"`
+}
+
+// Answer implements jobs.Answerer: the first attempt.
+func (f *VerificationFamily) Answer(ctx context.Context, payloads []string) ([]jobs.Answer, error) {
+	return f.Retry(ctx, payloads, nil)
+}
+
+// Retry implements jobs.Retrier. A temporary answer before the last
+// attempt is provisional (retried after the attempt's delay); at the last
+// attempt it is final.
+func (f *VerificationFamily) Retry(ctx context.Context, payloads []string, attempts []int) ([]jobs.Answer, error) {
+	res := f.Verifier.Verify(ctx, payloads)
+	if err := ctx.Err(); err != nil {
+		// Answers cut short by our own deadline are not the mail world's
+		// verdict: the batch is retried as a whole.
+		return nil, err
+	}
+	now := f.Now()
+	out := make([]jobs.Answer, len(payloads))
+	for i, r := range res {
+		attempt := 1
+		if attempts != nil {
+			attempt = attempts[i]
+		}
+		s := stored{Result: r, Attempts: attempt}
+		var retryAt time.Time
+		if r.Temporary && attempt <= len(f.RetryDelays) {
+			retryAt = now.Add(f.RetryDelays[attempt-1]) // the operator's schedule, not the verifier's guess
+			s.Retrying = true
+		}
+		data, err := json.Marshal(s)
+		if err != nil {
+			return nil, fmt.Errorf("verification: encode answer: %w", err)
+		}
+		out[i] = jobs.Answer{Outcome: r.Status, Data: data, RetryAt: retryAt}
+	}
+	return out, nil
+}
+
+// ErrorAnswer implements jobs.Answerer: an address whose shard failed for
+// good is unknown (it is never reported as anything we did not see).
+func (f *VerificationFamily) ErrorAnswer() jobs.Answer {
+	data, _ := json.Marshal(stored{Result: verify.Result{Status: verify.StatusUnknown, Reason: ReasonProcessingError}})
+	return jobs.Answer{Outcome: verify.StatusUnknown, Data: data}
+}
+
+// ReasonProcessingError is the reason of an address bulkd could not check
+// at all (its shard failed for good).
+const ReasonProcessingError = "processing_error"
+
+// RenderRow implements family.Family: the stored result with the address
+// as submitted (input), its charge, and, while a row is not answered yet,
+// status "pending".
+func (f *VerificationFamily) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) {
+	buf.WriteString(`{"input":`)
+	in, _ := json.Marshal(row.Echo)
+	buf.Write(in)
+	buf.WriteString(`,"credits_consumed":`)
+	// Unknown is not charged: its 0.2 is refunded when the job completes.
+	if row.First && (ans == nil || ans.Outcome != verify.StatusUnknown) {
+		buf.WriteString(f.price)
+	} else {
+		buf.WriteString("0")
+	}
+	if ans == nil {
+		buf.WriteString(`,"email":`)
+		k, _ := json.Marshal(Key(row.Echo))
+		buf.Write(k)
+		buf.WriteString(`,"status":"pending","reason":null,"retrying":false}`)
+		return
+	}
+	buf.WriteByte(',')
+	buf.WriteString(ans.Data[1:]) // the stored object without its opening brace
+}

@@ -1,0 +1,240 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// HostLimiter keeps SMTP sessions to each MX host polite.
+type HostLimiter interface {
+	// Acquire waits until a new SMTP session to host may start: fewer than
+	// the per-host cap of sessions open (across every process sharing the
+	// limiter) and the per-host rate of new sessions respected, and the host
+	// not in a back-off period. release ends the session's slot.
+	Acquire(ctx context.Context, host string) (release func(), err error)
+	// Backoff keeps new sessions away from host for d (it answered 421).
+	Backoff(ctx context.Context, host string, d time.Duration) error
+}
+
+// BackoffAwareLimiter is implemented by both limiters here. The verifier
+// uses it so that a host in back-off is skipped at once (next MX, or
+// rate_limited with RetryAfter) rather than waited out for up to 30 s while
+// the rest of a batch is done.
+type BackoffAwareLimiter interface {
+	HostLimiter
+	// AcquireOrBackoff is Acquire, except that while host is in a back-off
+	// period it returns at once with release nil and the time left.
+	AcquireOrBackoff(ctx context.Context, host string) (release func(), backoff time.Duration, err error)
+	// SessionsPerHost is the per-host cap, so the verifier opens no more
+	// sessions to one host than it may.
+	SessionsPerHost() int
+}
+
+// LimiterOptions configure a limiter.
+type LimiterOptions struct {
+	// SessionsPerHost is the cap of concurrent sessions per host, default 3.
+	// Large providers allow more, but small MTAs (Postfix's default
+	// smtpd_client_connection_count_limit is 50 for everybody together, and
+	// many sites set 2..5 per client) answer 421 beyond a handful; 3 is
+	// what a well-behaved sending MTA opens to an unknown host.
+	SessionsPerHost int
+	// SessionsPerSecond is the rate of new sessions per host, default 5
+	// (GCRA with a burst of SessionsPerHost): Postfix's anvil default
+	// smtpd_client_connection_rate_limit is 0 (off) but sites that set it
+	// commonly allow 10..60 per minute per client; verification sessions
+	// carry up to MaxRcptsPerSession recipients, so few are needed.
+	SessionsPerSecond float64
+	// LeaseTTL frees the slot of a holder that crashed without releasing,
+	// default 2m. A live session renews its lease every LeaseTTL/3.
+	LeaseTTL time.Duration
+	// Prefix of the Redis keys, default "bulkd:smtp:".
+	Prefix string
+}
+
+func (o LimiterOptions) withDefaults() LimiterOptions {
+	if o.SessionsPerHost <= 0 {
+		o.SessionsPerHost = 3
+	}
+	if o.SessionsPerSecond <= 0 {
+		o.SessionsPerSecond = 5
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 2 * time.Minute
+	}
+	if o.Prefix == "" {
+		o.Prefix = "bulkd:smtp:"
+	}
+	return o
+}
+
+func (o LimiterOptions) interval() time.Duration {
+	return time.Duration(float64(time.Second) / o.SessionsPerSecond)
+}
+
+// WaitError is returned by Acquire when the wait it would need ends after
+// the context's deadline: failing at once lets the caller answer
+// rate_limited with RetryAfter instead of sleeping into its deadline.
+type WaitError struct {
+	Host       string
+	RetryAfter time.Duration
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("smtp limiter: %s: next session in %v, after the deadline", e.Host, e.RetryAfter)
+}
+
+// maxSleep caps one sleep of a waiting Acquire, so a waiter notices a
+// context ending (the select does) and changes made by other processes.
+const maxSleep = time.Second
+
+// sleep waits d with ±10 % jitter (so waiters of one host do not wake in
+// lock step), capped at maxSleep, or until wake is closed or ctx ends.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	d = min(d, maxSleep)
+	if d > 0 {
+		d += time.Duration((rand.Float64()*0.2 - 0.1) * float64(d))
+	}
+	t := time.NewTimer(max(d, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// beyondDeadline reports whether waiting d would end after ctx's deadline.
+func beyondDeadline(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Now().Add(d).After(dl)
+}
+
+// LocalLimiter is an in-process HostLimiter: right for a single process,
+// and the fallback of RedisLimiter when Redis is unreachable.
+type LocalLimiter struct {
+	opts  LimiterOptions
+	mu    sync.Mutex
+	hosts map[string]*localHost
+}
+
+type localHost struct {
+	open    int
+	tat     time.Time // GCRA theoretical arrival time
+	backoff time.Time // no new session before this
+	wake    chan struct{}
+}
+
+// NewLocalLimiter returns an in-process limiter.
+func NewLocalLimiter(opts LimiterOptions) *LocalLimiter {
+	return &LocalLimiter{opts: opts.withDefaults(), hosts: map[string]*localHost{}}
+}
+
+// SessionsPerHost returns the per-host cap.
+func (l *LocalLimiter) SessionsPerHost() int { return l.opts.SessionsPerHost }
+
+// Acquire implements HostLimiter.
+func (l *LocalLimiter) Acquire(ctx context.Context, host string) (func(), error) {
+	return l.acquire(ctx, host, false)
+}
+
+// AcquireOrBackoff implements BackoffAwareLimiter.
+func (l *LocalLimiter) AcquireOrBackoff(ctx context.Context, host string) (func(), time.Duration, error) {
+	rel, err := l.acquire(ctx, host, true)
+	var be *backoffErr
+	if errors.As(err, &be) {
+		return nil, be.left, nil
+	}
+	return rel, 0, err
+}
+
+type backoffErr struct{ left time.Duration }
+
+func (e *backoffErr) Error() string { return "host in back-off" }
+
+func (l *LocalLimiter) acquire(ctx context.Context, host string, failOnBackoff bool) (func(), error) {
+	interval := l.opts.interval()
+	tau := time.Duration(l.opts.SessionsPerHost-1) * interval
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		h := l.hosts[host]
+		if h == nil {
+			h = &localHost{wake: make(chan struct{})}
+			l.hosts[host] = h
+		}
+		now := time.Now()
+		var wait time.Duration
+		known := true // wait is a known duration (not "until a release")
+		switch {
+		case now.Before(h.backoff):
+			wait = h.backoff.Sub(now)
+			if failOnBackoff {
+				l.mu.Unlock()
+				return nil, &backoffErr{left: wait}
+			}
+		case h.open >= l.opts.SessionsPerHost:
+			wait, known = maxSleep, false
+		default:
+			tat := h.tat
+			if tat.Before(now) {
+				tat = now
+			}
+			if tat.Sub(now) > tau {
+				wait = tat.Sub(now) - tau
+				break
+			}
+			h.tat = tat.Add(interval)
+			h.open++
+			l.mu.Unlock()
+			var once sync.Once
+			return func() { once.Do(func() { l.release(host) }) }, nil
+		}
+		wake := h.wake
+		l.mu.Unlock()
+		if known && beyondDeadline(ctx, wait) {
+			return nil, &WaitError{Host: host, RetryAfter: wait}
+		}
+		if err := sleep(ctx, wait, wake); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (l *LocalLimiter) release(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hosts[host]
+	if h == nil {
+		return
+	}
+	h.open--
+	close(h.wake)
+	h.wake = make(chan struct{})
+	now := time.Now()
+	if h.open <= 0 && !h.tat.After(now) && !h.backoff.After(now) {
+		delete(l.hosts, host)
+	}
+}
+
+// Backoff implements HostLimiter. A back-off only ever extends.
+func (l *LocalLimiter) Backoff(_ context.Context, host string, d time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hosts[host]
+	if h == nil {
+		h = &localHost{wake: make(chan struct{})}
+		l.hosts[host] = h
+	}
+	if until := time.Now().Add(d); until.After(h.backoff) {
+		h.backoff = until
+	}
+	return nil
+}

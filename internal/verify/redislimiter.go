@@ -1,0 +1,218 @@
+package verify
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisLimiter is a HostLimiter shared by every process using the same
+// Redis: the cap and the rate hold for all of them together.
+//
+// Per host it keeps three keys in one Redis Cluster slot (hash tag of the
+// host's SHA-1, so any host name is a safe key):
+//
+//	<prefix>{<h>}:holders  ZSET holder id -> lease expiry (ms, Redis clock)
+//	<prefix>{<h>}:tat      GCRA theoretical arrival time (ms)
+//	<prefix>{<h>}:backoff  exists while the host is in back-off
+//
+// Every operation is one Lua script, run on Redis's clock (TIME), so process
+// clocks never disagree. Acquire drops expired leases, then checks back-off,
+// the cap and the GCRA rate, and either adds the holder or returns how long
+// to wait; the caller sleeps that long (jittered, capped at 1 s) and asks
+// again, never spinning. A holder that dies stops renewing and its lease
+// expires after LeaseTTL.
+//
+// If Redis fails, the limiter falls back to an in-process LocalLimiter with
+// the same options for that call: politeness across processes is lost for
+// the outage, politeness within the process is kept, and verification goes
+// on.
+type RedisLimiter struct {
+	rdb      redis.UniversalClient
+	opts     LimiterOptions
+	fallback *LocalLimiter
+}
+
+// NewRedisLimiter returns a limiter on rdb.
+func NewRedisLimiter(rdb redis.UniversalClient, opts LimiterOptions) *RedisLimiter {
+	opts = opts.withDefaults()
+	return &RedisLimiter{rdb: rdb, opts: opts, fallback: NewLocalLimiter(opts)}
+}
+
+// SessionsPerHost returns the per-host cap.
+func (l *RedisLimiter) SessionsPerHost() int { return l.opts.SessionsPerHost }
+
+// acquireScript returns {0, 0} when the holder was added, or {why, ms}:
+// why 1 back-off (ms left), 2 at the cap (ms until the earliest lease
+// expires, the caller polls sooner), 3 rate (ms until the next start).
+var acquireScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local bo = redis.call('PTTL', KEYS[3])
+if bo > 0 then return {1, bo} end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local cap = tonumber(ARGV[2])
+local lease = tonumber(ARGV[5])
+if redis.call('ZCARD', KEYS[1]) >= cap then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {2, tonumber(first[2]) - now}
+end
+local interval = tonumber(ARGV[3])
+local tau = interval * (tonumber(ARGV[4]) - 1)
+local tat = tonumber(redis.call('GET', KEYS[2]) or now)
+if tat < now then tat = now end
+if tat - now > tau then return {3, tat - tau - now} end
+redis.call('SET', KEYS[2], tat + interval, 'PX', tat + interval - now + interval)
+redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], lease * 2)
+return {0, 0}
+`)
+
+// renewScript extends a live holder's lease; 0 when the lease was lost.
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return 1
+`)
+
+// backoffScript sets the back-off unless a longer one is in force.
+var backoffScript = redis.NewScript(`
+local left = redis.call('PTTL', KEYS[1])
+if left < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], '1', 'PX', ARGV[1]) end
+return 1
+`)
+
+// capPoll is how often a waiter at the cap asks again: a release is not
+// announced (a pub/sub channel per host would cost more than it saves at
+// a 3-session cap).
+const capPoll = 50 * time.Millisecond
+
+func (l *RedisLimiter) keys(host string) []string {
+	sum := sha1.Sum([]byte(host))
+	tag := l.opts.Prefix + "{" + hex.EncodeToString(sum[:8]) + "}:"
+	return []string{tag + "holders", tag + "tat", tag + "backoff"}
+}
+
+// Acquire implements HostLimiter.
+func (l *RedisLimiter) Acquire(ctx context.Context, host string) (func(), error) {
+	rel, _, err := l.acquire(ctx, host, false)
+	return rel, err
+}
+
+// AcquireOrBackoff implements BackoffAwareLimiter.
+func (l *RedisLimiter) AcquireOrBackoff(ctx context.Context, host string) (func(), time.Duration, error) {
+	return l.acquire(ctx, host, true)
+}
+
+func (l *RedisLimiter) acquire(ctx context.Context, host string, failOnBackoff bool) (func(), time.Duration, error) {
+	keys := l.keys(host)
+	var idb [12]byte
+	_, _ = rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	intervalMS := max(l.opts.interval().Milliseconds(), 1)
+	leaseMS := l.opts.LeaseTTL.Milliseconds()
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		res, err := acquireScript.Run(ctx, l.rdb, keys, id, l.opts.SessionsPerHost, intervalMS, l.opts.SessionsPerHost, leaseMS).Int64Slice()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, ctx.Err()
+			}
+			if failOnBackoff {
+				return l.fallback.AcquireOrBackoff(ctx, host)
+			}
+			rel, err := l.fallback.Acquire(ctx, host)
+			return rel, 0, err
+		}
+		if len(res) != 2 {
+			return nil, 0, fmt.Errorf("smtp limiter: unexpected script reply %v", res)
+		}
+		wait := time.Duration(res[1]) * time.Millisecond
+		switch res[0] {
+		case 0:
+			return l.holder(keys, id), 0, nil
+		case 1:
+			if failOnBackoff {
+				return nil, wait, nil
+			}
+		case 2:
+			wait = min(max(wait, time.Millisecond), capPoll)
+		}
+		if res[0] != 2 && beyondDeadline(ctx, wait) {
+			return nil, 0, &WaitError{Host: host, RetryAfter: wait}
+		}
+		if err := sleep(ctx, wait, nil); err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// holder starts renewing the lease and returns its release.
+func (l *RedisLimiter) holder(keys []string, id string) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	leaseMS := l.opts.LeaseTTL.Milliseconds()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(l.opts.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), l.opts.LeaseTTL/3)
+				_ = renewScript.Run(ctx, l.rdb, keys[:1], id, leaseMS).Err()
+				cancel()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			// A failed ZREM only costs the slot until the lease expires.
+			_ = l.rdb.ZRem(ctx, keys[0], id).Err()
+		})
+	}
+}
+
+// Backoff implements HostLimiter.
+func (l *RedisLimiter) Backoff(ctx context.Context, host string, d time.Duration) error {
+	ms := d.Milliseconds()
+	if ms <= 0 {
+		return nil
+	}
+	_ = l.fallback.Backoff(ctx, host, d)
+	if err := backoffScript.Run(ctx, l.rdb, l.keys(host)[2:], ms).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("smtp limiter: back off %s: %w", host, err)
+	}
+	return nil
+}
+
+// Holders returns the number of live sessions to host (for tests and
+// operators).
+func (l *RedisLimiter) Holders(ctx context.Context, host string) (int64, error) {
+	k := l.keys(host)[0]
+	now := time.Now().UnixMilli()
+	n, err := l.rdb.ZCount(ctx, k, fmt.Sprint(now), "+inf").Result()
+	if err != nil {
+		return 0, fmt.Errorf("smtp limiter: holders of %s: %w", host, err)
+	}
+	return n, nil
+}

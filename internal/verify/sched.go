@@ -1,0 +1,391 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+)
+
+// item is one distinct normalized address of a call.
+type item struct {
+	addr Address
+	idxs []int
+	dom  *domainState
+
+	done       bool
+	reason     string
+	code       int
+	catchAll   bool
+	temporary  bool
+	retryAfter time.Duration
+	mxHost     string
+
+	drops       int  // sessions lost before its answer
+	tooMany     int  // "too many recipients" answers as a session's first RCPT
+	greyRetried bool // asked again after greylisting
+}
+
+// domainState is one domain of a call.
+type domainState struct {
+	name       string
+	literal    netip.Addr
+	disposable bool
+	items      []*item
+	mx         []string // host names (or "[ip]") in the order to try
+
+	// verdict learned in this call: 0 unknown, 1 catch-all, 2 not.
+	verdict int
+	probe   string // the catch-all probe's local part, stable per domain
+	// fail is the best reason seen among MX hosts that could not be used,
+	// given to the addresses when no MX is left; failRetry its RetryAfter.
+	fail      string
+	failRetry time.Duration
+	lastHost  string
+}
+
+// failRank orders the reasons of unusable hosts: the most informative
+// (and most hopeful) one wins when every MX failed.
+var failRank = map[string]int{ReasonNoMailServer: 1, ReasonDNSError: 2, ReasonSMTPError: 3,
+	ReasonConnectionFailed: 4, ReasonTimeout: 5, ReasonRateLimited: 6}
+
+func (d *domainState) noteFail(host, reason string, retry time.Duration) {
+	if failRank[reason] >= failRank[d.fail] {
+		d.fail = reason
+		d.failRetry = max(d.failRetry, retry)
+	}
+	d.lastHost = host
+}
+
+// job is one transaction's worth of addresses of one domain, queued on the
+// host it is to be tried on (mx index mxi of its domain).
+type job struct {
+	dom   *domainState
+	items []*item
+	mxi   int
+}
+
+// hostQ is the queue of work for one MX host in a call.
+type hostQ struct {
+	name     string
+	queue    []*job
+	pending  int // RCPTs queued, probes included
+	sessions int
+	down     string // reason the host is unusable in this call ("" usable)
+	retry    time.Duration
+	fails    int // sessions that failed before their first transaction
+	// rcptLimit is the RCPTs per session the host accepted before it
+	// answered "too many recipients" (0: none seen); later sessions stay
+	// within it instead of collecting 452s.
+	rcptLimit int
+	ips       []netip.Addr
+	resolved  bool
+}
+
+// run is the state of one Verify call.
+type run struct {
+	v   *Verifier
+	ctx context.Context
+	mu  sync.Mutex
+	wg  sync.WaitGroup
+
+	hosts map[string]*hostQ
+}
+
+// startDomain resolves a domain and queues its addresses.
+func (r *run) startDomain(d *domainState) {
+	if d.literal.IsValid() {
+		d.mx = []string{d.name}
+	} else {
+		mv := r.v.resolver.lookupMX(r.ctx, d.name)
+		if mv.reason != "" {
+			if r.ctx.Err() != nil {
+				return // unanswered: timeout
+			}
+			r.mu.Lock()
+			r.finish(d.items, mv.reason, "", 0)
+			r.mu.Unlock()
+			return
+		}
+		for _, h := range mv.hosts {
+			d.mx = append(d.mx, h.name)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	per := r.v.cfg.MaxRcptsPerSession - 1
+	for i := 0; i < len(d.items); i += per {
+		r.route(&job{dom: d, items: d.items[i:min(i+per, len(d.items))]})
+	}
+}
+
+// finish answers items. Caller holds r.mu.
+func (r *run) finish(its []*item, reason, host string, code int) {
+	for _, it := range its {
+		if it.done {
+			continue
+		}
+		it.done, it.reason, it.code = true, reason, code
+		if host != "" {
+			it.mxHost = host
+		}
+		switch reason {
+		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited:
+			it.temporary = true
+		}
+	}
+}
+
+func (r *run) host(name string) *hostQ {
+	h := r.hosts[name]
+	if h == nil {
+		h = &hostQ{name: name}
+		r.hosts[name] = h
+	}
+	return h
+}
+
+// route queues j on its current MX host, moving down the MX list past
+// hosts found unusable in this call, or answers it when none is left.
+// Caller holds r.mu.
+func (r *run) route(j *job) {
+	live := j.items[:0:0]
+	for _, it := range j.items {
+		if !it.done {
+			live = append(live, it)
+		}
+	}
+	j.items = live
+	if len(j.items) == 0 {
+		return
+	}
+	for ; j.mxi < len(j.dom.mx); j.mxi++ {
+		h := r.host(j.dom.mx[j.mxi])
+		if h.down == "" {
+			h.queue = append(h.queue, j)
+			h.pending += len(j.items) + 1
+			r.spawn(h)
+			return
+		}
+		j.dom.noteFail(h.name, h.down, h.retry)
+		if h.down == ReasonTimeout {
+			break // a tarpit is a final answer: no other MX is tried
+		}
+	}
+	reason := j.dom.fail
+	if reason == "" {
+		reason = ReasonConnectionFailed
+	}
+	r.finish(j.items, reason, j.dom.lastHost, 0)
+	for _, it := range j.items {
+		it.retryAfter = j.dom.failRetry
+	}
+}
+
+// markDown makes h unusable for the rest of the call and moves its queue
+// on. Caller holds r.mu.
+func (r *run) markDown(h *hostQ, reason string, retry time.Duration) {
+	if h.down == "" || failRank[reason] > failRank[h.down] {
+		h.down, h.retry = reason, retry
+	}
+	q := h.queue
+	h.queue, h.pending = nil, 0
+	for _, j := range q {
+		r.route(j)
+	}
+}
+
+// spawn starts sessions for h: enough to carry its queue at
+// MaxRcptsPerSession each, at most the limiter's per-host cap.
+// Caller holds r.mu.
+func (r *run) spawn(h *hostQ) {
+	if h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
+		return
+	}
+	per := r.budget(h)
+	want := min(r.v.perHost, max((h.pending+per-1)/per, 1))
+	for h.sessions < want {
+		h.sessions++
+		r.wg.Add(1)
+		go r.session(h)
+	}
+}
+
+// budget is the RCPTs a session to h may send. Caller holds r.mu.
+func (r *run) budget(h *hostQ) int {
+	if h.rcptLimit > 0 {
+		return min(r.v.cfg.MaxRcptsPerSession, h.rcptLimit)
+	}
+	return r.v.cfg.MaxRcptsPerSession
+}
+
+// take pops the next transaction for a session with budget RCPTs left,
+// splitting a job that does not fit. probe reports that the domain's
+// catch-all verdict is unknown, so the transaction starts with a probe.
+// Caller holds r.mu.
+func (r *run) take(h *hostQ, budget int, fresh bool) (j *job, probe bool) {
+	for len(h.queue) > 0 {
+		j = h.queue[0]
+		n := 0
+		for _, it := range j.items {
+			if !it.done {
+				n++
+			}
+		}
+		if n == 0 {
+			h.queue = h.queue[1:]
+			h.pending -= len(j.items) + 1
+			continue
+		}
+		probe = r.needProbe(j.dom)
+		p := 0
+		if probe {
+			p = 1
+		}
+		if len(j.items)+p <= budget {
+			h.queue = h.queue[1:]
+			h.pending -= len(j.items) + 1
+			return j, probe
+		}
+		k := budget - p
+		if k < 1 {
+			if !fresh {
+				return nil, false
+			}
+			k = 1 // a new session always makes progress
+		}
+		part := &job{dom: j.dom, items: j.items[:k:k], mxi: j.mxi}
+		j.items = j.items[k:]
+		h.pending -= k
+		return part, probe
+	}
+	return nil, false
+}
+
+func (r *run) needProbe(d *domainState) bool {
+	if d.verdict != 0 {
+		return false
+	}
+	if ca, ok := r.v.catchAll.get(d.name, time.Now()); ok {
+		d.verdict = 2
+		if ca {
+			d.verdict = 1
+		}
+		return false
+	}
+	return true
+}
+
+// session runs one SMTP session to h, taking transactions from its queue
+// until the queue is empty or the session's RCPT budget is spent.
+func (r *run) session(h *hostQ) {
+	defer r.wg.Done()
+	defer func() {
+		r.mu.Lock()
+		h.sessions--
+		r.spawn(h)
+		r.mu.Unlock()
+	}()
+	ctx := r.ctx
+	ips, reason := r.addrs(h)
+	if reason != "" {
+		r.mu.Lock()
+		r.markDown(h, reason, 0)
+		r.mu.Unlock()
+		return
+	}
+	if r.idle(h) {
+		return
+	}
+	release, backoff, err := r.v.acquire(ctx, h.name)
+	if err != nil {
+		var we *WaitError
+		if errors.As(err, &we) {
+			r.mu.Lock()
+			r.markDown(h, ReasonRateLimited, we.RetryAfter)
+			r.mu.Unlock()
+		}
+		return // ctx ended: what is left stays unanswered
+	}
+	if release == nil {
+		r.mu.Lock()
+		r.markDown(h, ReasonRateLimited, backoff)
+		r.mu.Unlock()
+		return
+	}
+	defer release()
+	select {
+	case r.v.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-r.v.sem }()
+	if r.idle(h) {
+		return
+	}
+	r.converse(h, ips)
+}
+
+func (r *run) idle(h *hostQ) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(h.queue) == 0 || h.down != ""
+}
+
+// addrs resolves h once per call (the resolver caches across calls).
+func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
+	r.mu.Lock()
+	if h.resolved {
+		ips := h.ips
+		r.mu.Unlock()
+		return ips, ""
+	}
+	r.mu.Unlock()
+	var ips []netip.Addr
+	if strings.HasPrefix(h.name, "[") {
+		a, err := Normalize("x@" + h.name)
+		if err != nil {
+			return nil, ReasonConnectionFailed
+		}
+		ips = []netip.Addr{a.IP}
+	} else {
+		var err error
+		ips, err = r.v.resolver.hostAddrs(r.ctx, h.name)
+		if err != nil {
+			return nil, ReasonDNSError
+		}
+		if len(ips) == 0 {
+			return nil, ReasonNoMailServer
+		}
+	}
+	if r.v.cfg.DenyPrivateIPs {
+		pub := ips[:0:0]
+		for _, ip := range ips {
+			if isPublic(ip) {
+				pub = append(pub, ip)
+			}
+		}
+		if len(pub) == 0 {
+			return nil, ReasonConnectionFailed
+		}
+		ips = pub
+	}
+	r.mu.Lock()
+	h.ips, h.resolved = ips, true
+	r.mu.Unlock()
+	return ips, ""
+}
+
+func isPublic(ip netip.Addr) bool {
+	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast()
+}
+
+func (v *Verifier) acquire(ctx context.Context, host string) (func(), time.Duration, error) {
+	if b, ok := v.limiter.(BackoffAwareLimiter); ok {
+		return b.AcquireOrBackoff(ctx, host)
+	}
+	rel, err := v.limiter.Acquire(ctx, host)
+	return rel, 0, err
+}

@@ -1,0 +1,605 @@
+package verify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// maxIPsPerHost is how many addresses of one MX host are dialled before
+// the host counts as unreachable.
+const maxIPsPerHost = 2
+
+// sess is the progress of one session.
+type sess struct {
+	sent     int  // RCPTs sent (probes included)
+	answered int  // RCPTs answered other than "too many recipients"
+	txs      int  // transactions started
+	tooMany  bool // a "too many recipients" ended the session's usefulness
+}
+
+// tx is one transaction of a pipelined group: its job and the indexes of
+// its commands in the group.
+type tx struct {
+	j          *job
+	probe      bool
+	start, end int
+}
+
+// group is a batch of commands sent in one write when the server offers
+// PIPELINING (RFC 2920 allows RSET, MAIL and RCPT anywhere in a group and
+// QUIT last, so several transactions cost one round trip), or one by one,
+// each just before its reply is read, when it does not.
+type group struct {
+	c    *smtpConn
+	cmds []string
+	next int
+}
+
+func (g *group) read() (reply, error) {
+	if !g.c.pipelining {
+		if err := g.c.send(g.cmds[g.next]); err != nil {
+			return reply{}, err
+		}
+	}
+	g.next++
+	return g.c.read()
+}
+
+// skipTo moves past the commands before end: their replies are read and
+// dropped when pipelined, they are not sent otherwise.
+func (g *group) skipTo(end int) error {
+	for g.next < end {
+		if !g.c.pipelining {
+			g.next = end
+			return nil
+		}
+		if _, err := g.read(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// converse connects to h and runs transactions until its queue is empty or
+// the session's RCPT budget is spent.
+func (r *run) converse(h *hostQ, ips []netip.Addr) {
+	ctx := r.ctx
+	cfg := &r.v.cfg
+	start := time.Now()
+	var c *smtpConn
+	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
+		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout)
+		if err == nil {
+			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
+			break
+		}
+	}
+	if c == nil {
+		if ctx.Err() == nil {
+			r.mu.Lock()
+			r.markDown(h, ReasonConnectionFailed, 0)
+			r.mu.Unlock()
+		}
+		return
+	}
+	defer c.nc.Close()
+	// Ending ctx unblocks any read or write at once.
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	banner, err := c.read()
+	if err != nil {
+		r.sessionFailed(h, err, true)
+		return
+	}
+	switch {
+	case banner.code == 421:
+		r.rateLimited(h, nil)
+		return
+	case banner.code != 220:
+		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
+		_ = c.send("QUIT")
+		r.mu.Lock()
+		r.markDown(h, ReasonConnectionFailed, 0)
+		r.mu.Unlock()
+		return
+	}
+	hello, err := c.hello(cfg.HeloName)
+	if err != nil {
+		r.sessionFailed(h, err, false)
+		return
+	}
+	if hello.code == 421 {
+		r.rateLimited(h, nil)
+		return
+	}
+	if hello.code != 250 {
+		_ = c.send("QUIT")
+		r.mu.Lock()
+		r.markDown(h, ReasonSMTPError, 0)
+		r.mu.Unlock()
+		return
+	}
+
+	s := &sess{}
+	for time.Until(c.deadline) >= cfg.CommandTimeout {
+		txs, quit := r.nextGroup(h, s, c.pipelining)
+		if len(txs) == 0 {
+			break
+		}
+		g := &group{c: c}
+		for i := range txs {
+			t := &txs[i]
+			t.start = len(g.cmds)
+			if s.txs > 0 {
+				g.cmds = append(g.cmds, "RSET")
+			}
+			s.txs++
+			g.cmds = append(g.cmds, "MAIL FROM:<"+cfg.MailFrom+">")
+			if t.probe {
+				g.cmds = append(g.cmds, "RCPT TO:<"+r.probeFor(t.j.dom)+"@"+t.j.dom.name+">")
+			}
+			for _, it := range t.j.items {
+				g.cmds = append(g.cmds, "RCPT TO:<"+it.addr.String()+">")
+			}
+			t.end = len(g.cmds)
+		}
+		if quit {
+			g.cmds = append(g.cmds, "QUIT")
+		}
+		if c.pipelining {
+			if err := c.send(g.cmds...); err != nil {
+				r.groupFailed(h, txs, err, false)
+				return
+			}
+		}
+		for i := range txs {
+			err, limited := r.transaction(g, h, s, &txs[i])
+			if err != nil || limited {
+				r.groupFailed(h, txs[i+1:], err, limited)
+				return
+			}
+		}
+		if quit {
+			_, _ = g.read()
+			return
+		}
+		if s.tooMany {
+			break
+		}
+	}
+	c.quit()
+}
+
+// nextGroup takes the transactions of the next pipelined group: as many
+// jobs as the session's budget allows (one when the server does not
+// pipeline), and reports whether QUIT can end the group because nothing
+// is left for this session. Without PIPELINING, QUIT is sent on its own.
+func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var txs []tx
+	for h.down == "" {
+		budget := r.budget(h) - s.sent
+		if budget < 1 {
+			break
+		}
+		j, probe := r.take(h, budget, s.sent == 0)
+		if j == nil {
+			break
+		}
+		s.sent += len(j.items)
+		if probe {
+			s.sent++
+		}
+		txs = append(txs, tx{j: j, probe: probe})
+		if !pipelining {
+			break
+		}
+	}
+	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
+	return txs, last && pipelining && len(txs) > 0
+}
+
+// quit ends the session politely (RFC 5321 4.1.1.10), without letting a
+// slow QUIT reply hold the session.
+func (c *smtpConn) quit() {
+	c.cmdTimeout = min(c.cmdTimeout, 2*time.Second)
+	if c.send("QUIT") == nil {
+		_, _ = c.read()
+	}
+}
+
+// sessionFailed handles a session that broke before its first
+// transaction: a timeout makes the host a tarpit; a connection closed
+// before the banner makes it unreachable (next MX); closed later, the host
+// gets one more session before it counts as broken.
+func (r *run) sessionFailed(h *hostQ, err error, beforeBanner bool) {
+	if r.ctx.Err() != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case errors.Is(err, errTimeout):
+		r.tarpit(h)
+	case beforeBanner:
+		r.markDown(h, ReasonConnectionFailed, 0)
+	default:
+		h.fails++
+		if h.fails >= 2 {
+			r.markDown(h, ReasonSMTPError, 0)
+		}
+	}
+}
+
+// tarpit answers everything queued on h as timeout: a host that does not
+// answer within CommandTimeout would hold every session as long.
+// Caller holds r.mu.
+func (r *run) tarpit(h *hostQ) {
+	h.down = ReasonTimeout
+	for _, j := range h.queue {
+		r.finish(j.items, ReasonTimeout, h.name, 0)
+	}
+	h.queue, h.pending = nil, 0
+}
+
+// rateLimited handles a 421: the host is backed off (for every process
+// sharing the limiter) and unanswered addresses move to the next MX or end
+// rate_limited.
+func (r *run) rateLimited(h *hostQ, unanswered *job) {
+	d := r.v.cfg.RateLimitBackoff
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.markDown(h, ReasonRateLimited, d)
+	if unanswered != nil {
+		r.route(unanswered)
+	}
+}
+
+// groupFailed hands the transactions of a group that were never processed
+// to the failure that ended the session.
+func (r *run) groupFailed(h *hostQ, txs []tx, err error, limited bool) {
+	for _, t := range txs {
+		if limited {
+			r.mu.Lock()
+			r.route(t.j)
+			r.mu.Unlock()
+			continue
+		}
+		r.txFailed(h, t.j, err)
+	}
+}
+
+var probeEnc = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func probeLocal() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "bulkd-probe-" + strings.ToLower(probeEnc.EncodeToString(b[:]))[:12]
+}
+
+// transaction reads the replies of one transaction of a group and records
+// the answers. A non-nil error means the session broke (its own unanswered
+// addresses are already handled); limited means a 421 closed it.
+func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
+	j := t.j
+	if g.cmds[t.start] == "RSET" {
+		rep, err := g.read()
+		if err != nil {
+			r.txFailed(h, j, err)
+			return err, false
+		}
+		if rep.code == 421 {
+			r.rateLimited(h, j)
+			return nil, true
+		}
+		if rep.code != 250 {
+			err := fmt.Errorf("%w: RSET answered %v", errDropped, rep)
+			r.txFailed(h, j, err)
+			return err, false
+		}
+	}
+	mail, err := g.read()
+	if err != nil {
+		r.txFailed(h, j, err)
+		return err, false
+	}
+	if mail.code != 250 {
+		if mail.code == 421 {
+			r.rateLimited(h, j)
+			return nil, true
+		}
+		reason := ReasonSMTPError // 5xx: the server refuses our sender
+		if mail.code/100 == 4 {
+			reason = ReasonTemporaryFailure
+			if classify(mail) == rcGreylisted {
+				reason = ReasonGreylisted
+			}
+		}
+		r.mu.Lock()
+		r.finish(j.items, reason, h.name, mail.code)
+		r.setRetry(j.items, mail)
+		r.mu.Unlock()
+		if err := g.skipTo(t.end); err != nil {
+			return err, false
+		}
+		return nil, false
+	}
+
+	// The probe.
+	r.mu.Lock()
+	verdict := j.dom.verdict
+	r.mu.Unlock()
+	var probeTemp reply
+	if t.probe {
+		rep, err := g.read()
+		if err != nil {
+			r.txFailed(h, j, err)
+			return err, false
+		}
+		switch cl := classify(rep); {
+		case cl == rcRateLimited:
+			r.rateLimited(h, j)
+			return nil, true
+		case cl == rcTooMany:
+			r.tooMany(h, s, j, j.items)
+			if err := g.skipTo(t.end); err != nil {
+				return err, false
+			}
+			return nil, false
+		case rep.code/100 == 2:
+			verdict = 1
+		case rep.code/100 == 5:
+			verdict = 2
+		default:
+			probeTemp = rep
+		}
+		s.answered++
+		if verdict != 0 {
+			r.v.catchAll.put(j.dom.name, verdict == 1, time.Now().Add(r.v.cfg.CatchAllTTL))
+			r.mu.Lock()
+			j.dom.verdict = verdict
+			r.mu.Unlock()
+		}
+	}
+
+	var again, grey []*item
+	for i, it := range j.items {
+		rep, err := g.read()
+		if err != nil {
+			r.txFailed(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
+			return err, false
+		}
+		cl := classify(rep)
+		if cl == rcRateLimited {
+			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			return nil, true
+		}
+		if cl == rcTooMany {
+			again = append(again, it)
+			continue
+		}
+		s.answered++
+		r.mu.Lock()
+		if r.answer(it, h.name, rep, cl, verdict, probeTemp) {
+			grey = append(grey, it)
+		}
+		r.mu.Unlock()
+	}
+	if len(grey) > 0 {
+		r.mu.Lock()
+		r.greyRetry(&job{dom: j.dom, items: grey, mxi: j.mxi})
+		r.mu.Unlock()
+	}
+	if len(again) > 0 {
+		r.tooMany(h, s, j, again)
+	}
+	return nil, false
+}
+
+// tooMany requeues addresses answered "too many recipients" for a new
+// session (RFC 5321 4.5.3.1.10 says to send them in a later transaction;
+// we use a new session because hosts count RCPTs per connection too) and
+// marks this session as done once its group is read. The host's limit is
+// learned from how many RCPTs this session got answered, so later sessions
+// stay within it. An address that gets it as the first RCPT of two
+// sessions is answered temporary_failure: the limit is not ours to work
+// around.
+func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.tooMany = true
+	if s.answered > 0 && (h.rcptLimit == 0 || s.answered < h.rcptLimit) {
+		h.rcptLimit = s.answered
+	}
+	var retry []*item
+	for _, it := range again {
+		if s.answered == 0 {
+			it.tooMany++
+		}
+		if it.tooMany >= 2 {
+			r.finish([]*item{it}, ReasonTemporaryFailure, h.name, 452)
+			it.retryAfter = 15 * time.Minute
+			continue
+		}
+		retry = append(retry, it)
+	}
+	if len(retry) > 0 {
+		r.route(&job{dom: j.dom, items: retry, mxi: j.mxi})
+	}
+}
+
+// txFailed handles a transaction whose session broke: a timeout answers
+// its addresses (and the host's queue) timeout; a lost connection gives the
+// unanswered addresses one more session, then smtp_error.
+func (r *run) txFailed(h *hostQ, j *job, err error) {
+	if r.ctx.Err() != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if errors.Is(err, errTimeout) {
+		r.finish(j.items, ReasonTimeout, h.name, 0)
+		r.tarpit(h)
+		return
+	}
+	var retry []*item
+	for _, it := range j.items {
+		if it.done {
+			continue
+		}
+		it.drops++
+		if it.drops >= 2 {
+			r.finish([]*item{it}, ReasonSMTPError, h.name, 0)
+			continue
+		}
+		retry = append(retry, it)
+	}
+	if len(retry) > 0 {
+		r.route(&job{dom: j.dom, items: retry, mxi: j.mxi})
+	}
+}
+
+// answer records the RCPT reply of one address. It returns true instead
+// when the address was greylisted and is to be asked again in this call.
+// Caller holds r.mu.
+func (r *run) answer(it *item, host string, rep reply, cl rcptClass, verdict int, probeTemp reply) bool {
+	it.mxHost, it.code = host, rep.code
+	switch cl {
+	case rcAccepted:
+		switch verdict {
+		case 1:
+			it.catchAll = true
+			it.reason = ReasonCatchAll
+		case 2:
+			it.reason = ReasonAccepted
+		default:
+			// The probe was answered 4xx: we cannot tell a real mailbox
+			// from a catch-all yet, so nothing is deliverable.
+			it.reason, it.temporary = ReasonTemporaryFailure, true
+			if classify(probeTemp) == rcGreylisted {
+				it.reason = ReasonGreylisted
+				if r.canGreyRetry(it) {
+					return true
+				}
+			}
+			it.retryAfter = retryFor(it.reason, probeTemp)
+			it.done = true
+			return false
+		}
+		if it.dom.disposable {
+			it.reason = ReasonDisposable
+		}
+	case rcNotFound:
+		it.reason = ReasonMailboxNotFound
+	case rcDisabled:
+		it.reason = ReasonMailboxDisabled
+	case rcFull:
+		it.reason = ReasonMailboxFull
+		it.temporary = rep.code/100 == 4
+	case rcRejected:
+		it.reason = ReasonRejected
+	case rcGreylisted:
+		it.reason, it.temporary = ReasonGreylisted, true
+		if r.canGreyRetry(it) {
+			return true
+		}
+	default:
+		it.reason, it.temporary = ReasonTemporaryFailure, true
+	}
+	if it.temporary {
+		it.retryAfter = retryFor(it.reason, rep)
+	}
+	it.done = true
+	return false
+}
+
+// canGreyRetry reports whether a greylisted address may be asked again in
+// this call, and marks it as asked. Caller holds r.mu.
+func (r *run) canGreyRetry(it *item) bool {
+	wait := r.v.cfg.GreylistRetry
+	if wait <= 0 || it.greyRetried {
+		return false
+	}
+	if dl, ok := r.ctx.Deadline(); ok && time.Until(dl) < wait+time.Second {
+		return false
+	}
+	it.greyRetried = true
+	return true
+}
+
+// greyRetry queues j again after GreylistRetry, with the same probe
+// address so the greylist lets the probe through too. If ctx ends first
+// its addresses are answered greylisted. Caller holds r.mu.
+func (r *run) greyRetry(j *job) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		t := time.NewTimer(r.v.cfg.GreylistRetry)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			r.mu.Lock()
+			r.route(j)
+			r.mu.Unlock()
+		case <-r.ctx.Done():
+			r.mu.Lock()
+			r.finish(j.items, ReasonGreylisted, "", 0)
+			for _, it := range j.items {
+				it.retryAfter = 5 * time.Minute
+			}
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// probeFor returns the domain's probe local part: random, but the same for
+// a day (cached across calls), because greylisting keys on the recipient
+// and a new random probe would be greylisted on every attempt.
+func (r *run) probeFor(d *domainState) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d.probe == "" {
+		p, ok := r.v.probes.get(d.name, time.Now())
+		if !ok {
+			p = probeLocal()
+			r.v.probes.put(d.name, p, time.Now().Add(probeTTL))
+		}
+		d.probe = p
+	}
+	return d.probe
+}
+
+// probeTTL is how long a domain keeps its probe address.
+const probeTTL = 24 * time.Hour
+
+// retryFor suggests when to ask again: the server's own hint ("try again in
+// 60 seconds") when it gives one, else a default by reason.
+func retryFor(reason string, rep reply) time.Duration {
+	if d := retryHint(rep.text); d > 0 {
+		return d
+	}
+	switch reason {
+	case ReasonGreylisted:
+		return 5 * time.Minute
+	case ReasonMailboxFull:
+		return time.Hour
+	}
+	return 15 * time.Minute
+}
+
+func (r *run) setRetry(its []*item, rep reply) {
+	for _, it := range its {
+		if it.temporary {
+			it.retryAfter = retryFor(it.reason, rep)
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A small SMTP client of our own rather than github.com/emersion/go-smtp's:
+// that client sends one command and waits for its reply, so it cannot
+// pipeline MAIL + RCPT... in one write (RFC 2920), and its timeouts are per
+// connection rather than per reply. We only ever need EHLO/HELO, MAIL, RCPT,
+// RSET and QUIT, which fit in this file.
+
+// Reply limits: a hostile or broken server must not make us buffer without
+// bound. RFC 5321 4.5.3.1.5 caps a reply line at 512 octets; we allow more.
+const (
+	maxReplyLine  = 4096
+	maxReplyLines = 100
+)
+
+// reply is one SMTP reply.
+type reply struct {
+	code int
+	// enh is the RFC 3463 enhanced status code (class, subject, detail)
+	// when the reply has one whose class matches the reply's first digit.
+	enh  [3]int
+	text string // the lines' texts joined by a space, enhanced code included
+}
+
+func (r reply) hasEnh() bool { return r.enh[0] != 0 }
+
+func (r reply) String() string { return strconv.Itoa(r.code) + " " + r.text }
+
+// Session errors. errTimeout covers a reply that did not come within
+// CommandTimeout or the session deadline; errDropped a connection that
+// ended or a reply we could not parse.
+var (
+	errTimeout = errors.New("smtp: timed out waiting for a reply")
+	errDropped = errors.New("smtp: connection lost")
+)
+
+type smtpConn struct {
+	nc         net.Conn
+	r          *bufio.Reader
+	w          *bufio.Writer
+	cmdTimeout time.Duration
+	deadline   time.Time // the session's
+	pipelining bool
+}
+
+// dialSMTP connects to ip:port within timeout (and ctx).
+func dialSMTP(ctx context.Context, ip netip.Addr, port int, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	return d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip, uint16(port)).String())
+}
+
+func newSMTPConn(nc net.Conn, cmdTimeout time.Duration, deadline time.Time) *smtpConn {
+	return &smtpConn{nc: nc, r: bufio.NewReaderSize(nc, 4096), w: bufio.NewWriterSize(nc, 4096),
+		cmdTimeout: cmdTimeout, deadline: deadline}
+}
+
+func (c *smtpConn) ioDeadline() time.Time {
+	d := time.Now().Add(c.cmdTimeout)
+	if !c.deadline.IsZero() && c.deadline.Before(d) {
+		return c.deadline
+	}
+	return d
+}
+
+// send writes commands (each without CRLF) in one write.
+func (c *smtpConn) send(cmds ...string) error {
+	_ = c.nc.SetWriteDeadline(c.ioDeadline())
+	for _, cmd := range cmds {
+		c.w.WriteString(cmd)
+		c.w.WriteString("\r\n")
+	}
+	if err := c.w.Flush(); err != nil {
+		return netErr(err)
+	}
+	return nil
+}
+
+// read reads one (possibly multi-line) reply within CommandTimeout.
+func (c *smtpConn) read() (reply, error) {
+	_ = c.nc.SetReadDeadline(c.ioDeadline())
+	var rep reply
+	var texts []string
+	for n := 0; ; n++ {
+		if n >= maxReplyLines {
+			return reply{}, fmt.Errorf("%w: reply over %d lines", errDropped, maxReplyLines)
+		}
+		line, err := c.readLine()
+		if err != nil {
+			return reply{}, err
+		}
+		if len(line) < 3 {
+			return reply{}, fmt.Errorf("%w: malformed reply %q", errDropped, line)
+		}
+		code, err := strconv.Atoi(line[:3])
+		if err != nil || code < 200 || code > 599 || (rep.code != 0 && code != rep.code) {
+			return reply{}, fmt.Errorf("%w: malformed reply %q", errDropped, line)
+		}
+		rep.code = code
+		more := len(line) > 3 && line[3] == '-'
+		if len(line) > 3 && line[3] != '-' && line[3] != ' ' {
+			return reply{}, fmt.Errorf("%w: malformed reply %q", errDropped, line)
+		}
+		if len(line) > 4 {
+			texts = append(texts, line[4:])
+		}
+		if !more {
+			break
+		}
+	}
+	rep.text = strings.Join(texts, " ")
+	rep.enh = parseEnhanced(rep.code, rep.text)
+	return rep, nil
+}
+
+func (c *smtpConn) readLine() (string, error) {
+	var buf []byte
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		if len(buf)+len(chunk) > maxReplyLine {
+			return "", fmt.Errorf("%w: reply line over %d octets", errDropped, maxReplyLine)
+		}
+		buf = append(buf, chunk...)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return "", netErr(err)
+	}
+	return strings.TrimRight(string(buf), "\r\n"), nil
+}
+
+// netErr maps an I/O error to errTimeout or errDropped.
+func netErr(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w: %w", errTimeout, err)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: closed by the server", errDropped)
+	}
+	return fmt.Errorf("%w: %w", errDropped, err)
+}
+
+var enhRe = regexp.MustCompile(`^([245])\.(\d{1,3})\.(\d{1,3})(?:\s|$)`)
+
+func parseEnhanced(code int, text string) [3]int {
+	m := enhRe.FindStringSubmatch(text)
+	if m == nil || int(m[1][0]-'0') != code/100 {
+		return [3]int{}
+	}
+	s, _ := strconv.Atoi(m[2])
+	d, _ := strconv.Atoi(m[3])
+	return [3]int{code / 100, s, d}
+}
+
+// hello sends EHLO, falling back to HELO when EHLO is refused with a 5xx
+// (RFC 5321 4.1.4), and records whether PIPELINING is offered.
+func (c *smtpConn) hello(name string) (reply, error) {
+	if err := c.send("EHLO " + name); err != nil {
+		return reply{}, err
+	}
+	rep, err := c.read()
+	if err != nil {
+		return reply{}, err
+	}
+	if rep.code == 250 {
+		for _, kw := range strings.Fields(strings.ToUpper(rep.text)) {
+			if kw == "PIPELINING" {
+				c.pipelining = true
+			}
+		}
+		return rep, nil
+	}
+	if rep.code/100 != 5 {
+		return rep, nil
+	}
+	if err := c.send("HELO " + name); err != nil {
+		return reply{}, err
+	}
+	return c.read()
+}
+
+// The EHLO reply's keywords are the first word of each line; joining the
+// lines with spaces above loses the line structure, but PIPELINING is a
+// keyword without parameters, so matching any word is enough (a domain
+// name in the first line cannot be the bare word PIPELINING).
+
+// rcptClass is the meaning of a RCPT TO reply (also used for the MAIL
+// reply when it fails).
+type rcptClass int
+
+const (
+	rcAccepted rcptClass = iota
+	rcNotFound
+	rcDisabled
+	rcFull
+	rcRejected
+	rcGreylisted
+	rcTempFail
+	rcTooMany     // too many recipients: not a verdict, retry in a new session
+	rcRateLimited // 421: the server is closing the session
+)
+
+var (
+	reNotFound = regexp.MustCompile(`(?i)(user|mailbox|recipient|address|account)\s*(unknown|not found|does ?n[o']t exist|not exist|invalid|unavailable|not available)|unknown\s*(user|mailbox|recipient|address)|no such\s*(user|mailbox|recipient|address|account)|invalid\s*(recipient|mailbox|address)|not\s*a\s*valid\s*(mailbox|recipient|user)|does ?n[o']t have an? account|undeliverable address`)
+	reDisabled = regexp.MustCompile(`(?i)(mailbox|account|user|address)\s*(is\s*)?(disabled|inactive|suspended|deactivated|locked|closed)`)
+	reFull     = regexp.MustCompile(`(?i)mailbox\s*(is\s*)?full|over\s*quota|quota\s*exceeded|exceeded\s*(storage|quota)|insufficient\s*storage|storage\s*allocation`)
+	reGrey     = regexp.MustCompile(`(?i)grey|gray|try\s*(again\s*)?later|temporarily\s*(deferred|rejected)`)
+	reTooMany  = regexp.MustCompile(`(?i)too\s*many\s*(recipients|rcpt)`)
+)
+
+// classify maps a reply to its meaning: RFC 3463 enhanced status code
+// first, then the basic code, then the text as a last resort.
+func classify(r reply) rcptClass {
+	if r.code/100 == 2 {
+		return rcAccepted
+	}
+	if r.code == 421 {
+		return rcRateLimited
+	}
+	temp := r.code/100 == 4
+	if r.hasEnh() {
+		subj, det := r.enh[1], r.enh[2]
+		switch {
+		case subj == 5 && det == 3:
+			return rcTooMany
+		case subj == 2 && det == 2:
+			return rcFull
+		case temp && subj == 7 && (r.code == 450 || r.code == 451):
+			return rcGreylisted
+		case temp:
+			// A 4.1.1 or 4.2.1 is not a verdict: the server could not
+			// decide now (directory down, mailbox being moved).
+			if reGrey.MatchString(r.text) && !reFull.MatchString(r.text) {
+				return rcGreylisted
+			}
+			return rcTempFail
+		case subj == 1 && (det == 1 || det == 6):
+			return rcNotFound
+		case subj == 2 && det == 1:
+			return rcDisabled
+		default:
+			// Other permanent enhanced codes (policy, system, routing)
+			// refuse the recipient without naming the mailbox as missing;
+			// the text may still be more specific.
+			switch {
+			case reNotFound.MatchString(r.text):
+				return rcNotFound
+			case reDisabled.MatchString(r.text):
+				return rcDisabled
+			}
+			return rcRejected
+		}
+	}
+	switch r.code {
+	case 452:
+		if reFull.MatchString(r.text) {
+			return rcFull
+		}
+		// RFC 5321 4.5.3.1.10: 452 is the reply for too many recipients.
+		return rcTooMany
+	case 552:
+		if reTooMany.MatchString(r.text) {
+			return rcTooMany
+		}
+		return rcFull
+	}
+	if temp {
+		switch {
+		case reTooMany.MatchString(r.text):
+			return rcTooMany
+		case reFull.MatchString(r.text):
+			return rcFull
+		case reGrey.MatchString(r.text):
+			return rcGreylisted
+		}
+		return rcTempFail
+	}
+	switch {
+	case reFull.MatchString(r.text):
+		return rcFull
+	case reDisabled.MatchString(r.text):
+		return rcDisabled
+	case reNotFound.MatchString(r.text):
+		return rcNotFound
+	case r.code == 550 && strings.TrimSpace(r.text) == "":
+		return rcNotFound
+	}
+	return rcRejected
+}
+
+var reRetryIn = regexp.MustCompile(`(?i)(\d{1,5})\s*(seconds|secs?|s|minutes|mins?|m)\b`)
+
+// retryHint reads "try again in 60 seconds"/"5 minutes" from a reply text.
+func retryHint(text string) time.Duration {
+	m := reRetryIn.FindStringSubmatch(text)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	d := time.Duration(n) * time.Second
+	if strings.HasPrefix(strings.ToLower(m[2]), "m") {
+		d = time.Duration(n) * time.Minute
+	}
+	if d <= 0 || d > 24*time.Hour {
+		return 0
+	}
+	return d
+}

@@ -1,0 +1,309 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/bulkd/bulkd/internal/verify/lists"
+)
+
+// Config configures a Verifier. Zero values take the defaults below.
+type Config struct {
+	// DNSServer is "host:port"; empty: the first nameserver of
+	// /etc/resolv.conf.
+	DNSServer string
+	// SMTPPort is the port of every MX host, default 25.
+	SMTPPort int
+	// HeloName is the EHLO name, default "bulkd.localhost". In production
+	// set it to a name whose A record and PTR match the egress IP: many MX
+	// hosts reject or tarpit clients whose EHLO name does not resolve back.
+	HeloName string
+	// MailFrom is the MAIL FROM address, default "verify@" + HeloName. Use
+	// a mailbox that exists (bounces and abuse reports go there).
+	MailFrom string
+	// DNSTimeout bounds one DNS query, default 2s; a failed or timed-out
+	// query is retried once.
+	DNSTimeout time.Duration
+	// DialTimeout bounds one TCP connect, default 5s.
+	DialTimeout time.Duration
+	// CommandTimeout bounds the wait for each SMTP reply, default 10s.
+	// Tarpits are bounded by it.
+	CommandTimeout time.Duration
+	// SessionTimeout bounds a whole SMTP session, default 60s.
+	SessionTimeout time.Duration
+	// MaxRcptsPerSession is how many RCPTs (catch-all probes included) one
+	// session sends before it quits and a new one continues, default 50.
+	MaxRcptsPerSession int
+	// MaxSessions caps concurrent SMTP sessions in this process, default 64.
+	MaxSessions int
+	// CatchAllTTL is how long a domain's catch-all verdict is cached,
+	// default 1h.
+	CatchAllTTL time.Duration
+	// RateLimitBackoff is how long a host that answered 421 is left alone
+	// (across processes, through the limiter), default 30s.
+	RateLimitBackoff time.Duration
+	// GreylistRetry, when positive, makes Verify wait this long and ask a
+	// greylisted address (450/451 4.7.x, or a greylisted catch-all probe)
+	// once more within the same call, when ctx's deadline leaves room.
+	// Greylisting delays are typically 1..5 minutes, so the default is 0:
+	// answer unknown/greylisted with Temporary and RetryAfter and let the
+	// caller retry later (the probe address of a domain is kept for a day so
+	// the retry passes the greylist for it too). Set it for the single-address
+	// API or tests whose greylisting is short.
+	GreylistRetry time.Duration
+	// DenyPrivateIPs refuses to connect to loopback, private, link-local
+	// and other non-global addresses, whether they come from an MX record
+	// or an address literal (user@[10.0.0.1]); such addresses end as
+	// connection_failed. Off by default because test worlds live on
+	// loopback; turn it on in production so a submitted address cannot make
+	// us open connections inside our own network.
+	DenyPrivateIPs bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.SMTPPort == 0 {
+		c.SMTPPort = 25
+	}
+	if c.HeloName == "" {
+		c.HeloName = "bulkd.localhost"
+	}
+	if c.MailFrom == "" {
+		c.MailFrom = "verify@" + c.HeloName
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.DNSTimeout, 2*time.Second)
+	def(&c.DialTimeout, 5*time.Second)
+	def(&c.CommandTimeout, 10*time.Second)
+	def(&c.SessionTimeout, 60*time.Second)
+	def(&c.CatchAllTTL, time.Hour)
+	def(&c.RateLimitBackoff, 30*time.Second)
+	if c.MaxRcptsPerSession <= 0 {
+		c.MaxRcptsPerSession = 50
+	}
+	c.MaxRcptsPerSession = max(c.MaxRcptsPerSession, 2) // room for a probe and an address
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 64
+	}
+	return c
+}
+
+// Lists are the disposable, role and free-provider lists (package lists).
+type Lists = lists.Lists
+
+// DefaultLists returns the embedded lists.
+func DefaultLists() *Lists { return lists.Default() }
+
+// LoadListsFromRedis returns the embedded lists overlaid with the lists an
+// operator stored with `bulkd admin lists load`.
+func LoadListsFromRedis(ctx context.Context, rdb redis.UniversalClient) (*Lists, error) {
+	return lists.LoadFromRedis(ctx, rdb)
+}
+
+// Verifier checks addresses. It is safe for concurrent use; its DNS and
+// catch-all caches are shared by all calls.
+type Verifier struct {
+	cfg      Config
+	lists    *Lists
+	limiter  HostLimiter
+	perHost  int
+	resolver *resolver
+	sem      chan struct{}
+	catchAll *ttlCache[string, bool]
+	probes   *ttlCache[string, string]
+}
+
+// catchAllEntries bounds the catch-all verdict cache.
+const catchAllEntries = 100_000
+
+// dnsConcurrency bounds the domains resolved at once by one Verify call.
+const dnsConcurrency = 128
+
+// New returns a Verifier. lists nil means DefaultLists(); limiter nil
+// means an in-process LocalLimiter with default options.
+func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
+	cfg = cfg.withDefaults()
+	if _, err := Normalize(cfg.MailFrom); err != nil {
+		return nil, fmt.Errorf("verify: MailFrom %q: %w", cfg.MailFrom, err)
+	}
+	if err := checkHostname(strings.ToLower(cfg.HeloName)); err != nil && cfg.HeloName != "localhost" {
+		return nil, fmt.Errorf("verify: HeloName %q: %w", cfg.HeloName, err)
+	}
+	res, err := newResolver(cfg.DNSServer, cfg.DNSTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if l == nil {
+		l = DefaultLists()
+	}
+	if limiter == nil {
+		limiter = NewLocalLimiter(LimiterOptions{})
+	}
+	perHost := 3
+	if b, ok := limiter.(BackoffAwareLimiter); ok {
+		perHost = max(b.SessionsPerHost(), 1)
+	}
+	return &Verifier{cfg: cfg, lists: l, limiter: limiter, perHost: perHost, resolver: res,
+		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
+		probes: newTTLCache[string, string](catchAllEntries)}, nil
+}
+
+// VerifyOne checks one address; ctx's deadline bounds the answer.
+func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
+	return v.Verify(ctx, []string{email})[0]
+}
+
+// Verify checks emails (any order, as submitted) and returns one Result
+// per input, in input order. Addresses are grouped by the primary MX host
+// of their domain, so all addresses (of any domains) sharing a host are
+// checked in as few sessions as possible; hosts are checked concurrently
+// within MaxSessions and the limiter. It returns when every address has an
+// answer or ctx ends; then unanswered ones are unknown/timeout, Temporary.
+func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
+	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}}
+	results := make([]Result, len(emails))
+	items := map[string]*item{}
+	domains := map[string]*domainState{}
+	var order []*domainState
+	for i, e := range emails {
+		a, err := Normalize(e)
+		if err != nil {
+			results[i] = v.invalid(e)
+			continue
+		}
+		key := a.String()
+		it := items[key]
+		if it == nil {
+			d := domains[a.Domain]
+			if d == nil {
+				d = &domainState{name: a.Domain, literal: a.IP, disposable: v.lists.IsDisposable(a.Domain)}
+				domains[a.Domain] = d
+				order = append(order, d)
+			}
+			it = &item{addr: a, dom: d}
+			items[key] = it
+			d.items = append(d.items, it)
+		}
+		it.idxs = append(it.idxs, i)
+	}
+
+	sem := make(chan struct{}, dnsConcurrency)
+	var wg sync.WaitGroup
+	for _, d := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-sem }()
+			r.startDomain(d)
+		}()
+	}
+	wg.Wait()
+	r.wg.Wait()
+
+	checked := time.Now().UTC()
+	for _, it := range items {
+		res := v.result(it, checked)
+		for _, i := range it.idxs {
+			results[i] = res
+		}
+	}
+	return results
+}
+
+func (v *Verifier) invalid(in string) Result {
+	r := Result{Email: strings.TrimFunc(in, isTrimmed), Status: StatusUndeliverable, Reason: ReasonInvalidSyntax,
+		CheckedAt: time.Now().UTC()}
+	if len(r.Email) > maxInputLen {
+		r.Email = r.Email[:maxInputLen]
+	}
+	return r
+}
+
+// result builds the Result of an item.
+func (v *Verifier) result(it *item, checked time.Time) Result {
+	a := it.addr
+	dom := a.Domain
+	res := Result{
+		Email:        a.String(),
+		ValidSyntax:  true,
+		Domain:       &dom,
+		IsDisposable: it.dom.disposable,
+		IsRole:       v.lists.IsRole(a.Local),
+		IsFree:       v.lists.IsFree(a.Domain),
+		CheckedAt:    checked,
+		SMTPCode:     it.code,
+	}
+	if !a.IsIPLiteral() {
+		if s := v.lists.Suggest(a.Domain); s != "" {
+			sug := a.Local + "@" + s
+			res.Suggestion = &sug
+		}
+	}
+	if !it.done {
+		it.reason, it.temporary = ReasonTimeout, true
+	}
+	res.Reason = it.reason
+	res.Status = StatusOf(it.reason)
+	res.Temporary, res.RetryAfter = it.temporary, it.retryAfter
+	res.IsCatchAll = it.catchAll
+	res.IsDisabled = it.reason == ReasonMailboxDisabled
+	res.HasFullInbox = it.reason == ReasonMailboxFull
+	if it.mxHost != "" {
+		h := it.mxHost
+		res.MXHost = &h
+		if p := providerOf(h); p != "" {
+			res.Provider = &p
+		}
+	}
+	res.Score = Score(&res)
+	return res
+}
+
+// providers maps the registrable domain of an MX host to the provider name
+// of the big hosted-mail services; any other host's provider is its
+// registrable domain.
+var providers = map[string]string{
+	"google.com": "google", "googlemail.com": "google",
+	"outlook.com": "microsoft", "hotmail.com": "microsoft", "office365.us": "microsoft",
+	"yahoodns.net": "yahoo", "yahoo.com": "yahoo",
+	"icloud.com": "apple", "apple.com": "apple", "me.com": "apple",
+	"protonmail.ch": "proton", "proton.me": "proton",
+	"zoho.com": "zoho", "zoho.eu": "zoho", "zohomail.com": "zoho",
+	"yandex.net": "yandex", "yandex.ru": "yandex",
+	"mail.ru": "mailru",
+	"gmx.net": "gmx", "web.de": "gmx",
+	"pphosted.com": "proofpoint", "ppe-hosted.com": "proofpoint",
+	"mimecast.com": "mimecast", "mimecast.co.za": "mimecast",
+	"messagelabs.com":       "broadcom",
+	"barracudanetworks.com": "barracuda",
+	"secureserver.net":      "godaddy",
+	"qq.com":                "tencent",
+}
+
+func providerOf(host string) string {
+	if strings.HasPrefix(host, "[") {
+		return ""
+	}
+	reg, err := publicsuffix.EffectiveTLDPlusOne(host)
+	if err != nil {
+		return ""
+	}
+	if p, ok := providers[reg]; ok {
+		return p
+	}
+	return reg
+}
