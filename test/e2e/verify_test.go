@@ -23,7 +23,7 @@ import (
 // verifyStart runs a mail world with every class and a bulkd pointed at it.
 // Greylisting lasts 1 s and bulkd retries after 1 s (twice); the tarpit
 // answers slower than bulkd's 1 s command timeout.
-func verifyStart(t *testing.T) (*bulkdtest.Env, *mailworld.World) {
+func verifyStart(t *testing.T) (*companyAPI, *mailworld.World) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -32,8 +32,7 @@ func verifyStart(t *testing.T) (*bulkdtest.Env, *mailworld.World) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	env := bulkdtest.Start(t, bulkdtest.WithConfig(func(c *config.Config) {
-		c.RateLimit = 1_000_000
+	env := companyStart(t, bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
 		c.SMTPCommandTimeout = time.Second
 		c.VerifyRetryDelays = "1s,1s"
@@ -74,7 +73,7 @@ func TestBulkVerificationEveryClass(t *testing.T) {
 	emails = append(emails, "  alice@OK.test ", "ALICE@ok.test", "bob@ok.test")
 	unique := len(w.Cases())
 
-	r := env.PostJSON("/v1/bulk", key, map[string]any{"emails": emails})
+	r := env.post(t, "/v1/bulk", key, map[string]any{"emails": emails})
 	if r.Status != http.StatusOK {
 		t.Fatalf("submit: %d %s", r.Status, r.Body)
 	}
@@ -96,7 +95,7 @@ func TestBulkVerificationEveryClass(t *testing.T) {
 	}
 	// The tarpit holds the first pass for a second: results are refused
 	// while in progress, naming the status.
-	if r := env.Get("/v1/bulk/"+sub.JobID+"/results", key); r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "in_progress") {
+	if r := env.get(t, "/v1/bulk/"+sub.JobID+"/results", key); r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "in_progress") {
 		t.Fatalf("results while in progress: %d %s", r.Status, r.Body)
 	}
 
@@ -104,7 +103,7 @@ func TestBulkVerificationEveryClass(t *testing.T) {
 	var st map[string]any
 	defer func() { t.Logf("last status %v", st) }()
 	bulkdtest.Eventually(t, 30*time.Second, 20*time.Millisecond, "complete", func() bool {
-		r := env.Get("/v1/bulk/"+sub.JobID, key)
+		r := env.get(t, "/v1/bulk/"+sub.JobID, key)
 		st = map[string]any{}
 		r.Decode(t, &st)
 		statuses[st["status"].(string)] = true
@@ -168,11 +167,11 @@ func TestBulkVerificationEveryClass(t *testing.T) {
 }
 
 // verifyResults pages through a job's results.
-func verifyResults(t *testing.T, env *bulkdtest.Env, key, id string) []verifyRow {
+func verifyResults(t *testing.T, env *companyAPI, key, id string) []verifyRow {
 	t.Helper()
 	var all []verifyRow
 	for off := 0; ; off += 20 {
-		r := env.Get(fmt.Sprintf("/v1/bulk/%s/results?limit=20&offset=%d", id, off), key)
+		r := env.get(t, fmt.Sprintf("/v1/bulk/%s/results?limit=20&offset=%d", id, off), key)
 		if r.Status != http.StatusOK {
 			t.Fatalf("results: %d %s", r.Status, r.Body)
 		}
@@ -194,7 +193,7 @@ func TestBulkVerificationErrors(t *testing.T) {
 	env, _ := verifyStart(t)
 	acct, key := env.Account(credits.Whole(10))
 	post := func(body string) (int, string) {
-		r := env.Do(http.MethodPost, "/v1/bulk", key, []byte(body))
+		r := env.do(t, http.MethodPost, "/v1/bulk", key, []byte(body))
 		return r.Status, string(r.Body)
 	}
 	if code, body := post(`{"emails":[]}`); code != 400 || !strings.Contains(body, "empty") {
@@ -215,38 +214,38 @@ func TestBulkVerificationErrors(t *testing.T) {
 		t.Errorf("rejected submissions charged: balance %v", got)
 	}
 	poor, poorKey := env.Account(credits.Amount(300)) // 0.3 credits: one address, not two
-	if code, body := post2(env, poorKey, `{"emails":["a@ok.test","b@ok.test"]}`); code != 403 || !strings.Contains(body, "0.4") {
+	if code, body := post2(t, env, poorKey, `{"emails":["a@ok.test","b@ok.test"]}`); code != 403 || !strings.Contains(body, "0.4") {
 		t.Errorf("short balance: %d %s", code, body)
 	}
 	if got := env.Balance(poor); got != 300 {
 		t.Errorf("refused submission charged: %v", got)
 	}
-	if r := env.Get("/v1/bulk/not-a-uuid", key); r.Status != 400 {
+	if r := env.get(t, "/v1/bulk/not-a-uuid", key); r.Status != 400 {
 		t.Errorf("bad job id: %d %s", r.Status, r.Body)
 	}
-	if r := env.Get("/v1/bulk/not-a-uuid/results", key); r.Status != 400 {
+	if r := env.get(t, "/v1/bulk/not-a-uuid/results", key); r.Status != 400 {
 		t.Errorf("bad job id on results: %d %s", r.Status, r.Body)
 	}
-	r := env.PostJSON("/v1/bulk", key, map[string]any{"emails": []string{"alice@ok.test"}})
+	r := env.post(t, "/v1/bulk", key, map[string]any{"emails": []string{"alice@ok.test"}})
 	var sub struct {
 		JobID string `json:"job_id"`
 	}
 	r.Decode(t, &sub)
 	other := env.Key(acct, accounts.PayAsYouGo)
-	if r := env.Get("/v1/bulk/"+sub.JobID, other); r.Status != 404 || !strings.Contains(string(r.Body), "Job not found") {
+	if r := env.get(t, "/v1/bulk/"+sub.JobID, other); r.Status != 404 || !strings.Contains(string(r.Body), "Job not found") {
 		t.Errorf("another key's job: %d %s", r.Status, r.Body)
 	}
-	if r := env.Get("/v1/bulk/00000000-0000-4000-8000-000000000000", key); r.Status != 404 {
+	if r := env.get(t, "/v1/bulk/00000000-0000-4000-8000-000000000000", key); r.Status != 404 {
 		t.Errorf("unknown job: %d %s", r.Status, r.Body)
 	}
 	// A company job is not a verification job, and the other way round.
-	if r := env.Get("/v1/company-enrichment/bulk/"+sub.JobID, key); r.Status != 404 {
+	if r := env.get(t, "/v1/company-enrichment/bulk/"+sub.JobID, key); r.Status != 404 {
 		t.Errorf("verification job read as a company job: %d", r.Status)
 	}
 }
 
-func post2(env *bulkdtest.Env, key, body string) (int, string) {
-	r := env.Do(http.MethodPost, "/v1/bulk", key, []byte(body))
+func post2(t *testing.T, env *companyAPI, key, body string) (int, string) {
+	r := env.do(t, http.MethodPost, "/v1/bulk", key, []byte(body))
 	return r.Status, string(r.Body)
 }
 
@@ -256,7 +255,7 @@ func TestSingleVerify(t *testing.T) {
 	env, _ := verifyStart(t)
 	acct, key := env.Account(credits.Whole(1))
 	get := func(q string) (int, map[string]any) {
-		r := env.Get("/v1/verify?"+q, key)
+		r := env.get(t, "/v1/verify?"+q, key)
 		m := map[string]any{}
 		_ = json.Unmarshal(r.Body, &m)
 		return r.Status, m
