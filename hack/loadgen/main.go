@@ -28,6 +28,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "verify" {
+		if err := verifyMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "company" {
 		if err := companyMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -36,7 +43,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)

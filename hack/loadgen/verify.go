@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/mailworld"
+)
+
+// verifyMain measures bulk email verification end to end: the real bulkd
+// binary against the mail world's benchmark scenario (authoritative DNS and
+// SMTP hosts on loopback with a round-trip delay per reply and a cap of
+// sessions per MX host), then the submission of a 100,000-address job.
+//
+//	go run ./hack/loadgen verify --bin bin/bulkd [--rtt 50ms] [--cap 3]
+func verifyMain(args []string) error {
+	fs := flag.NewFlagSet("verify", flag.ExitOnError)
+	bin := fs.String("bin", "bin/bulkd", "bulkd binary")
+	rtt := fs.Duration("rtt", 50*time.Millisecond, "delay before every SMTP reply of the mail world")
+	capHost := fs.Int("cap", 3, "sessions per MX host: the mail world's limit and bulkd's --smtp-sessions-per-host")
+	domains := fs.Int("domains", 200, "domains of the mail world")
+	perDomain := fs.Int("per-domain", 10, "addresses per domain")
+	rounds := fs.Int("rounds", 2, "verification jobs of the same addresses (the first with cold caches)")
+	bigRows := fs.Int("big", 100_000, "addresses of the large submissions (0 to skip)")
+	bigJobs := fs.Int("big-jobs", 5, "large submissions measured")
+	workers := fs.Int("workers", 4, "bulkd --workers")
+	_ = fs.Parse(args)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := mailworld.Start(ctx, mailworld.Bench(mailworld.BenchOptions{Domains: *domains, PerDomain: *perDomain, RTT: *rtt, MaxConnsPerHost: *capHost, Seed: 1}))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	srv, rdb, cleanup, err := privateRedis()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	st := accounts.NewStore(rdb, nil)
+	acct, err := st.CreateAccount(ctx, "load", credits.Whole(1_000_000))
+	if err != nil {
+		return err
+	}
+	key, _, err := st.CreateKey(ctx, acct.ID, accounts.PayAsYouGo)
+	if err != nil {
+		return err
+	}
+	b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--dns-server", w.DNSAddr(),
+		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", "3s,3s")
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+
+	var emails []string
+	for _, c := range w.Cases() {
+		emails = append(emails, c.Email)
+	}
+	body, _ := json.Marshal(map[string]any{"emails": emails})
+	fmt.Printf("verify: %d addresses over %d domains, SMTP round trip %v, %d sessions per MX host\n", len(emails), *domains, *rtt, *capHost)
+	for round := 1; round <= *rounds; round++ {
+		w.ResetStats()
+		t0 := time.Now()
+		id, err := submitTo(hc, b.base+"/v1/bulk", key, body)
+		if err != nil {
+			return err
+		}
+		first, err := waitStatus(hc, b.base+"/v1/bulk/"+id, key, 120*time.Second, "partial_complete_retrying", "complete")
+		if err != nil {
+			return err
+		}
+		firstPass := time.Since(t0)
+		s := w.Stats()
+		if _, err := waitStatus(hc, b.base+"/v1/bulk/"+id, key, 120*time.Second, "complete"); err != nil {
+			return err
+		}
+		all := time.Since(t0)
+		final := w.Stats()
+		rows, err := verifyRows(hc, b.base, key, id)
+		if err != nil {
+			return err
+		}
+		knowable, right, falseDeliverable, greyFirst := 0, 0, 0, 0
+		for _, r := range rows {
+			c, ok := w.Expect(r.Input)
+			if !ok {
+				return fmt.Errorf("row %q not in the world", r.Input)
+			}
+			if r.Status == "deliverable" && c.Status != "deliverable" {
+				falseDeliverable++
+			}
+			if r.Attempts > 1 {
+				greyFirst++
+			}
+			if c.Knowable {
+				knowable++
+				if r.Status == c.Status && r.Reason == c.Reason {
+					right++
+				}
+			}
+		}
+		n := float64(len(emails))
+		label := "cold caches"
+		if round > 1 {
+			label = "warm caches"
+		}
+		fmt.Printf("round %d (%s): first pass %s = %.0f addresses/s (status %s); all final after %s (%d addresses retried after greylisting)\n",
+			round, label, firstPass.Round(time.Millisecond), n/firstPass.Seconds(), first, all.Round(time.Millisecond), greyFirst)
+		fmt.Printf("  first pass: %d SMTP sessions (%.3f per address), %d RCPTs (%.3f per address), 421 answers %d, 452 answers %d, most sessions on one host %d\n",
+			s.Sessions, float64(s.Sessions)/n, s.Rcpts, float64(s.Rcpts)/n, s.Rejected421, s.Replies452, maxConcurrent(s))
+		fmt.Printf("  whole job:  %d sessions, %d RCPTs, 421 answers %d; accuracy %d/%d knowable (%.1f%%), false deliverable %d\n",
+			final.Sessions, final.Rcpts, final.Rejected421, right, knowable, 100*float64(right)/float64(max(knowable, 1)), falseDeliverable)
+	}
+	b.stop()
+
+	if *bigRows > 0 {
+		// Submissions of a large job. Processing is parked on a DNS server
+		// that never answers (a bound UDP socket nobody reads), so the
+		// numbers are the submission path's, not the verifier's.
+		dead, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer dead.Close()
+		big, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--dns-server", dead.LocalAddr().String())
+		if err != nil {
+			return err
+		}
+		defer big.stop()
+		var buf bytes.Buffer
+		buf.WriteString(`{"emails":[`)
+		for i := 0; i < *bigRows; i++ {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			fmt.Fprintf(&buf, `"user.%d@company-%d.example"`, i, i%5000)
+		}
+		buf.WriteString("]}")
+		var lat []time.Duration
+		for i := 0; i < *bigJobs; i++ {
+			t0 := time.Now()
+			if _, err := submitTo(hc, big.base+"/v1/bulk", key, buf.Bytes()); err != nil {
+				return err
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		fmt.Printf("submission of %d addresses (%.1f MB): p50 %s, max %s over %d; API peak RSS %s\n", *bigRows, float64(buf.Len())/1e6,
+			pct(lat, 0.5).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), big.peakRSS())
+	}
+	return nil
+}
+
+func maxConcurrent(s mailworld.Stats) int {
+	m := 0
+	for _, v := range s.MaxConcurrent {
+		m = max(m, v)
+	}
+	return m
+}
+
+func submitTo(hc *http.Client, url, key string, body []byte) (string, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		return "", fmt.Errorf("submit: %d %.300s", res.StatusCode, raw)
+	}
+	var r struct {
+		JobID string `json:"job_id"`
+	}
+	return r.JobID, json.Unmarshal(raw, &r)
+}
+
+// waitStatus polls a job until its status is one of want.
+func waitStatus(hc *http.Client, url, key string, d time.Duration, want ...string) (string, error) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("X-API-Key", key)
+		res, err := hc.Do(req)
+		if err != nil {
+			return "", err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		_ = json.NewDecoder(res.Body).Decode(&st)
+		res.Body.Close()
+		for _, w := range want {
+			if st.Status == w {
+				return st.Status, nil
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return "", fmt.Errorf("%s: not %v within %s", url, want, d)
+}
+
+type vrow struct {
+	Input    string `json:"input"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason"`
+	Attempts int    `json:"attempts"`
+}
+
+func verifyRows(hc *http.Client, base, key, id string) ([]vrow, error) {
+	var all []vrow
+	for off := 0; ; off += 500 {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/bulk/%s/results?limit=500&offset=%d", base, id, off), nil)
+		req.Header.Set("X-API-Key", key)
+		res, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			TotalRows int    `json:"total_rows"`
+			Results   []vrow `json:"results"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&page)
+		res.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page.Results...)
+		if off+500 >= page.TotalRows {
+			return all, nil
+		}
+	}
+}
