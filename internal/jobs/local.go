@@ -181,16 +181,23 @@ func (l *Local) resumeLoop(ctx context.Context) {
 	if err := l.Resume(ctx); err != nil && ctx.Err() == nil {
 		l.Log.Error("resume failed", "err", err)
 	}
-	t := time.NewTicker(l.ResumeEvery)
+	every(ctx, l.ResumeEvery, func() {
+		if err := l.Resume(ctx); err != nil && ctx.Err() == nil {
+			l.Log.Error("resume failed", "err", err)
+		}
+	})
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := l.Resume(ctx); err != nil && ctx.Err() == nil {
-				l.Log.Error("resume failed", "err", err)
-			}
+			f()
 		}
 	}
 }
@@ -199,29 +206,22 @@ func (l *Local) resumeLoop(ctx context.Context) {
 // per job, whoever's process first answered it.
 func (l *Local) retryLoop(ctx context.Context) {
 	defer l.wg.Done()
-	t := time.NewTicker(l.RetryEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, l.RetryEvery, func() {
 		ids, err := l.Proc.Store.DueRetryJobs(ctx, l.Proc.Now(), 1000)
 		if err != nil {
 			if ctx.Err() == nil {
 				l.Log.Error("retry scan failed", "err", err)
 			}
-			continue
+			return
 		}
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		for _, id := range ids {
 			if !l.canceled[id] {
 				l.push(task{id, retryTask})
 			}
 		}
-		l.mu.Unlock()
-	}
+	})
 }
 
 func (l *Local) next() (task, bool) {

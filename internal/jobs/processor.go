@@ -246,16 +246,9 @@ func (p *Processor) loadShard(ctx context.Context, jobID string, shard int) (*Jo
 }
 
 func (p *Processor) heartbeat(ctx context.Context, jobID string, shard int) {
-	t := time.NewTicker(p.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := p.Store.ExtendLease(ctx, jobID, shard, p.Owner, p.LeaseTTL); err != nil && ctx.Err() == nil {
-				p.Log.Warn("lease heartbeat failed", "job", jobID, "shard", shard, "err", err)
-			}
+	every(ctx, p.LeaseTTL/3, func() {
+		if err := p.Store.ExtendLease(ctx, jobID, shard, p.Owner, p.LeaseTTL); err != nil && ctx.Err() == nil {
+			p.Log.Warn("lease heartbeat failed", "job", jobID, "shard", shard, "err", err)
 		}
-	}
+	})
 }
