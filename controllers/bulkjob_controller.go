@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,7 +66,7 @@ type BulkJobReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller: BulkJobs, and the Jobs they
-// own.
+// own (shard and retry Jobs).
 func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -136,7 +137,9 @@ func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if bj.Status.Phase.IsFinished() {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
-	return ctrl.Result{RequeueAfter: opts.RequeueInterval}, nil
+	// Waiting for a retry to come due: look again then (a retry Job that
+	// starts or ends is an event of its own).
+	return ctrl.Result{RequeueAfter: min(max(opts.RequeueInterval, obs.retryWait), left)}, nil
 }
 
 func (r *BulkJobReconciler) apiReader() client.Reader {
@@ -153,9 +156,9 @@ func requeueOnConflict(err error) (ctrl.Result, error) {
 	return ctrl.Result{}, err
 }
 
-// observe reads the job's counters in Redis and its Job, creating the Job
-// when the job still has work, and answers as errors the shards the Job
-// has given up on.
+// observe reads the job's counters in Redis and its Jobs, creating the
+// shard Job when the job still has work and a retry Job when retries are
+// due, and answers as errors the shards the Job has given up on.
 func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (*observation, error) {
 	o := &observation{}
 	data, err := r.Data.Get(ctx, bj.Spec.JobID)
@@ -166,31 +169,46 @@ func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (
 		return nil, fmt.Errorf("read job data: %w", err)
 	}
 	o.data = data
+	if err := r.observeShards(ctx, bj, o); err != nil {
+		return nil, err
+	}
+	if o.data == nil {
+		return o, nil
+	}
+	if err := r.observeRetries(ctx, bj, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
 
+// observeShards reads (or creates) the shard Job and answers as errors the
+// shards it has given up on.
+func (r *BulkJobReconciler) observeShards(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
+	data := o.data
 	job, err := r.currentJob(ctx, bj)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if job == nil && data.Status == jobs.StatusRunning {
 		if job, err = r.createJob(ctx, bj); err != nil {
-			return nil, err
+			return err
 		}
 		o.createdJob = true
 	}
 	o.job = job
 	if job == nil {
-		return o, nil
+		return nil
 	}
 	if o.succeeded, o.failed, err = shardOutcomes(job, bj.Spec.Shards); err != nil {
-		return nil, err
+		return err
 	}
 	finished := jobFinished(job)
 	if len(o.failed) == 0 && !finished {
-		return o, nil
+		return nil
 	}
 	unfinished, err := r.Data.UnfinishedShards(ctx, data)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, s := range unfinished {
 		// A finished Job that left a shard unanswered in Redis (it never
@@ -202,9 +220,9 @@ func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (
 		if err := r.Shards.FailShard(ctx, bj.Spec.JobID, s); err != nil {
 			if errors.Is(err, jobs.ErrJobNotFound) {
 				o.data = nil
-				return o, nil
+				return nil
 			}
-			return nil, fmt.Errorf("answer failed shard %d as errors: %w", s, err)
+			return fmt.Errorf("answer failed shard %d as errors: %w", s, err)
 		}
 		if !o.failed[int32(s)] {
 			o.failed[int32(s)] = true
@@ -217,10 +235,110 @@ func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (
 		if o.data, err = r.Data.Get(ctx, bj.Spec.JobID); errors.Is(err, jobs.ErrJobNotFound) {
 			o.data = nil
 		} else if err != nil {
-			return nil, fmt.Errorf("read job data: %w", err)
+			return fmt.Errorf("read job data: %w", err)
 		}
 	}
-	return o, nil
+	return nil
+}
+
+// retryAction is what a pass does about a BulkJob's provisional answers.
+type retryAction int
+
+const (
+	// retryNothing: no answer waits for a retry.
+	retryNothing retryAction = iota
+	// retryWait: a retry Job is running, or the next retry is not due yet.
+	retryWait
+	// retryCreate: retries are due and no retry Job runs: start a round.
+	retryCreate
+)
+
+// decideRetry is the retry decision for a job's data and the Job of its
+// latest retry round (nil: none, or gone). For retryWait it also returns
+// how long until the next retry is due (0 while a retry Job runs: its
+// progress is polled like the shards').
+func decideRetry(data *jobs.Job, latest *batchv1.Job, now time.Time) (retryAction, time.Duration) {
+	switch {
+	case data == nil || data.Status != jobs.StatusRetrying:
+		return retryNothing, 0
+	case latest != nil && !jobFinished(latest):
+		return retryWait, 0
+	case data.NextRetryAt.IsZero():
+		return retryNothing, 0
+	case data.NextRetryAt.After(now):
+		return retryWait, data.NextRetryAt.Sub(now)
+	default:
+		return retryCreate, 0
+	}
+}
+
+// observeRetries reads the latest retry round's Job and starts the next
+// round when retries are due and no round runs.
+func (r *BulkJobReconciler) observeRetries(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
+	if bj.Status.RetryRounds > 0 {
+		job, err := r.retryJob(ctx, bj, bj.Status.RetryRounds)
+		if err != nil {
+			return err
+		}
+		o.retryJob, o.retryRound = job, bj.Status.RetryRounds
+		if job != nil && jobFinished(job) {
+			o.retryEnded = job
+		}
+	}
+	action, wait := decideRetry(o.data, o.retryJob, r.now())
+	o.retryWait = wait
+	if action != retryCreate {
+		return nil
+	}
+	round := bj.Status.RetryRounds + 1
+	job, created, err := r.createRetryJob(ctx, bj, round)
+	if err != nil {
+		return err
+	}
+	o.retryJob, o.retryRound, o.createdRetry = job, round, created
+	return nil
+}
+
+// retryJob returns the BulkJob's retry Job of a round, or nil when it is
+// gone. A Job the cache does not show is looked for on the API server: a
+// round created a moment ago must not be taken for a finished one.
+func (r *BulkJobReconciler) retryJob(ctx context.Context, bj *v1alpha1.BulkJob, round int32) (*batchv1.Job, error) {
+	key := types.NamespacedName{Namespace: bj.Namespace, Name: retryJobName(bj, round)}
+	var job batchv1.Job
+	err := r.Client.Get(ctx, key, &job)
+	if apierrors.IsNotFound(err) {
+		err = r.apiReader().Get(ctx, key, &job)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.adopt(ctx, bj, &job)
+}
+
+// createRetryJob creates the Job of a retry round; one that exists already
+// (a pass whose status write failed made it) is adopted.
+func (r *BulkJobReconciler) createRetryJob(ctx context.Context, bj *v1alpha1.BulkJob, round int32) (*batchv1.Job, bool, error) {
+	job := desiredRetryJob(bj, r.Options.withDefaults(), round)
+	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
+		return nil, false, err
+	}
+	err := r.Client.Create(ctx, job)
+	if apierrors.IsAlreadyExists(err) {
+		var existing batchv1.Job
+		if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(job), &existing); err != nil {
+			return nil, false, err
+		}
+		adopted, err := r.adopt(ctx, bj, &existing)
+		return adopted, false, err
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("create retry Job: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("created retry Job", "job", job.Name, "round", round)
+	return job, true, nil
 }
 
 // currentJob returns the BulkJob's Job: its own, or an orphan made for it
@@ -302,6 +420,7 @@ func (r *BulkJobReconciler) finalize(ctx context.Context, bj *v1alpha1.BulkJob) 
 
 // emit records the events of a pass whose status write succeeded.
 func (r *BulkJobReconciler) emit(bj *v1alpha1.BulkJob, old *v1alpha1.BulkJobStatus, o *observation) {
+	st := &bj.Status
 	if o.createdJob && o.job != nil {
 		r.event(bj, corev1.EventTypeNormal, "JobCreated", "Create", "Created Job %s: %d shards, parallelism %d",
 			o.job.Name, *o.job.Spec.Completions, *o.job.Spec.Parallelism)
@@ -312,20 +431,31 @@ func (r *BulkJobReconciler) emit(bj *v1alpha1.BulkJob, old *v1alpha1.BulkJobStat
 		r.event(bj, corev1.EventTypeWarning, "ShardsFailed", "FailShards",
 			"Shards %v failed for good; their unanswered rows are answered as %s", sorted, jobs.OutcomeError)
 	}
-	st := &bj.Status
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRetryFailed); c != nil && c.Status == metav1.ConditionTrue {
+		if was := meta.FindStatusCondition(old.Conditions, v1alpha1.ConditionRetryFailed); was == nil || was.Status != c.Status || was.Message != c.Message {
+			r.event(bj, corev1.EventTypeWarning, "RetryJobFailed", "Retry", "%s", c.Message)
+		}
+	}
+	if o.createdRetry && o.retryJob != nil {
+		r.event(bj, corev1.EventTypeNormal, "RetryJobCreated", "Retry", "Created retry Job %s (round %d): %d inputs wait for a retry",
+			o.retryJob.Name, o.retryRound, st.Retrying)
+	}
 	if st.Phase == old.Phase {
 		return
 	}
 	switch st.Phase {
 	case v1alpha1.PhaseRunning:
 		r.event(bj, corev1.EventTypeNormal, "Running", "Run", "Shards are running")
+	case v1alpha1.PhaseRetrying:
+		r.event(bj, corev1.EventTypeNormal, "Retrying", "Retry", "Every row has an answer; %d inputs wait for a retry (%s)",
+			st.Retrying, formatOutcomes(st.Outcomes))
 	case v1alpha1.PhaseCompleted:
 		typ := corev1.EventTypeNormal
 		if st.ShardsFailed > 0 {
 			typ = corev1.EventTypeWarning
 		}
-		r.event(bj, typ, "Completed", "Complete", "All %d rows answered: %d found, %d not found, %d errors, %d invalid; %d of %d shards failed",
-			bj.Spec.Rows, st.Found, st.NotFound, st.Errors, st.Invalid, st.ShardsFailed, bj.Spec.Shards)
+		r.event(bj, typ, "Completed", "Complete", "All %d rows answered: %s; %d invalid; %d of %d shards failed",
+			bj.Spec.Rows, formatOutcomes(st.Outcomes), st.Invalid, st.ShardsFailed, bj.Spec.Shards)
 	case v1alpha1.PhaseFailed:
 		r.event(bj, corev1.EventTypeWarning, "Failed", "Fail", "The job's data is not in Redis (expired or deleted)")
 	}

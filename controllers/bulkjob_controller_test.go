@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/jobs"
@@ -106,7 +108,7 @@ const (
 
 type scenario struct {
 	t    *testing.T
-	c    client.Client
+	c    client.WithWatch
 	r    *BulkJobReconciler
 	data *fakeData
 	rec  *events.FakeRecorder
@@ -237,7 +239,7 @@ func TestReconcileAnswersFailedShardsAsErrorsThenCompletes(t *testing.T) {
 	}
 	got := s.bulkJob()
 	st := got.Status
-	if st.Phase != v1alpha1.PhaseCompleted || st.ShardsFailed != 1 || st.ShardsSucceeded != 1 || st.Errors != 10 || st.ShardProgress != "2/2" {
+	if st.Phase != v1alpha1.PhaseCompleted || st.ShardsFailed != 1 || st.ShardsSucceeded != 1 || st.OutcomeRows("error") != 10 || st.ShardProgress != "2/2" {
 		t.Fatalf("status %+v", st)
 	}
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete)
@@ -253,7 +255,8 @@ func TestReconcileAnswersFailedShardsAsErrorsThenCompletes(t *testing.T) {
 	if len(data.failed) != 1 || s.bulkJob().ResourceVersion != rv {
 		t.Fatal("a finished BulkJob was worked on again")
 	}
-	if ev := s.events(); !strings.Contains(ev, "ShardsFailed") || !strings.Contains(ev, "Completed") {
+	if ev := s.events(); !strings.Contains(ev, "ShardsFailed") || !strings.Contains(ev, "Completed") ||
+		!strings.Contains(ev, "All 25 rows answered: error 10, found 10; 5 invalid; 1 of 2 shards failed") {
 		t.Fatalf("events %q", ev)
 	}
 }
@@ -301,4 +304,154 @@ func TestReconcileDeletesBulkJobsPastTheirRetention(t *testing.T) {
 	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &bj); !apierrors.IsNotFound(err) {
 		t.Fatalf("BulkJob still there: %v", err)
 	}
+}
+
+// setData changes the job's data in Redis.
+func (d *fakeData) setData(id string, f func(j *jobs.Job)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(d.jobs[id])
+}
+
+// reportJob writes a Job's status as the Job controller would.
+func (s *scenario) reportJob(name string, reported *batchv1.Job) {
+	s.t.Helper()
+	var job batchv1.Job
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &job); err != nil {
+		s.t.Fatal(err)
+	}
+	job.Status = reported.Status
+	if err := s.c.Status().Update(context.Background(), &job); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *scenario) jobNames() []string {
+	var names []string
+	for _, j := range s.jobs() {
+		names = append(names, j.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// A job whose answers are provisional: Retrying while it waits, one retry
+// Job per round when retries are due and none runs, a failed round
+// recorded and followed by the next, Completed when the data says so.
+func TestReconcileRunsRetryRounds(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Family("email_verification").Obj())
+	bj := builders.MakeBulkJob(id, ns).Family(v1alpha1.FamilyEmailVerification).Finalizer().Obj()
+	s := newScenario(t, data, bj)
+	s.r.Options.BackoffLimitPerIndex = 2
+	s.mustReconcile() // creates the shard Job
+	// Both shards give every input a first answer; 3 are provisional.
+	data.markDone(id, 0, "valid", 10, 10)
+	data.markDone(id, 1, "unknown", 10, 10)
+	due := s.now.Add(10 * time.Minute)
+	data.setData(id, func(j *jobs.Job) { j.Status, j.Retrying, j.NextRetryAt = jobs.StatusRetrying, 3, due })
+	s.reportJob(id, builders.MakeJob(id, ns, 2).Started(s.now).CompletedIndexes("0-1", 2).
+		Condition(batchv1.JobSuccessCriteriaMet, batchv1.JobReasonCompletionsReached).Condition(batchv1.JobComplete, batchv1.JobReasonCompletionsReached).Obj())
+
+	res := s.mustReconcile()
+	st := s.bulkJob().Status
+	if st.Phase != v1alpha1.PhaseRetrying || st.Retrying != 3 || st.RetryRounds != 0 || st.NextRetryTime == nil || st.Progress != "100%" ||
+		st.OutcomeRows("unknown") != 10 || len(s.jobs()) != 1 {
+		t.Fatalf("status %+v, jobs %v", st, s.jobNames())
+	}
+	if res.RequeueAfter != 10*time.Minute {
+		t.Fatalf("requeue after %v, want when the retry is due", res.RequeueAfter)
+	}
+	if ev := s.events(); !strings.Contains(ev, "Retrying") || strings.Contains(ev, "Completed") {
+		t.Fatalf("events %q", ev)
+	}
+
+	// Due: round 1; while it runs, no other.
+	s.now = due
+	res = s.mustReconcile()
+	s.mustReconcile()
+	if names := s.jobNames(); !slices.Equal(names, []string{id, id + "-retry-1"}) {
+		t.Fatalf("jobs %v", names)
+	}
+	if st := s.bulkJob().Status; st.RetryRounds != 1 || st.Phase != v1alpha1.PhaseRetrying || res.RequeueAfter != DefaultOptions().RequeueInterval {
+		t.Fatalf("status %+v, requeue %v", st, res.RequeueAfter)
+	}
+	var retry batchv1.Job
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id + "-retry-1"}, &retry); err != nil {
+		t.Fatal(err)
+	}
+	if !metav1.IsControlledBy(&retry, s.bulkJob()) || *retry.Spec.BackoffLimit != 2 || !slices.Contains(retry.Spec.Template.Spec.Containers[0].Args, "--retries") {
+		t.Fatalf("retry Job %+v", retry.Spec)
+	}
+	if ev := s.events(); strings.Count(ev, "RetryJobCreated") != 1 {
+		t.Fatalf("events %q", ev)
+	}
+
+	// Round 1 fails for good before it claimed anything: its retries are
+	// still due. One pass records the failure and starts round 2.
+	s.reportJob(id+"-retry-1", builders.MakeJob(id+"-retry-1", ns, 1).NonIndexed(2).Started(s.now).
+		Condition(batchv1.JobFailureTarget, batchv1.JobReasonBackoffLimitExceeded).Condition(batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded).Obj())
+	s.mustReconcile()
+	s.mustReconcile()
+	st = s.bulkJob().Status
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRetryFailed); c == nil || c.Status != metav1.ConditionTrue ||
+		!strings.Contains(c.Message, id+"-retry-1") || st.RetryRounds != 2 {
+		t.Fatalf("status %+v", st)
+	}
+	if names := s.jobNames(); !slices.Equal(names, []string{id, id + "-retry-1", id + "-retry-2"}) {
+		t.Fatalf("jobs %v", names)
+	}
+	if ev := s.events(); strings.Count(ev, "RetryJobFailed") != 1 || strings.Count(ev, "RetryJobCreated") != 1 {
+		t.Fatalf("want one RetryJobFailed and one RetryJobCreated event: %q", ev)
+	}
+
+	// Round 2 answers the rest for good: Completed, outcomes by name.
+	data.setData(id, func(j *jobs.Job) {
+		j.Outcomes["unknown"] -= 3
+		j.Outcomes["valid"] += 2
+		j.Outcomes["invalid"] += 1
+		j.Status, j.Retrying, j.NextRetryAt, j.CompletedAt = jobs.StatusCompleted, 0, time.Time{}, s.now
+	})
+	s.reportJob(id+"-retry-2", builders.MakeJob(id+"-retry-2", ns, 1).NonIndexed(2).Started(s.now).Succeeded(1).
+		Condition(batchv1.JobSuccessCriteriaMet, batchv1.JobReasonCompletionsReached).Condition(batchv1.JobComplete, batchv1.JobReasonCompletionsReached).Obj())
+	s.mustReconcile()
+	st = s.bulkJob().Status
+	if st.Phase != v1alpha1.PhaseCompleted || st.Retrying != 0 || st.NextRetryTime != nil || st.RetryRounds != 2 ||
+		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRetryFailed) {
+		t.Fatalf("status %+v", st)
+	}
+	want := []v1alpha1.OutcomeCount{{Name: "invalid", Rows: 1}, {Name: "unknown", Rows: 7}, {Name: "valid", Rows: 12}}
+	if !slices.Equal(st.Outcomes, want) {
+		t.Fatalf("outcomes %+v, want %+v", st.Outcomes, want)
+	}
+	if ev := s.events(); !strings.Contains(ev, "All 25 rows answered: invalid 1, unknown 7, valid 12; 5 invalid; 0 of 2 shards failed") {
+		t.Fatalf("events %q", ev)
+	}
+}
+
+// A retry Job the cache does not show yet is still found: no second round
+// starts while one runs.
+func TestReconcileFindsARetryJobTheCacheMisses(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Family("email_verification").ShardsDone(2).Answered("valid", 20, 20).Retrying(2, time.Now().Add(-time.Minute)).Obj())
+	bj := builders.MakeBulkJob(id, ns).Family(v1alpha1.FamilyEmailVerification).Finalizer().Phase(v1alpha1.PhaseRetrying).Retrying(2, 1).Obj()
+	running := builders.MakeJob(id+"-retry-1", ns, 1).NonIndexed(3).Active(1).OwnedBy("bulkd.io/v1alpha1", "BulkJob", id, bj.UID).Obj()
+	s := newScenario(t, data, bj, running)
+	live := s.c
+	s.r.APIReader = live
+	s.r.Client = interceptorClient(live)
+	s.mustReconcile()
+	if names := s.jobNames(); !slices.Equal(names, []string{id + "-retry-1"}) {
+		t.Fatalf("jobs %v", names)
+	}
+}
+
+// interceptorClient is c with a cache that has not seen retry Jobs yet.
+func interceptorClient(c client.WithWatch) client.Client {
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*batchv1.Job); ok && strings.Contains(key.Name, "-retry-") {
+				return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		},
+	})
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type Options struct {
 	// into the pods' environment (company-enrichment settings: network
 	// hosts, redirect checks, proxy, batch size...).
 	ConfigMapName string
+	// Families are per-family processor settings (--family-profiles); a
+	// family without one gets the settings above.
+	Families map[v1alpha1.Family]FamilyProfile
 
 	// MaxParallelism caps every BulkJob's parallelism (0: no cap).
 	MaxParallelism int32
@@ -56,7 +60,14 @@ type Options struct {
 	// RequeueInterval is how often a running BulkJob is folded again:
 	// progress in Redis makes no Kubernetes events.
 	RequeueInterval time.Duration
+
+	// err is a configuration error OptionsFrom found (NewManager reports
+	// it).
+	err error
 }
+
+// Validate reports what OptionsFrom could not read (--family-profiles).
+func (o Options) Validate() error { return o.err }
 
 // DefaultOptions returns the defaults: those of `bulkd controller`'s flags.
 func DefaultOptions() Options {
@@ -64,9 +75,17 @@ func DefaultOptions() Options {
 }
 
 // OptionsFrom maps the controller's configuration (its flags) to Options;
-// resources is the parsed --processor-resources.
+// resources is the parsed --processor-resources. A --family-profiles that
+// does not parse is kept as the Options' error: Validate (and NewManager)
+// return it.
 func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.ResourceRequirements) Options {
+	families, err := ParseFamilyProfiles(kc.FamilyProfiles)
+	if err != nil {
+		err = fmt.Errorf("--family-profiles: %w", err)
+	}
 	return Options{
+		Families:             families,
+		err:                  err,
 		Image:                kc.Image,
 		ImagePullPolicy:      corev1.PullPolicy(kc.ImagePullPolicy),
 		ServiceAccount:       kc.ServiceAccount,
@@ -112,45 +131,32 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// completionIndexEnv is what the Job controller calls the index variable;
-// it is declared explicitly so $(JOB_COMPLETION_INDEX) in the command
-// always resolves.
+// completionIndexEnv is what the Job controller calls the index variable.
 const completionIndexEnv = "JOB_COMPLETION_INDEX"
 
 // desiredJob is the Indexed Job that runs a BulkJob's shards: index i is
-// shard i. It carries no owner reference (the caller sets it).
+// shard i. Its pods get the family's processor settings. It carries no
+// owner reference (the caller sets it).
 func desiredJob(bj *v1alpha1.BulkJob, o Options) *batchv1.Job {
+	ps := o.forFamily(bj.Spec.Family)
 	shards := bj.Spec.Shards
 	parallelism := min(bj.Spec.Parallelism, shards)
-	if o.MaxParallelism > 0 {
-		parallelism = min(parallelism, o.MaxParallelism)
+	if ps.parallelismCap > 0 {
+		parallelism = min(parallelism, ps.parallelismCap)
 	}
 	maxFailed := shards
 	if o.MaxFailedShards > 0 {
 		maxFailed = min(o.MaxFailedShards, shards)
 	}
-	labels := map[string]string{
-		v1alpha1.LabelName:      "bulkd",
-		v1alpha1.LabelComponent: "processor",
-		v1alpha1.LabelManagedBy: v1alpha1.ManagedByController,
-		v1alpha1.LabelJobID:     bj.Spec.JobID,
-		v1alpha1.LabelFamily:    string(bj.Spec.Family),
-	}
+	labels := jobLabels(bj)
 	args := []string{"processor",
 		"--job", bj.Spec.JobID,
 		"--shard", "$(" + completionIndexEnv + ")",
 		"--timeout", o.ProcessorTimeout.String()}
-	env := []corev1.EnvVar{
-		{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
-			FieldPath: "metadata.annotations['" + batchv1.JobCompletionIndexAnnotation + "']"}}},
-		{Name: "BULKD_REDIS_URL", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.RedisSecretName}, Key: o.RedisSecretKey}}},
-	}
-	var envFrom []corev1.EnvFromSource
-	if o.ConfigMapName != "" {
-		envFrom = append(envFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: o.ConfigMapName}, Optional: ptr.To(true)}})
-	}
+	// Declared explicitly so $(JOB_COMPLETION_INDEX) in the args always
+	// resolves.
+	index := corev1.EnvVar{Name: completionIndexEnv, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+		FieldPath: "metadata.annotations['" + batchv1.JobCompletionIndexAnnotation + "']"}}}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: bj.Name, Namespace: bj.Namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
@@ -163,12 +169,7 @@ func desiredJob(bj *v1alpha1.BulkJob, o Options) *batchv1.Job {
 			// pods never work on one shard at once.
 			PodReplacementPolicy: ptr.To(batchv1.Failed),
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-				{
-					// Evictions, preemptions, node drains: not the shard's
-					// fault, and the rerun answers only what is missing.
-					Action:          batchv1.PodFailurePolicyActionIgnore,
-					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
-				},
+				ignoreDisruptions,
 				{
 					// The job's data is gone: no retry can help.
 					Action: batchv1.PodFailurePolicyActionFailIndex,
@@ -177,35 +178,112 @@ func desiredJob(bj *v1alpha1.BulkJob, o Options) *batchv1.Job {
 				},
 			}},
 			TTLSecondsAfterFinished: ptr.To(int32(o.JobTTL / time.Second)),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
-					ServiceAccountName:           o.ServiceAccount,
-					AutomountServiceAccountToken: ptr.To(false), // processors never call the Kubernetes API
-					EnableServiceLinks:           ptr.To(false),
-					SecurityContext: &corev1.PodSecurityContext{
-						RunAsNonRoot:   ptr.To(true),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-					},
-					Containers: []corev1.Container{{
-						Name:            "processor",
-						Image:           o.Image,
-						ImagePullPolicy: o.ImagePullPolicy,
-						Command:         slices.Clone(o.Command),
-						Args:            args,
-						Env:             env,
-						EnvFrom:         envFrom,
-						Resources:       *o.Resources.DeepCopy(),
-						SecurityContext: &corev1.SecurityContext{
-							AllowPrivilegeEscalation: ptr.To(false),
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-						},
-						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-					}},
+			Template:                processorPod(labels, args, []corev1.EnvVar{index}, ps, o),
+		},
+	}
+}
+
+// retryJobName is the name of a BulkJob's retry Job of round n (1, 2, ...).
+func retryJobName(bj *v1alpha1.BulkJob, round int32) string {
+	return fmt.Sprintf("%s-retry-%d", bj.Name, round)
+}
+
+// desiredRetryJob is the Job of a BulkJob's retry round: one pod, with the
+// shards' pod template, running `bulkd processor --job ID --retries`, which
+// answers every retry due now and exits. A failed pod is retried like a
+// shard's; a Job that fails for good leaves its retries to the next round
+// (a claimed retry comes due again). No owner reference (the caller sets
+// it).
+func desiredRetryJob(bj *v1alpha1.BulkJob, o Options, round int32) *batchv1.Job {
+	ps := o.forFamily(bj.Spec.Family)
+	labels := jobLabels(bj)
+	labels[v1alpha1.LabelRetryRound] = strconv.Itoa(int(round))
+	args := []string{"processor",
+		"--job", bj.Spec.JobID,
+		"--retries",
+		"--timeout", o.ProcessorTimeout.String()}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: retryJobName(bj, round), Namespace: bj.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			CompletionMode:       ptr.To(batchv1.NonIndexedCompletion),
+			Completions:          ptr.To[int32](1),
+			Parallelism:          ptr.To[int32](1),
+			BackoffLimit:         ptr.To(o.BackoffLimitPerIndex),
+			PodReplacementPolicy: ptr.To(batchv1.Failed),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				ignoreDisruptions,
+				{
+					// The job's data is gone: no retry can help.
+					Action: batchv1.PodFailurePolicyActionFailJob,
+					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+						Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{v1alpha1.ProcessorExitJobDataMissing}},
 				},
+			}},
+			TTLSecondsAfterFinished: ptr.To(int32(o.JobTTL / time.Second)),
+			Template:                processorPod(labels, args, nil, ps, o),
+		},
+	}
+}
+
+// ignoreDisruptions: evictions, preemptions, node drains are not the
+// processor's fault, and a rerun answers only what is missing.
+var ignoreDisruptions = batchv1.PodFailurePolicyRule{
+	Action:          batchv1.PodFailurePolicyActionIgnore,
+	OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+}
+
+// jobLabels are the labels of a BulkJob's Jobs and their pods.
+func jobLabels(bj *v1alpha1.BulkJob) map[string]string {
+	return map[string]string{
+		v1alpha1.LabelName:      "bulkd",
+		v1alpha1.LabelComponent: "processor",
+		v1alpha1.LabelManagedBy: v1alpha1.ManagedByController,
+		v1alpha1.LabelJobID:     bj.Spec.JobID,
+		v1alpha1.LabelFamily:    string(bj.Spec.Family),
+	}
+}
+
+// processorPod is the pod template of a processor: `bulkd` with args,
+// the Redis URL from its Secret, the family's settings (ps) and first the
+// extra variables.
+func processorPod(labels map[string]string, args []string, first []corev1.EnvVar, ps processorSettings, o Options) corev1.PodTemplateSpec {
+	env := append(slices.Clone(first), corev1.EnvVar{Name: "BULKD_REDIS_URL", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: o.RedisSecretName}, Key: o.RedisSecretKey}}})
+	env = append(env, ps.env...)
+	var envFrom []corev1.EnvFromSource
+	for _, cm := range ps.configMaps {
+		envFrom = append(envFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Optional: ptr.To(true)}})
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels)},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                corev1.RestartPolicyNever,
+			ServiceAccountName:           o.ServiceAccount,
+			AutomountServiceAccountToken: ptr.To(false), // processors never call the Kubernetes API
+			EnableServiceLinks:           ptr.To(false),
+			NodeSelector:                 ps.nodeSelector,
+			Tolerations:                  ps.tolerations,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
+			Containers: []corev1.Container{{
+				Name:            "processor",
+				Image:           o.Image,
+				ImagePullPolicy: o.ImagePullPolicy,
+				Command:         slices.Clone(o.Command),
+				Args:            args,
+				Env:             env,
+				EnvFrom:         envFrom,
+				Resources:       ps.resources,
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+			}},
 		},
 	}
 }
@@ -240,6 +318,16 @@ func parseIndexes(s string, n int32) (map[int32]bool, error) {
 func jobFinished(job *batchv1.Job) bool {
 	for _, c := range job.Status.Conditions {
 		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// jobFailed reports whether a Job has its Failed condition.
+func jobFailed(job *batchv1.Job) bool {
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
 			return true
 		}
 	}

@@ -3,13 +3,17 @@ package controllers
 import (
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/test/builders"
 )
 
@@ -138,6 +142,158 @@ func TestShardOutcomes(t *testing.T) {
 			slices.Sort(keys)
 			if len(ok) != c.succeeded || !slices.Equal(keys, c.failed) || jobFinished(c.job) != c.expectFinsish {
 				t.Fatalf("succeeded %v failed %v finished %v", ok, keys, jobFinished(c.job))
+			}
+		})
+	}
+}
+
+// Each family's Jobs get its own processor settings; a family without a
+// profile gets the operator-wide ones.
+func TestDesiredJobFamilyProfiles(t *testing.T) {
+	o := DefaultOptions()
+	o.Image, o.ConfigMapName, o.MaxParallelism = "registry.example/bulkd:1.2.3", "bulkd-config", 32
+	o.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}
+	var err error
+	o.Families, err = ParseFamilyProfiles(`{"email_verification":{"parallelismCap":4,"resources":{"requests":{"cpu":"100m"},"limits":{"memory":"512Mi"}},
+		"configMap":"bulkd-verify-egress","env":{"BULKD_SMTP_HELO":"verify.example.com","BULKD_SMTP_MAIL_FROM":"probe@verify.example.com"},
+		"nodeSelector":{"bulkd.io/egress":"smtp"},"tolerations":[{"key":"bulkd.io/egress","operator":"Equal","value":"smtp","effect":"NoSchedule"}]}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "0c6d7e7e-1111-4222-8333-944445555666"
+	company := desiredJob(builders.MakeBulkJob(id, "bulkd").Rows(100, 100).Shards(10, 10).Parallelism(8).Obj(), o.withDefaults())
+	verify := desiredJob(builders.MakeBulkJob(id, "bulkd").Family(v1alpha1.FamilyEmailVerification).Rows(100, 100).Shards(10, 10).Parallelism(8).Obj(), o.withDefaults())
+
+	// company_enrichment: no profile.
+	pod, c := company.Spec.Template.Spec, company.Spec.Template.Spec.Containers[0]
+	if *company.Spec.Parallelism != 8 || c.Resources.Requests.Cpu().String() != "250m" || len(c.EnvFrom) != 1 ||
+		len(pod.NodeSelector) != 0 || len(pod.Tolerations) != 0 || len(c.Env) != 2 || company.Labels[v1alpha1.LabelFamily] != "company_enrichment" {
+		t.Fatalf("company Job: parallelism %d, pod %+v", *company.Spec.Parallelism, pod)
+	}
+	// email_verification: min(spec 8, family cap 4, global cap 32), its
+	// resources, its ConfigMap after the shared one, its env, its nodes.
+	pod, c = verify.Spec.Template.Spec, verify.Spec.Template.Spec.Containers[0]
+	if *verify.Spec.Parallelism != 4 {
+		t.Fatalf("parallelism %d, want 4", *verify.Spec.Parallelism)
+	}
+	if c.Resources.Requests.Cpu().String() != "100m" || c.Resources.Limits.Memory().String() != "512Mi" {
+		t.Fatalf("resources %+v", c.Resources)
+	}
+	if len(c.EnvFrom) != 2 || c.EnvFrom[0].ConfigMapRef.Name != "bulkd-config" || c.EnvFrom[1].ConfigMapRef.Name != "bulkd-verify-egress" {
+		t.Fatalf("envFrom %+v", c.EnvFrom)
+	}
+	var names []string
+	for _, e := range c.Env {
+		names = append(names, e.Name)
+	}
+	if !slices.Equal(names, []string{"JOB_COMPLETION_INDEX", "BULKD_REDIS_URL", "BULKD_SMTP_HELO", "BULKD_SMTP_MAIL_FROM"}) || c.Env[2].Value != "verify.example.com" {
+		t.Fatalf("env %+v", c.Env)
+	}
+	if pod.NodeSelector["bulkd.io/egress"] != "smtp" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Effect != corev1.TaintEffectNoSchedule {
+		t.Fatalf("placement: %v %+v", pod.NodeSelector, pod.Tolerations)
+	}
+	if verify.Labels[v1alpha1.LabelFamily] != "email_verification" || verify.Spec.Template.Labels[v1alpha1.LabelFamily] != "email_verification" {
+		t.Fatalf("labels %v", verify.Labels)
+	}
+	// The operator-wide cap still applies when it is the lower one.
+	o.MaxParallelism = 3
+	if j := desiredJob(builders.MakeBulkJob(id, "bulkd").Family(v1alpha1.FamilyEmailVerification).Rows(100, 100).Shards(10, 10).Parallelism(8).Obj(), o.withDefaults()); *j.Spec.Parallelism != 3 {
+		t.Fatalf("parallelism %d, want the global cap 3", *j.Spec.Parallelism)
+	}
+}
+
+func TestParseFamilyProfiles(t *testing.T) {
+	if p, err := ParseFamilyProfiles(" "); err != nil || p != nil {
+		t.Fatalf("empty: %v %v", p, err)
+	}
+	p, err := ParseFamilyProfiles(`{"email_verification":{"env":{"BULKD_SMTP_HELO":"h"}},"company_enrichment":{}}`)
+	if err != nil || len(p) != 2 || p[v1alpha1.FamilyEmailVerification].Env["BULKD_SMTP_HELO"] != "h" {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{`[]`, "JSON object"},
+		{`{"people_search":{}}`, "unknown family"},
+		{`{"email_verification":{"parallelismcap":4}}`, "parallelismcap"},
+		{`{"email_verification":{"parallelismCap":-1}}`, "negative"},
+		{`{"email_verification":{"resources":{"requests":{"cpu":"lots"}}}}`, "email_verification"},
+		{`{"email_verification":{"env":{"BULKD_REDIS_URL":"redis://x"}}}`, "set by the controller"},
+		{`{"email_verification":{"env":{"1X":"y"}}}`, "1X"},
+		{`{"email_verification":{"configMap":"Not_A_Name"}}`, "configMap"},
+		{`{"email_verification":{"nodeSelector":{"a b":"c"}}}`, "nodeSelector"},
+	} {
+		if _, err := ParseFamilyProfiles(c.in); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", c.in, err, c.want)
+		}
+	}
+	// OptionsFrom keeps the error for NewManager.
+	kc := config.DefaultKube()
+	kc.FamilyProfiles = `{"people_search":{}}`
+	if err := OptionsFrom(kc, time.Hour, corev1.ResourceRequirements{}).Validate(); err == nil || !strings.Contains(err.Error(), "--family-profiles") {
+		t.Fatalf("Validate: %v", err)
+	}
+}
+
+func TestDesiredRetryJob(t *testing.T) {
+	o := DefaultOptions()
+	o.Image, o.ConfigMapName, o.BackoffLimitPerIndex, o.ProcessorTimeout = "registry.example/bulkd:1.2.3", "bulkd-config", 4, 5*time.Minute
+	o.Families = map[v1alpha1.Family]FamilyProfile{v1alpha1.FamilyEmailVerification: {ConfigMap: "bulkd-verify-egress",
+		NodeSelector: map[string]string{"bulkd.io/egress": "smtp"}}}
+	bj := builders.MakeBulkJob("0c6d7e7e-1111-4222-8333-944445555666", "bulkd").Family(v1alpha1.FamilyEmailVerification).Obj()
+	job := desiredRetryJob(bj, o.withDefaults(), 3)
+	s := job.Spec
+	if job.Name != bj.Name+"-retry-3" || *s.CompletionMode != batchv1.NonIndexedCompletion || *s.Completions != 1 || *s.Parallelism != 1 ||
+		*s.BackoffLimit != 4 || s.BackoffLimitPerIndex != nil || *s.TTLSecondsAfterFinished != 3600 || *s.PodReplacementPolicy != batchv1.Failed {
+		t.Fatalf("retry Job %s: %+v", job.Name, s)
+	}
+	rules := s.PodFailurePolicy.Rules
+	if len(rules) != 2 || rules[0].Action != batchv1.PodFailurePolicyActionIgnore ||
+		rules[1].Action != batchv1.PodFailurePolicyActionFailJob || !slices.Equal(rules[1].OnExitCodes.Values, []int32{v1alpha1.ProcessorExitJobDataMissing}) {
+		t.Fatalf("podFailurePolicy %+v", rules)
+	}
+	c := s.Template.Spec.Containers[0]
+	cmd := append(slices.Clone(c.Command), c.Args...)
+	if want := []string{"bulkd", "processor", "--job", bj.Spec.JobID, "--retries", "--timeout", "5m0s"}; !slices.Equal(cmd, want) {
+		t.Fatalf("command %q, want %q", cmd, want)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "BULKD_REDIS_URL" || len(c.EnvFrom) != 2 || s.Template.Spec.NodeSelector["bulkd.io/egress"] != "smtp" {
+		t.Fatalf("pod: env %+v envFrom %+v nodeSelector %v", c.Env, c.EnvFrom, s.Template.Spec.NodeSelector)
+	}
+	if job.Labels[v1alpha1.LabelRetryRound] != "3" || job.Labels[v1alpha1.LabelFamily] != "email_verification" ||
+		job.Labels[v1alpha1.LabelManagedBy] != v1alpha1.ManagedByController || !reflect.DeepEqual(job.Labels, s.Template.Labels) {
+		t.Fatalf("labels %v / %v", job.Labels, s.Template.Labels)
+	}
+	if s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever || *s.Template.Spec.AutomountServiceAccountToken {
+		t.Fatalf("pod %+v", s.Template.Spec)
+	}
+}
+
+func TestDecideRetry(t *testing.T) {
+	now := time.Date(2026, 3, 9, 12, 0, 0, 0, time.UTC)
+	id := "0c6d7e7e-1111-4222-8333-944445555666"
+	running := builders.MakeJob(id+"-retry-1", "bulkd", 1).NonIndexed(3).Active(1).Obj()
+	done := builders.MakeJob(id+"-retry-1", "bulkd", 1).NonIndexed(3).Succeeded(1).Condition(batchv1.JobComplete, batchv1.JobReasonCompletionsReached).Obj()
+	failed := builders.MakeJob(id+"-retry-1", "bulkd", 1).NonIndexed(3).Condition(batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded).Obj()
+	for _, c := range []struct {
+		name   string
+		data   *jobs.Job
+		latest *batchv1.Job
+		want   retryAction
+		wait   time.Duration
+	}{
+		{"no data", nil, nil, retryNothing, 0},
+		{"running", builders.MakeJobData(id).Obj(), nil, retryNothing, 0},
+		{"completed", builders.MakeJobData(id).Completed(now).Obj(), done, retryNothing, 0},
+		{"retrying, not due yet", builders.MakeJobData(id).Retrying(3, now.Add(time.Minute)).Obj(), nil, retryWait, time.Minute},
+		{"retrying, due, no round yet", builders.MakeJobData(id).Retrying(3, now).Obj(), nil, retryCreate, 0},
+		{"retrying, overdue, the last round done", builders.MakeJobData(id).Retrying(3, now.Add(-time.Hour)).Obj(), done, retryCreate, 0},
+		{"retrying, due, the last round failed", builders.MakeJobData(id).Retrying(3, now).Obj(), failed, retryCreate, 0},
+		{"retrying, due, a round runs", builders.MakeJobData(id).Retrying(3, now).Obj(), running, retryWait, 0},
+		{"retrying, nothing scheduled", builders.MakeJobData(id).Retrying(0, time.Time{}).Obj(), nil, retryNothing, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, wait := decideRetry(c.data, c.latest, now)
+			if got != c.want || wait != c.wait {
+				t.Fatalf("decision %d wait %v, want %d %v", got, wait, c.want, c.wait)
 			}
 		})
 	}

@@ -53,6 +53,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if o.Data == nil || o.Shards == nil {
 		return nil, fmt.Errorf("controller: job data and shard failer are required")
 	}
+	if err := o.Reconciler.Validate(); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = DefaultLeaderElectionID
 	}

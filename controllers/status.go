@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -19,6 +22,9 @@ const (
 	ReasonAllShardsSucceeded = "AllShardsSucceeded"
 	ReasonShardsFailed       = "ShardsFailed"
 	ReasonJobDataMissing     = "JobDataMissing"
+	ReasonRetrying           = "Retrying"
+	ReasonRetryJobFailed     = "RetryJobFailed"
+	ReasonRetryJobSucceeded  = "RetryJobSucceeded"
 )
 
 // observation is what one reconcile pass saw: the job's counters in Redis
@@ -32,6 +38,19 @@ type observation struct {
 
 	createdJob bool  // this pass created the Job
 	answered   []int // shards this pass answered as errors
+
+	// retryJob is the Job of the latest retry round (retryRound), nil when
+	// there is none (or it is gone: TTL); createdRetry says this pass
+	// created it. retryEnded is the Job of the latest round as this pass
+	// found it finished (before it started the next one): its outcome is
+	// the RetryFailed condition.
+	retryJob     *batchv1.Job
+	retryRound   int32
+	createdRetry bool
+	retryEnded   *batchv1.Job
+	// retryWait is how long until the next retry is due (0: not waiting
+	// for one).
+	retryWait time.Duration
 }
 
 // computeStatus folds an observation into the BulkJob's status. It is pure:
@@ -57,22 +76,33 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	}
 	d := o.data
 	st.ProcessedRows = d.RowsProcessed
-	st.Found = d.Outcomes[jobs.OutcomeFound]
-	st.NotFound = d.Outcomes[jobs.OutcomeNotFound]
-	st.Errors = d.Outcomes[jobs.OutcomeError]
+	st.Progress = progress(d.RowsProcessed, d.TotalRows)
+	st.Outcomes = outcomeCounts(d.Outcomes)
 	st.Invalid = d.TotalInvalid
+	st.Retrying = max(d.Retrying, 0)
+	st.RetryRounds = max(st.RetryRounds, o.retryRound)
+	st.NextRetryTime = nil
+	if d.Status == jobs.StatusRetrying && !d.NextRetryAt.IsZero() {
+		st.NextRetryTime = ptrTime(d.NextRetryAt)
+	}
 
 	shards := bj.Spec.Shards
-	failed := int32(len(o.failed))
+	// Shards settle for good: the counts never go down, even once the
+	// finished Job is gone (its TTL) while retries go on.
+	failed := max(int32(len(o.failed)), st.ShardsFailed)
 	done := int32(min(d.ShardsDone, int64(shards)))
-	complete := d.Status == jobs.StatusCompleted && (done == shards || (o.job != nil && jobFinished(o.job)))
+	// The data says completed (or retrying) when the last input has its
+	// first answer, a moment before the shard is marked done.
+	settled := done == shards || (o.job != nil && jobFinished(o.job))
+	complete := d.Status == jobs.StatusCompleted && settled
+	retrying := d.Status == jobs.StatusRetrying && settled
 	st.ShardsFailed = failed
 	st.ShardsActive = 0
-	if complete {
+	if complete || retrying {
 		st.ShardsSucceeded = shards - failed
 		done = shards
 	} else {
-		st.ShardsSucceeded = int32(len(o.succeeded))
+		st.ShardsSucceeded = max(int32(len(o.succeeded)), st.ShardsSucceeded)
 		if o.job != nil {
 			st.ShardsActive = o.job.Status.Active
 		}
@@ -83,6 +113,8 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	switch {
 	case complete:
 		st.Phase = v1alpha1.PhaseCompleted
+	case retrying:
+		st.Phase = v1alpha1.PhaseRetrying
 	case started || done > 0:
 		st.Phase = v1alpha1.PhaseRunning
 	default:
@@ -96,6 +128,17 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 		}
 	}
 
+	// The latest finished retry round: a failed one is retried by the next.
+	if rj := o.retryEnded; rj != nil {
+		switch {
+		case jobFailed(rj):
+			cond(v1alpha1.ConditionRetryFailed, metav1.ConditionTrue, ReasonRetryJobFailed,
+				fmt.Sprintf("retry Job %s failed; its retries come due again and the next round retries them", rj.Name))
+		case jobFinished(rj):
+			cond(v1alpha1.ConditionRetryFailed, metav1.ConditionFalse, ReasonRetryJobSucceeded,
+				fmt.Sprintf("retry Job %s succeeded", rj.Name))
+		}
+	}
 	if failed > 0 {
 		cond(v1alpha1.ConditionShardsFailed, metav1.ConditionTrue, ReasonShardsFailed,
 			fmt.Sprintf("%d of %d shards failed after retries; their unanswered rows are answered as %s", failed, shards, jobs.OutcomeError))
@@ -116,12 +159,51 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 			cond(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonAllShardsSucceeded,
 				fmt.Sprintf("all %d rows answered", d.TotalRows))
 		}
+	case v1alpha1.PhaseRetrying:
+		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRetrying,
+			"every row has an answer; some answers are provisional and wait for a retry")
 	case v1alpha1.PhaseRunning:
 		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRunning, "shards are running")
 	default:
 		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonPending, "no shard has started yet")
 	}
 	return st
+}
+
+// progress is processed rows as a whole percentage of rows, rounded down:
+// "100%" only once every row has an answer.
+func progress(processed, rows int64) string {
+	if rows <= 0 {
+		return "0%"
+	}
+	return fmt.Sprintf("%d%%", min(max(processed, 0), rows)*100/rows)
+}
+
+// outcomeCounts lists the rows per outcome sorted by name, without the
+// outcomes that have none: the same counters give the same list.
+func outcomeCounts(m map[string]int64) []v1alpha1.OutcomeCount {
+	var out []v1alpha1.OutcomeCount
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		// The CRD's limits (a name of 63 characters, 64 outcomes) are far
+		// above any family's; what would break them is left out rather
+		// than have every status write refused.
+		if name != "" && len(name) <= 63 && m[name] > 0 && len(out) < 64 {
+			out = append(out, v1alpha1.OutcomeCount{Name: name, Rows: m[name]})
+		}
+	}
+	return out
+}
+
+// formatOutcomes is "found 12, not_found 8" (or "none").
+func formatOutcomes(oc []v1alpha1.OutcomeCount) string {
+	if len(oc) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(oc))
+	for i, o := range oc {
+		parts[i] = fmt.Sprintf("%s %d", o.Name, o.Rows)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func ptrTime(t time.Time) *metav1.Time {

@@ -15,6 +15,9 @@ const (
 	FamilyEmailVerification Family = "email_verification"
 )
 
+// KnownFamilies are the families the CRD accepts.
+var KnownFamilies = []Family{FamilyCompanyEnrichment, FamilyEmailLookup, FamilyEmailVerification}
+
 // Metering is how a submission was paid for.
 // +kubebuilder:validation:Enum=credits;unlimited_quota
 type Metering string
@@ -83,7 +86,7 @@ type BulkJobSpec struct {
 }
 
 // BulkJobPhase is where a BulkJob is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed
+// +kubebuilder:validation:Enum=Pending;Running;Retrying;Completed;Failed
 type BulkJobPhase string
 
 // Phases. Completed and Failed are terminal.
@@ -92,6 +95,11 @@ const (
 	PhasePending BulkJobPhase = "Pending"
 	// PhaseRunning: shards are being processed.
 	PhaseRunning BulkJobPhase = "Running"
+	// PhaseRetrying: every input has a first answer, and some of those
+	// answers are provisional (a greylisted address, say): they wait for a
+	// retry, which the controller runs as retry Jobs when they come due.
+	// Not finished.
+	PhaseRetrying BulkJobPhase = "Retrying"
 	// PhaseCompleted: every row is answered (rows of shards that failed for
 	// good are answered as the family's error outcome; see the ShardsFailed
 	// condition).
@@ -111,7 +119,24 @@ const (
 	ConditionShardsFailed = "ShardsFailed"
 	// ConditionFailed is True when the BulkJob cannot be completed.
 	ConditionFailed = "Failed"
+	// ConditionRetryFailed is True when the latest retry Job failed for
+	// good (its provisional answers come due again and the next round
+	// retries them), False once a later one succeeded.
+	ConditionRetryFailed = "RetryFailed"
 )
+
+// OutcomeCount is the number of rows answered with one of the family's
+// outcomes (company enrichment: found, not_found, error; other families
+// name their own).
+type OutcomeCount struct {
+	// Name is the outcome, as the family names it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Rows is the number of rows answered with it (duplicates included).
+	// +kubebuilder:validation:Minimum=0
+	Rows int64 `json:"rows"`
+}
 
 // BulkJobStatus is the observed progress of a BulkJob, folded by the
 // controller from its batch Job and the job's counters in Redis. It holds
@@ -122,26 +147,39 @@ type BulkJobStatus struct {
 	Phase BulkJobPhase `json:"phase,omitempty"`
 
 	// ProcessedRows is the number of rows answered so far, invalid rows and
-	// duplicates included.
+	// duplicates included. A provisional answer counts as answered.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	ProcessedRows int64 `json:"processedRows,omitempty"`
-	// Found is the number of rows answered as found.
+	// Progress is ProcessedRows as a whole percentage of the rows ("40%";
+	// "100%" only once every row has an answer), for kubectl.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
-	Found int64 `json:"found,omitempty"`
-	// NotFound is the number of rows answered as not found.
+	Progress string `json:"progress,omitempty"`
+	// Outcomes is the number of rows per outcome, sorted by name; outcomes
+	// with no rows are left out.
 	// +optional
-	// +kubebuilder:validation:Minimum=0
-	NotFound int64 `json:"notFound,omitempty"`
-	// Errors is the number of rows answered as errors.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	Errors int64 `json:"errors,omitempty"`
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Outcomes []OutcomeCount `json:"outcomes,omitempty"`
 	// Invalid is the number of rows skipped as invalid at submission.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Invalid int64 `json:"invalid,omitempty"`
+	// Retrying is the number of distinct inputs whose answer is provisional
+	// and waits for a retry.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Retrying int64 `json:"retrying,omitempty"`
+	// RetryRounds is the number of retry Jobs created so far: the latest
+	// is named <name>-retry-<retryRounds>.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RetryRounds int32 `json:"retryRounds,omitempty"`
+	// NextRetryTime is when the earliest provisional answer is due for its
+	// retry (set while Retrying).
+	// +optional
+	NextRetryTime *metav1.Time `json:"nextRetryTime,omitempty"`
 
 	// ShardsSucceeded is the number of shards whose Job index succeeded.
 	// +optional
@@ -160,7 +198,7 @@ type BulkJobStatus struct {
 	// +optional
 	ShardProgress string `json:"shardProgress,omitempty"`
 
-	// Conditions: Complete, ShardsFailed, Failed.
+	// Conditions: Complete, ShardsFailed, Failed, RetryFailed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -191,10 +229,11 @@ type BulkJobStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Rows",type=integer,JSONPath=`.spec.rows`
 // +kubebuilder:printcolumn:name="Processed",type=integer,JSONPath=`.status.processedRows`
+// +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`,description="processed rows in percent"
 // +kubebuilder:printcolumn:name="Shards",type=string,JSONPath=`.status.shardProgress`,description="done/total"
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.shardsActive`,priority=1
-// +kubebuilder:printcolumn:name="Found",type=integer,JSONPath=`.status.found`,priority=1
-// +kubebuilder:printcolumn:name="Errors",type=integer,JSONPath=`.status.errors`,priority=1
+// +kubebuilder:printcolumn:name="Retrying",type=integer,JSONPath=`.status.retrying`,priority=1,description="inputs waiting for a retry"
+// +kubebuilder:printcolumn:name="Invalid",type=integer,JSONPath=`.status.invalid`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.jobID",message="metadata.name must equal spec.jobID"
 type BulkJob struct {
@@ -218,6 +257,17 @@ type BulkJobList struct {
 
 // IsFinished reports whether the phase is terminal.
 func (p BulkJobPhase) IsFinished() bool { return p == PhaseCompleted || p == PhaseFailed }
+
+// OutcomeRows is the number of rows answered with the named outcome (0
+// when none is).
+func (s *BulkJobStatus) OutcomeRows(name string) int64 {
+	for _, o := range s.Outcomes {
+		if o.Name == name {
+			return o.Rows
+		}
+	}
+	return 0
+}
 
 func init() {
 	SchemeBuilder.Register(&BulkJob{}, &BulkJobList{})

@@ -8,6 +8,9 @@ const (
 	LabelJobID = "bulkd.io/job-id"
 	// LabelFamily is on BulkJobs, Jobs and pods: the job family.
 	LabelFamily = "bulkd.io/family"
+	// LabelRetryRound is on a BulkJob's retry Jobs and their pods: the
+	// round (1, 2, ...); shard Jobs do not have it.
+	LabelRetryRound = "bulkd.io/retry-round"
 
 	// LabelName, LabelComponent and LabelManagedBy are the recommended
 	// app.kubernetes.io labels.

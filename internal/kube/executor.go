@@ -153,7 +153,8 @@ func (e *Executor) ReadStatus(ctx context.Context, j *jobs.Job) (bool, error) {
 }
 
 // ApplyStatus overwrites j's progress with bj's status; false when the
-// status says nothing usable.
+// status says nothing usable. The outcome counts are the status's, by
+// name, whatever the family.
 func ApplyStatus(j *jobs.Job, bj *v1alpha1.BulkJob) bool {
 	st := &bj.Status
 	if bj.Spec.JobID != j.ID {
@@ -163,8 +164,17 @@ func ApplyStatus(j *jobs.Job, bj *v1alpha1.BulkJob) bool {
 	case v1alpha1.PhasePending, v1alpha1.PhaseRunning:
 		j.Status = jobs.StatusRunning
 		j.CompletedAt = time.Time{}
+		j.NextRetryAt = time.Time{}
+	case v1alpha1.PhaseRetrying:
+		j.Status = jobs.StatusRetrying
+		j.CompletedAt = time.Time{}
+		j.NextRetryAt = time.Time{}
+		if st.NextRetryTime != nil {
+			j.NextRetryAt = st.NextRetryTime.UTC()
+		}
 	case v1alpha1.PhaseCompleted:
 		j.Status = jobs.StatusCompleted
+		j.NextRetryAt = time.Time{}
 		if j.CompletedAt.IsZero() && st.CompletionTime != nil {
 			j.CompletedAt = st.CompletionTime.UTC()
 		}
@@ -172,12 +182,11 @@ func ApplyStatus(j *jobs.Job, bj *v1alpha1.BulkJob) bool {
 		return false
 	}
 	j.RowsProcessed = st.ProcessedRows
-	if j.Outcomes == nil {
-		j.Outcomes = map[string]int64{}
+	j.Outcomes = make(map[string]int64, len(st.Outcomes))
+	for _, o := range st.Outcomes {
+		j.Outcomes[o.Name] = o.Rows
 	}
-	j.Outcomes[jobs.OutcomeFound] = st.Found
-	j.Outcomes[jobs.OutcomeNotFound] = st.NotFound
-	j.Outcomes[jobs.OutcomeError] = st.Errors
+	j.Retrying = st.Retrying
 	j.ShardsDone = int64(st.ShardsSucceeded + st.ShardsFailed)
 	return true
 }

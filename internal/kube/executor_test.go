@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -110,24 +111,34 @@ func TestCancelAfterARefusedCreate(t *testing.T) {
 
 func TestReadStatusComesFromTheBulkJob(t *testing.T) {
 	done := time.Date(2026, 3, 9, 12, 0, 0, 0, time.UTC)
+	due := done.Add(-time.Hour)
 	for _, c := range []struct {
 		name      string
 		bj        *v1alpha1.BulkJob // nil: none
 		ok        bool
 		status    string
 		processed int64
-		found     int64
+		outcomes  map[string]int64
+		retrying  int64
+		nextRetry time.Time
 		completed bool
 	}{
-		{"no BulkJob (yet, or a job complete on arrival)", nil, false, jobs.StatusRunning, 5, 0, false},
-		{"no status yet", builders.MakeBulkJob(id, "bulkd").Obj(), false, jobs.StatusRunning, 5, 0, false},
-		{"running", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseRunning).Progress(15, 8, 2, 0).Obj(), true, jobs.StatusRunning, 15, 8, false},
+		{"no BulkJob (yet, or a job complete on arrival)", nil, false, jobs.StatusRunning, 5, map[string]int64{}, 0, time.Time{}, false},
+		{"no status yet", builders.MakeBulkJob(id, "bulkd").Obj(), false, jobs.StatusRunning, 5, map[string]int64{}, 0, time.Time{}, false},
+		{"running", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseRunning).Progress(15).Outcome("found", 8).Outcome("not_found", 2).Obj(),
+			true, jobs.StatusRunning, 15, map[string]int64{"found": 8, "not_found": 2}, 0, time.Time{}, false},
 		{"completed", func() *v1alpha1.BulkJob {
-			bj := builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseCompleted).Progress(25, 12, 8, 0).Obj()
+			bj := builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseCompleted).Progress(25).Outcome("not_found", 8).Outcome("found", 12).Obj()
 			bj.Status.CompletionTime = &metav1.Time{Time: done}
 			return bj
-		}(), true, jobs.StatusCompleted, 25, 12, true},
-		{"failed: the stored job says more", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseFailed).Obj(), false, jobs.StatusRunning, 5, 0, false},
+		}(), true, jobs.StatusCompleted, 25, map[string]int64{"found": 12, "not_found": 8}, 0, time.Time{}, true},
+		{"retrying: another family's outcomes, provisional answers waiting", func() *v1alpha1.BulkJob {
+			bj := builders.MakeBulkJob(id, "bulkd").Family(v1alpha1.FamilyEmailVerification).Phase(v1alpha1.PhaseRetrying).Progress(25).
+				Outcome("valid", 15).Outcome("unknown", 5).Retrying(4, 2).Obj()
+			bj.Status.NextRetryTime = &metav1.Time{Time: due}
+			return bj
+		}(), true, jobs.StatusRetrying, 25, map[string]int64{"valid": 15, "unknown": 5}, 4, due, false},
+		{"failed: the stored job says more", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseFailed).Obj(), false, jobs.StatusRunning, 5, map[string]int64{}, 0, time.Time{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme())
@@ -140,7 +151,8 @@ func TestReadStatusComesFromTheBulkJob(t *testing.T) {
 			if err != nil || ok != c.ok {
 				t.Fatalf("ok %v err %v", ok, err)
 			}
-			if j.Status != c.status || j.RowsProcessed != c.processed || j.Outcomes[jobs.OutcomeFound] != c.found || j.CompletedAt.IsZero() == c.completed {
+			if j.Status != c.status || j.RowsProcessed != c.processed || !maps.Equal(j.Outcomes, c.outcomes) || j.Retrying != c.retrying ||
+				!j.NextRetryAt.Equal(c.nextRetry) || j.CompletedAt.IsZero() == c.completed {
 				t.Fatalf("job %+v", j)
 			}
 		})

@@ -4,6 +4,8 @@
 package builders
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -96,9 +98,30 @@ func (w *BulkJobWrapper) StartTime(t time.Time) *BulkJobWrapper {
 	return w
 }
 
-// Progress sets the status counters.
-func (w *BulkJobWrapper) Progress(processed, found, notFound, errs int64) *BulkJobWrapper {
-	w.Status.ProcessedRows, w.Status.Found, w.Status.NotFound, w.Status.Errors = processed, found, notFound, errs
+// Progress sets the status's processed rows.
+func (w *BulkJobWrapper) Progress(processed int64) *BulkJobWrapper {
+	w.Status.ProcessedRows = processed
+	return w
+}
+
+// Outcome adds (or sets) the status's rows of one outcome, keeping them
+// sorted by name.
+func (w *BulkJobWrapper) Outcome(name string, rows int64) *BulkJobWrapper {
+	for i, o := range w.Status.Outcomes {
+		if o.Name == name {
+			w.Status.Outcomes[i].Rows = rows
+			return w
+		}
+	}
+	w.Status.Outcomes = append(w.Status.Outcomes, v1alpha1.OutcomeCount{Name: name, Rows: rows})
+	slices.SortFunc(w.Status.Outcomes, func(a, b v1alpha1.OutcomeCount) int { return strings.Compare(a.Name, b.Name) })
+	return w
+}
+
+// Retrying sets the status's inputs waiting for a retry and the retry
+// rounds started.
+func (w *BulkJobWrapper) Retrying(inputs int64, rounds int32) *BulkJobWrapper {
+	w.Status.Retrying, w.Status.RetryRounds = inputs, rounds
 	return w
 }
 
@@ -161,6 +184,20 @@ func (w *JobWrapper) FailedIndexes(s string) *JobWrapper {
 	return w
 }
 
+// NonIndexed makes it a NonIndexed Job (a retry Job) with a backoffLimit.
+func (w *JobWrapper) NonIndexed(backoffLimit int32) *JobWrapper {
+	w.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion)
+	w.Spec.BackoffLimitPerIndex = nil
+	w.Spec.BackoffLimit = ptr.To(backoffLimit)
+	return w
+}
+
+// Succeeded sets the succeeded pods.
+func (w *JobWrapper) Succeeded(n int32) *JobWrapper {
+	w.Status.Succeeded = n
+	return w
+}
+
 // Condition adds a True condition (Complete, Failed, ...).
 func (w *JobWrapper) Condition(t batchv1.JobConditionType, reason string) *JobWrapper {
 	w.Status.Conditions = append(w.Status.Conditions, batchv1.JobCondition{Type: t, Status: corev1.ConditionTrue, Reason: reason})
@@ -198,5 +235,30 @@ func (w *JobDataWrapper) ShardsDone(n int64) *JobDataWrapper {
 // Completed marks the job completed at t.
 func (w *JobDataWrapper) Completed(t time.Time) *JobDataWrapper {
 	w.Status, w.CompletedAt = jobs.StatusCompleted, t
+	w.Job.Retrying, w.NextRetryAt = 0, time.Time{}
+	return w
+}
+
+// Family sets the family.
+func (w *JobDataWrapper) Family(f string) *JobDataWrapper {
+	w.Job.Family = f
+	return w
+}
+
+// Retrying marks the job retrying: every input has a first answer, inputs
+// of them are provisional, the earliest due at next (zero: none).
+func (w *JobDataWrapper) Retrying(inputs int64, next time.Time) *JobDataWrapper {
+	w.Status, w.Job.Retrying, w.NextRetryAt = jobs.StatusRetrying, inputs, next
+	return w
+}
+
+// Reanswered moves rows from one outcome to another (a retry replacing a
+// provisional answer); done says the input is no longer waiting.
+func (w *JobDataWrapper) Reanswered(from, to string, rows int64, done bool) *JobDataWrapper {
+	w.Outcomes[from] -= rows
+	w.Outcomes[to] += rows
+	if done {
+		w.Job.Retrying--
+	}
 	return w
 }

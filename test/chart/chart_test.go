@@ -18,6 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/controllers"
 )
 
 // scenario is one value set the chart is linted, rendered and dry-run with.
@@ -44,6 +47,9 @@ var scenarios = []scenario{
 			}
 			if ctl["imagePullPolicy"] != "IfNotPresent" {
 				t.Errorf("pullPolicy %v", ctl["imagePullPolicy"])
+			}
+			if v, ok := envOf(ctl)["BULKD_FAMILY_PROFILES"]; ok {
+				t.Errorf("BULKD_FAMILY_PROFILES %v without processor.families", v)
 			}
 			// The chart's own Secret, holding redis.url.
 			sec := r.get(t, "Secret", "bulkd-redis")
@@ -170,6 +176,16 @@ processor:
   backoffLimitPerShard: 5
   maxFailedShards: 10
   jobTTL: 10m
+  families:
+    email_verification:
+      parallelismCap: 4
+      resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 256Mi}}
+      configMap: bulkd-verify-egress
+      env: {BULKD_SMTP_HELO: verify.example.com}
+      nodeSelector: {bulkd.io/egress: smtp}
+      tolerations: [{key: bulkd.io/egress, operator: Equal, value: smtp, effect: NoSchedule}]
+    company_enrichment:
+      parallelismCap: 16
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Equal, value: bulkd, effect: NoSchedule}]
 `,
@@ -186,6 +202,18 @@ tolerations: [{key: dedicated, operator: Equal, value: bulkd, effect: NoSchedule
 			}
 			if asMap(res["requests"])["memory"] != "4Gi" || asMap(res["requests"])["cpu"] != "2" {
 				t.Errorf("BULKD_PROCESSOR_RESOURCES %v", res)
+			}
+			// processor.families: the controller's --family-profiles, as it
+			// parses them.
+			profiles, err := controllers.ParseFamilyProfiles(env["BULKD_FAMILY_PROFILES"]["value"].(string))
+			if err != nil {
+				t.Fatalf("BULKD_FAMILY_PROFILES: %v", err)
+			}
+			ev := profiles[v1alpha1.FamilyEmailVerification]
+			if len(profiles) != 2 || ev.ParallelismCap != 4 || ev.Resources.Requests.Cpu().String() != "100m" || ev.ConfigMap != "bulkd-verify-egress" ||
+				ev.Env["BULKD_SMTP_HELO"] != "verify.example.com" || ev.NodeSelector["bulkd.io/egress"] != "smtp" || len(ev.Tolerations) != 1 ||
+				profiles[v1alpha1.FamilyCompanyEnrichment].ParallelismCap != 16 {
+				t.Errorf("family profiles %+v", profiles)
 			}
 			for k, want := range map[string]string{"BULKD_PROCESSOR_TIMEOUT": "2h", "BULKD_BACKOFF_LIMIT_PER_SHARD": "5", "BULKD_MAX_FAILED_SHARDS": "10", "BULKD_JOB_TTL": "10m", "BULKD_CONCURRENCY": "4"} {
 				if got := env[k]["value"]; got != want {
@@ -501,6 +529,8 @@ func TestValuesRejected(t *testing.T) {
 		{"redis url in config", "config: {BULKD_REDIS_URL: \"redis://x:6379/0\"}", "BULKD_REDIS_URL"},
 		{"shard size out of range", "jobs: {shardSize: 0}", "shardSize"},
 		{"retention not a duration", "jobs: {retention: 30d}", "retention"},
+		{"unknown family", "processor: {families: {people_search: {parallelismCap: 2}}}", "people_search"},
+		{"unknown family setting", "processor: {families: {email_verification: {parallelism: 2}}}", "parallelism"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, "bulkd", "default", parseValues(t, tc.values))

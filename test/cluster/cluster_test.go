@@ -73,7 +73,8 @@ func TestSubmissionRunsAsIndexedJob(t *testing.T) {
 		bj, err = bulkJob(t, sub.JobID)
 		return err == nil && bj.Status.Phase == v1alpha1.PhaseCompleted
 	})
-	if s := bj.Status; s.ProcessedRows != st.TotalRows || s.ShardsSucceeded != 3 || s.ShardsFailed != 0 || s.Invalid != 2 {
+	if s := bj.Status; s.ProcessedRows != st.TotalRows || s.ShardsSucceeded != 3 || s.ShardsFailed != 0 || s.Invalid != 2 ||
+		s.OutcomeRows("found") != st.Summary["total_found"] || s.OutcomeRows("not_found") != st.Summary["total_not_found"] || s.Progress != "100%" {
 		t.Fatalf("BulkJob status %+v", s)
 	}
 	exactlyOnce(t, sub.JobID, st)

@@ -59,8 +59,9 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 	// The status the API showed is the BulkJob's.
 	bj = h.bulkJob(t, sub.JobID)
 	s := bj.Status
-	if s.Phase != v1alpha1.PhaseCompleted || s.ProcessedRows != st.TotalProcessed || s.Found != st.Summary["total_found"] ||
-		s.NotFound != st.Summary["total_not_found"] || s.Errors != 0 || s.Invalid != 2 ||
+	if s.Phase != v1alpha1.PhaseCompleted || s.ProcessedRows != st.TotalProcessed || s.OutcomeRows("found") != st.Summary["total_found"] ||
+		s.OutcomeRows("not_found") != st.Summary["total_not_found"] || s.OutcomeRows("error") != 0 || s.Invalid != 2 ||
+		s.Progress != "100%" || s.Retrying != 0 || s.RetryRounds != 0 ||
 		s.ShardsSucceeded != 3 || s.ShardsFailed != 0 || s.ShardsActive != 0 || s.ShardProgress != "3/3" ||
 		s.StartTime == nil || s.CompletionTime == nil || s.ObservedGeneration != bj.Generation {
 		t.Fatalf("BulkJob status %+v", s)
@@ -97,10 +98,10 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 
 	// kubectl get bulkjobs.
 	cols, cells := h.table(t, sub.JobID)
-	if strings.Join(cols, ",") != "Name,Family,Phase,Rows,Processed,Shards,Age" {
+	if strings.Join(cols, ",") != "Name,Family,Phase,Rows,Processed,Progress,Shards,Age" {
 		t.Fatalf("columns %v", cols)
 	}
-	if fmt.Sprint(cells[1:6]) != fmt.Sprintf("[company_enrichment Completed %d %d 3/3]", len(rows), len(rows)) {
+	if fmt.Sprint(cells[1:7]) != fmt.Sprintf("[company_enrichment Completed %d %d 100%% 3/3]", len(rows), len(rows)) {
 		t.Fatalf("row %v", cells)
 	}
 	waitFor(t, 10*time.Second, "JobCreated and Completed events", func() bool {
@@ -202,7 +203,7 @@ func TestShardFailingForGoodIsAnsweredAsErrors(t *testing.T) {
 	st := a.Wait(key, sub.JobID, 60*time.Second)
 	bj := h.waitBulkJob(t, sub.JobID, 10*time.Second, "completed", completed)
 	s := bj.Status
-	if s.ShardsFailed != 1 || s.ShardsSucceeded != 2 || s.Errors != 5 || s.ProcessedRows != int64(len(rows)) || !conditionTrue(bj, v1alpha1.ConditionShardsFailed) {
+	if s.ShardsFailed != 1 || s.ShardsSucceeded != 2 || s.OutcomeRows("error") != 5 || s.ProcessedRows != int64(len(rows)) || !conditionTrue(bj, v1alpha1.ConditionShardsFailed) {
 		t.Fatalf("BulkJob status %+v", s)
 	}
 	if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionComplete); c == nil || c.Status != metav1.ConditionTrue || c.Reason != controllers.ReasonShardsFailed {

@@ -167,7 +167,10 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	defer stop()
-	h.startAgent(ctx, out)
+	// The agent stops before envtest does (deferred later, run earlier).
+	actx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	h.startAgent(actx, out)
 	if err := h.startAPI(ctx); err != nil {
 		return 1, err
 	}
@@ -280,6 +283,15 @@ func (h *harness) startController(ctx context.Context) (func(), error) {
 	opts.ProcessorTimeout = time.Minute
 	opts.Retention = retention
 	opts.RequeueInterval = 250 * time.Millisecond
+	// Email verification pods get their own settings: one pod per job at
+	// once, SMTP egress nodes, short retry delays, and the mail world's
+	// address from a ConfigMap of their own (verification_test.go).
+	opts.Families = map[v1alpha1.Family]controllers.FamilyProfile{v1alpha1.FamilyEmailVerification: {
+		ParallelismCap: 1,
+		ConfigMap:      verifyConfigMap,
+		Env:            map[string]string{"BULKD_VERIFY_RETRY_DELAYS": "1s,1s,1s,1s", "BULKD_SMTP_COMMAND_TIMEOUT": "2s"},
+		NodeSelector:   map[string]string{"bulkd.io/egress": "smtp"},
+	}}
 	mgr, err := controllers.NewManager(cfg, controllers.ManagerOptions{
 		Namespace:   namespace,
 		MetricsAddr: "0",

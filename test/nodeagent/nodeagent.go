@@ -1,12 +1,14 @@
 // Package nodeagent stands in for the Job controller and the kubelet in
-// envtest, which has neither: it watches the Indexed batch Jobs of a
-// namespace and, for each completion index, runs the pod template's
-// container as a local process (the real bulkd binary), then writes the
-// Job's status the way the Job controller does: completedIndexes,
-// failedIndexes, succeeded/failed/active counts, and at the end
-// SuccessCriteriaMet+Complete or FailureTarget+Failed. A failed index is
-// retried up to backoffLimitPerIndex times; the podFailurePolicy's Ignore
-// (DisruptionTarget) and FailIndex (exit codes) rules are honoured.
+// envtest, which has neither: it watches the batch Jobs of a namespace and,
+// for each completion index, runs the pod template's container as a local
+// process (the real bulkd binary), then writes the Job's status the way
+// the Job controller does: completedIndexes, failedIndexes,
+// succeeded/failed/active counts, and at the end SuccessCriteriaMet+Complete
+// or FailureTarget+Failed. A failed index of an Indexed Job is retried up
+// to backoffLimitPerIndex times; a NonIndexed Job (the controller's retry
+// Jobs: one completion) is retried until its failed pods exceed
+// backoffLimit. The podFailurePolicy's Ignore (DisruptionTarget), FailIndex
+// and FailJob (exit codes) rules are honoured.
 //
 // Tests only.
 package nodeagent
@@ -109,6 +111,7 @@ type proc struct {
 type jobState struct {
 	uid         types.UID
 	name        string
+	indexed     bool // Indexed completion mode (else NonIndexed)
 	job         *batchv1.Job
 	idx         []indexState
 	procs       map[int]*proc
@@ -204,8 +207,7 @@ func (a *Agent) pass(ctx context.Context) error {
 	seen := map[types.UID]bool{}
 	for i := range list.Items {
 		job := &list.Items[i]
-		if ptr.Deref(job.Spec.CompletionMode, batchv1.NonIndexedCompletion) != batchv1.IndexedCompletion ||
-			ptr.Deref(job.Spec.Suspend, false) || !job.DeletionTimestamp.IsZero() {
+		if ptr.Deref(job.Spec.Suspend, false) || !job.DeletionTimestamp.IsZero() {
 			continue
 		}
 		seen[job.UID] = true
@@ -217,7 +219,8 @@ func (a *Agent) pass(ctx context.Context) error {
 				continue
 			}
 			js = &jobState{uid: job.UID, name: job.Name, idx: make([]indexState, ptr.Deref(job.Spec.Completions, 1)),
-				procs: map[int]*proc{}, startTime: job.Status.StartTime}
+				indexed: ptr.Deref(job.Spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion,
+				procs:   map[int]*proc{}, startTime: job.Status.StartTime}
 			a.jobs[job.UID] = js
 			a.logf("job %s: %d indexes, parallelism %d", job.Name, len(js.idx), ptr.Deref(job.Spec.Parallelism, 1))
 		}
@@ -401,14 +404,16 @@ func (a *Agent) statusOf(js *jobState) batchv1.JobStatus {
 		}
 	}
 	st := batchv1.JobStatus{
-		StartTime:        js.startTime,
-		Active:           int32(len(js.procs)),
-		Ready:            ptr.To(int32(len(js.procs))),
-		Succeeded:        int32(len(ok)),
-		Failed:           js.failedPods,
-		CompletedIndexes: FormatIndexes(ok),
+		StartTime: js.startTime,
+		Active:    int32(len(js.procs)),
+		Ready:     ptr.To(int32(len(js.procs))),
+		Succeeded: int32(len(ok)),
+		Failed:    js.failedPods,
 	}
-	if js.job.Spec.BackoffLimitPerIndex != nil {
+	if js.indexed {
+		st.CompletedIndexes = FormatIndexes(ok)
+	}
+	if js.indexed && js.job.Spec.BackoffLimitPerIndex != nil {
 		st.FailedIndexes = ptr.To(FormatIndexes(bad))
 	}
 	return st
@@ -417,6 +422,7 @@ func (a *Agent) statusOf(js *jobState) batchv1.JobStatus {
 // prepare resolves a pod of the Job for index i: environment, command.
 // Call with a.mu held.
 func (a *Agent) prepare(ctx context.Context, job *batchv1.Job, i, number int) (*Attempt, error) {
+	indexed := ptr.Deref(job.Spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion
 	spec := job.Spec.Template.Spec
 	if len(spec.Containers) != 1 {
 		return nil, fmt.Errorf("want one container, have %d", len(spec.Containers))
@@ -464,7 +470,7 @@ func (a *Agent) prepare(ctx context.Context, job *batchv1.Job, i, number int) (*
 			return nil, fmt.Errorf("env %s: source not supported", e.Name)
 		}
 	}
-	if _, ok := env["JOB_COMPLETION_INDEX"]; !ok { // the Job controller adds it
+	if _, ok := env["JOB_COMPLETION_INDEX"]; !ok && indexed { // the Job controller adds it to Indexed Jobs' pods
 		env["JOB_COMPLETION_INDEX"] = strconv.Itoa(i)
 	}
 	var args []string
@@ -626,9 +632,18 @@ func (a *Agent) settle(js *jobState, at *Attempt, p *proc, code int) {
 		default: // Count
 			js.failedPods++
 			s.failures++
-			if s.failures > ptr.Deref(js.job.Spec.BackoffLimitPerIndex, 0) {
+			switch {
+			case js.indexed && js.job.Spec.BackoffLimitPerIndex != nil:
+				if s.failures > *js.job.Spec.BackoffLimitPerIndex {
+					s.phase = failed
+				} else {
+					s.phase = pending
+					s.notUntil = time.Now().Add(a.RetryDelay)
+				}
+			case js.failedPods > ptr.Deref(js.job.Spec.BackoffLimit, 6): // the Job's default
 				s.phase = failed
-			} else {
+				js.terminating, js.reason = true, batchv1.JobReasonBackoffLimitExceeded
+			default:
 				s.phase = pending
 				s.notUntil = time.Now().Add(a.RetryDelay)
 			}
