@@ -38,7 +38,7 @@ func BenchmarkVerifyBenchWorld(b *testing.B) {
 	}
 	var elapsed time.Duration
 	var sessions, rcpts, r421, n int64
-	var knowable, correct, falseDeliverable, grey, greyOK int
+	var knowable, correct, falseDeliverable, grey, greyOK, greyRetried, greyRetryOK int
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		_ = srv.FlushAll(context.Background())
@@ -95,8 +95,30 @@ func BenchmarkVerifyBenchWorld(b *testing.B) {
 				b.Logf("wrong: %s got %s/%s want %s/%s", c.Email, r.Status, r.Reason, c.Status, c.Reason)
 			}
 		}
+		// Second pass for the greylisted addresses, after their 2 s period
+		// (not timed: the job engine does this with its retry schedule).
+		var again []string
+		var want []mailworld.Case
+		for j, c := range cases {
+			if res[j].Reason == verify.ReasonGreylisted {
+				again = append(again, c.Email)
+				want = append(want, c)
+			}
+		}
+		if len(again) > 0 {
+			time.Sleep(2100 * time.Millisecond)
+			for j, r := range v.Verify(context.Background(), again) {
+				greyRetried++
+				if r.Status == want[j].Status && r.Reason == want[j].Reason {
+					greyRetryOK++
+				} else {
+					b.Errorf("greylisted, second pass: %s got %s/%s want %s/%s", want[j].Email, r.Status, r.Reason, want[j].Status, want[j].Reason)
+				}
+			}
+		}
 		_ = w.Close()
 	}
+	b.ReportMetric(100*float64(greyRetryOK)/float64(max(greyRetried, 1)), "grey_2nd_pass_ok%")
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "addr/s")
 	b.ReportMetric(float64(sessions)/float64(n), "sessions/addr")
 	b.ReportMetric(float64(rcpts)/float64(n), "rcpts/addr")

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -89,7 +90,7 @@ func TestLookupMX(t *testing.T) {
 			return false
 		case name == "big.test." && q.Qtype == dns.TypeMX:
 			for i := 0; i < 60; i++ {
-				m.Answer = append(m.Answer, rr(t, "big.test. 300 IN MX 10 a-rather-long-mail-exchanger-name-"+string(rune('a'+i%26))+strings.Repeat("x", i)+".big.test."))
+				m.Answer = append(m.Answer, rr(t, fmt.Sprintf("big.test. 300 IN MX 10 a-rather-long-mail-exchanger-name-%02d.big.test.", i)))
 			}
 			if w.RemoteAddr().Network() == "udp" {
 				m.Answer = nil

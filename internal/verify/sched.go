@@ -25,6 +25,7 @@ type item struct {
 
 	drops       int  // sessions lost before its answer
 	tooMany     int  // "too many recipients" answers as a session's first RCPT
+	tooManyAll  int  // all "too many recipients" answers
 	greyRetried bool // asked again after greylisting
 }
 
@@ -80,16 +81,20 @@ type hostQ struct {
 	// answered "too many recipients" (0: none seen); later sessions stay
 	// within it instead of collecting 452s.
 	rcptLimit int
-	ips       []netip.Addr
-	resolved  bool
+	// sessionLimit is the concurrent sessions the host accepted before it
+	// answered a new one 421 (0: none seen).
+	sessionLimit int
+	ips          []netip.Addr
+	resolved     bool
 }
 
 // run is the state of one Verify call.
 type run struct {
-	v   *Verifier
-	ctx context.Context
-	mu  sync.Mutex
-	wg  sync.WaitGroup
+	v    *Verifier
+	ctx  context.Context
+	mu   sync.Mutex
+	hold bool // no session starts yet (see Verify)
+	wg   sync.WaitGroup
 
 	hosts map[string]*hostQ
 }
@@ -121,6 +126,19 @@ func (r *run) startDomain(d *domainState) {
 	}
 }
 
+// release lets sessions start, and starts them for every queued host.
+func (r *run) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.hold {
+		return
+	}
+	r.hold = false
+	for _, h := range r.hosts {
+		r.spawn(h)
+	}
+}
+
 // finish answers items. Caller holds r.mu.
 func (r *run) finish(its []*item, reason, host string, code int) {
 	for _, it := range its {
@@ -142,6 +160,8 @@ func (r *run) host(name string) *hostQ {
 	h := r.hosts[name]
 	if h == nil {
 		h = &hostQ{name: name}
+		h.rcptLimit, _ = r.v.rcptLimits.get(name, time.Now())
+		h.sessionLimit, _ = r.v.sessionLimits.get(name, time.Now())
 		r.hosts[name] = h
 	}
 	return h
@@ -201,11 +221,15 @@ func (r *run) markDown(h *hostQ, reason string, retry time.Duration) {
 // MaxRcptsPerSession each, at most the limiter's per-host cap.
 // Caller holds r.mu.
 func (r *run) spawn(h *hostQ) {
-	if h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
+	if r.hold || h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
 		return
 	}
 	per := r.budget(h)
-	want := min(r.v.perHost, max((h.pending+per-1)/per, 1))
+	most := r.v.perHost
+	if h.sessionLimit > 0 {
+		most = min(most, h.sessionLimit)
+	}
+	want := min(most, max((h.pending+per-1)/per, 1))
 	for h.sessions < want {
 		h.sessions++
 		r.wg.Add(1)

@@ -100,7 +100,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	}
 	switch {
 	case banner.code == 421:
-		r.rateLimited(h, nil)
+		r.banner421(h)
 		return
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -128,7 +128,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	}
 
 	s := &sess{}
-	for time.Until(c.deadline) >= cfg.CommandTimeout {
+	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
 			break
@@ -262,6 +262,23 @@ func (r *run) rateLimited(h *hostQ, unanswered *job) {
 	if unanswered != nil {
 		r.route(unanswered)
 	}
+}
+
+// banner421 handles a new session refused with 421. While this call has
+// other sessions open to the host, the 421 says how many it allows us: the
+// host's session cap is lowered to that (for an hour) and its queue is left
+// to the open sessions, with no back-off. Otherwise the host is rate
+// limiting us: back off.
+func (r *run) banner421(h *hostQ) {
+	r.mu.Lock()
+	if others := h.sessions - 1; others > 0 {
+		h.sessionLimit = others
+		r.v.sessionLimits.put(h.name, others, time.Now().Add(limitTTL))
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.rateLimited(h, nil)
 }
 
 // groupFailed hands the transactions of a group that were never processed
@@ -419,13 +436,15 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 	s.tooMany = true
 	if s.answered > 0 && (h.rcptLimit == 0 || s.answered < h.rcptLimit) {
 		h.rcptLimit = s.answered
+		r.v.rcptLimits.put(h.name, s.answered, time.Now().Add(limitTTL))
 	}
 	var retry []*item
 	for _, it := range again {
+		it.tooManyAll++
 		if s.answered == 0 {
 			it.tooMany++
 		}
-		if it.tooMany >= 2 {
+		if it.tooMany >= 2 || it.tooManyAll >= maxTooMany {
 			r.finish([]*item{it}, ReasonTemporaryFailure, h.name, 452)
 			it.retryAfter = 15 * time.Minute
 			continue
@@ -436,6 +455,10 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 		r.route(&job{dom: j.dom, items: retry, mxi: j.mxi})
 	}
 }
+
+// maxTooMany bounds the "too many recipients" answers one address may get
+// in a call, whatever else the sessions achieved.
+const maxTooMany = 5
 
 // txFailed handles a transaction whose session broke: a timeout answers
 // its addresses (and the host's queue) timeout; a lost connection gives the

@@ -120,10 +120,22 @@ type Verifier struct {
 	sem      chan struct{}
 	catchAll *ttlCache[string, bool]
 	probes   *ttlCache[string, string]
+	// Per-host limits learned from 452 "too many recipients" and from 421
+	// on a new session while others were open, kept for limitTTL so the
+	// next calls start within them.
+	rcptLimits    *ttlCache[string, int]
+	sessionLimits *ttlCache[string, int]
 }
+
+// limitTTL is how long a learned per-host limit is remembered.
+const limitTTL = time.Hour
 
 // catchAllEntries bounds the catch-all verdict cache.
 const catchAllEntries = 100_000
+
+// dnsGrace bounds how long sessions wait for the rest of a call's DNS
+// lookups before they start.
+const dnsGrace = 150 * time.Millisecond
 
 // dnsConcurrency bounds the domains resolved at once by one Verify call.
 const dnsConcurrency = 128
@@ -135,7 +147,11 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	if _, err := Normalize(cfg.MailFrom); err != nil {
 		return nil, fmt.Errorf("verify: MailFrom %q: %w", cfg.MailFrom, err)
 	}
-	if err := checkHostname(strings.ToLower(cfg.HeloName)); err != nil && cfg.HeloName != "localhost" {
+	if strings.HasPrefix(cfg.HeloName, "[") {
+		if _, _, err := parseLiteral(cfg.HeloName); err != nil {
+			return nil, fmt.Errorf("verify: HeloName %q: %w", cfg.HeloName, err)
+		}
+	} else if err := checkHostname(strings.ToLower(cfg.HeloName)); err != nil {
 		return nil, fmt.Errorf("verify: HeloName %q: %w", cfg.HeloName, err)
 	}
 	res, err := newResolver(cfg.DNSServer, cfg.DNSTimeout)
@@ -154,7 +170,8 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	}
 	return &Verifier{cfg: cfg, lists: l, limiter: limiter, perHost: perHost, resolver: res,
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
-		probes: newTTLCache[string, string](catchAllEntries)}, nil
+		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
+		sessionLimits: newTTLCache[string, int](catchAllEntries)}, nil
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.
@@ -169,7 +186,7 @@ func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
 // within MaxSessions and the limiter. It returns when every address has an
 // answer or ctx ends; then unanswered ones are unknown/timeout, Temporary.
 func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
-	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}}
+	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}, hold: true}
 	results := make([]Result, len(emails))
 	items := map[string]*item{}
 	domains := map[string]*domainState{}
@@ -211,7 +228,13 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 			r.startDomain(d)
 		}()
 	}
+	// Sessions start when every domain is resolved, or dnsGrace after the
+	// call began if some lookups are slow: by then the domains that share an
+	// MX host are queued together and share its sessions.
+	grace := time.AfterFunc(dnsGrace, r.release)
 	wg.Wait()
+	grace.Stop()
+	r.release()
 	r.wg.Wait()
 
 	checked := time.Now().UTC()

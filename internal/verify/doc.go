@@ -1,0 +1,216 @@
+// Package verify is bulkd's e-mail verifier: it tells whether an address
+// can receive mail by asking the address's own mail servers over SMTP, the
+// way a sending MTA would, and stops before DATA (no message is ever sent).
+// It is a library with no HTTP in it: the bulk job engine calls Verify with
+// batches of up to about 1,000 addresses, the single-address endpoint calls
+// VerifyOne with a deadline (SPEC 2.8, 4.4, 4.6).
+//
+// # Results
+//
+// Every input gets one Result, in input order. Status and reason:
+//
+//	status         reason             when
+//	deliverable    accepted           RCPT 250 on a domain proven not to accept everything
+//	undeliverable  invalid_syntax     Normalize rejects the address
+//	               no_such_domain     NXDOMAIN for the domain
+//	               null_mx            RFC 7505 null MX ("MX 0 .")
+//	               no_mail_server     no MX and no A/AAAA, or no MX host has an address
+//	               mailbox_not_found  x.1.1 / x.1.6, or 550 whose text says the user is unknown
+//	               mailbox_disabled   x.2.1, or text saying disabled/inactive/suspended
+//	               rejected           any other permanent 5xx to RCPT (policy, relaying, ...)
+//	risky          catch_all          accepted, but the domain accepts any local part
+//	               mailbox_full       x.2.2 or 552 (4xx ones are also Temporary)
+//	               disposable         accepted on a disposable domain (takes precedence over catch_all)
+//	unknown        greylisted         450/451 with 4.7.x or greylisting text (Temporary)
+//	               dns_error          SERVFAIL, REFUSED or timeout after one retry
+//	               connection_failed  every MX refused, unreachable, 554 banner, or not dialable
+//	               timeout            a reply did not come within CommandTimeout (tarpit), or ctx ended first
+//	               temporary_failure  any other 4xx (Temporary)
+//	               rate_limited       421 and no other MX to try (Temporary, RetryAfter = back-off)
+//	               smtp_error         protocol error, connection dropped mid-session twice, MAIL FROM refused
+//
+// Unknown means unknown: nothing is deliverable without a 250 to the real
+// address in a transaction whose catch-all probe was definitively refused
+// (5xx), or on a domain whose refusal is cached (CatchAllTTL). The probe is
+// "bulkd-probe-" plus 12 random base32 characters at the domain, sent as the
+// FIRST recipient of the transaction. Probe accepted: the domain is
+// catch-all and accepted addresses are risky/catch_all (a 5.1.1 for a real
+// address is still undeliverable). Probe answered 4xx: accepted addresses
+// are unknown (greylisted or temporary_failure), never deliverable. A
+// domain keeps its probe address for a day, because greylisting keys on the
+// recipient: a new random probe would be greylisted on every retry.
+//
+// Temporary marks answers that may change on a later attempt: greylisted,
+// temporary_failure, rate_limited, a 4xx mailbox_full, and addresses left
+// unanswered because ctx ended (reported timeout). A tarpit's timeout and a
+// dead host's connection_failed are final (not Temporary). RetryAfter is
+// the server's hint when its reply has one ("try again in 60 seconds"),
+// else 5 minutes for greylisting, the back-off for rate_limited, 1 hour for
+// a full mailbox, 15 minutes otherwise. With Config.GreylistRetry set,
+// Verify itself waits that long and asks a greylisted address once more
+// (when ctx's deadline leaves room); it is 0 by default because real
+// greylisting periods are minutes long and the job engine retries later.
+//
+// Role addresses stay deliverable with is_role true and a lower score.
+// smtp_code is the reply code of the last RCPT TO for the address (or of
+// the MAIL/421 that ended it), 0 when no SMTP conversation reached it.
+//
+// # Scores (0..100)
+//
+//	accepted                   95, minus 10 for a role address, minus 5 for a free provider
+//	catch_all                  50 (role 40)
+//	mailbox_full               30
+//	greylisted                 30
+//	temporary_failure          25
+//	rate_limited               25
+//	disposable                 20
+//	smtp_error                 20
+//	timeout                    15
+//	connection_failed          10
+//	dns_error                  10
+//	any undeliverable reason    0
+//
+// # Syntax and normalization (Normalize; the dedupe key of the bulk family)
+//
+//   - Surrounding white space (and zero-width space/BOM) is trimmed; the
+//     rest must be valid UTF-8 without control characters.
+//   - Local part: a dot-atom of RFC 5322 atext (no leading, trailing or
+//     consecutive dots), lowercased; or a quoted string (qtext and quoted
+//     pairs of printable ASCII), kept byte for byte. Non-ASCII (RFC 6531)
+//     local parts are rejected: almost no MX host accepts them and we could
+//     not prove them either way. At most 64 octets.
+//   - Domain: converted with IDNA (UTS #46 lookup mapping, golang.org/x/net/idna)
+//     to lowercase A-labels, then it must be a host name: LDH labels of 1..63
+//     octets without leading/trailing hyphens, at least two labels, a
+//     top-level label starting with a letter, at most 253 octets, no
+//     trailing dot. Names that IDNA would change again are rejected, so
+//     Normalize is idempotent.
+//   - Address literals: [IPv4] and [IPv6:addr], written back canonically
+//     ("[IPv6:2001:db8::1]"). They are verified by connecting to that IP
+//     directly (no DNS), on SMTPPort, with the same transaction and probe
+//     (the probe's domain is the literal). Provider is null for them.
+//   - The whole address is at most 254 octets.
+//
+// # DNS (github.com/miekg/dns against Config.DNSServer)
+//
+//   - MX records by preference. Ties are ordered by a hash of the host name
+//     with a per-process seed: stable within a process (domains sharing an
+//     MX set share its sessions) but spread across processes, as RFC 5321
+//     5.1 asks for load spreading.
+//   - A null MX ("."; alone, or all MX targets ".") is null_mx. NOERROR
+//     without MX falls back to the domain's own A, then AAAA (implicit MX);
+//     neither is no_mail_server. NXDOMAIN is no_such_domain. SERVFAIL,
+//     REFUSED or a timeout is retried once, then dns_error.
+//   - MX hosts are resolved to A records, AAAA only when there is no A; at
+//     most 2 addresses of a host are dialled.
+//   - CNAME chains are followed (at most 8). UDP with EDNS0 (1232 octets),
+//     TCP when the answer is truncated.
+//   - Answers are cached for their TTL clamped to 30 s..1 h, negative
+//     answers 5 minutes, failures not at all; at most 100,000 entries.
+//     Concurrent lookups of one question share one query (singleflight).
+//
+// # SMTP
+//
+// A small client of our own on net (go-smtp's client sends one command at
+// a time, so it cannot pipeline, and its timeouts are per connection). Per
+// session: dial (DialTimeout) an MX address on SMTPPort; read the banner;
+// EHLO HeloName (HELO when EHLO gets a 5xx); then transactions, one per
+// domain (the probe is per domain): [RSET] MAIL FROM:<MailFrom>, RCPT probe,
+// RCPT each address. When the server offers PIPELINING (RFC 2920) all the
+// transactions the session will send, and QUIT when nothing is left, go in
+// ONE write and their replies are read in order, so a session costs three
+// round trips (banner, EHLO, the group) whatever it checks. Every reply is
+// bounded by CommandTimeout and the whole session by SessionTimeout.
+//
+// Addresses are grouped by their domain's first MX host: all addresses of
+// any domains whose primary MX is the same host share sessions, up to
+// MaxRcptsPerSession RCPTs each (probes included). Sessions start once the
+// call's DNS lookups are done (or 150 ms in, if some are slow), so domains
+// sharing a host are queued together. A host gets as many concurrent
+// sessions as its queue needs at MaxRcptsPerSession each, at most the
+// limiter's per-host cap; all hosts are checked concurrently, at most
+// MaxSessions sessions in the process.
+//
+// Replies are classified by RFC 3463 enhanced status code first (x.1.1,
+// x.1.6 not found; x.2.1 disabled; x.2.2 full; x.5.3 too many recipients;
+// 4.7.x on 450/451 greylisted), then the basic code (452 too many
+// recipients per RFC 5321 4.5.3.1.10 unless the text says full; 552 full;
+// 421 closing), then the text as a last resort ("user unknown", "mailbox
+// full", "greylist", ...).
+//
+// Failures:
+//   - refused, unreachable, closed before the banner, or a 554 banner: the
+//     next MX host; when none is left, connection_failed (or the best reason
+//     among the hosts: rate_limited > timeout > connection_failed >
+//     smtp_error > dns_error > no_mail_server).
+//   - 421 (banner, EHLO or any command): the host is backed off for
+//     RateLimitBackoff (30 s) through the limiter, for every process, and
+//     the unanswered addresses move to the next MX, else rate_limited. When
+//     the 421 refuses a new session while this process already has sessions
+//     open to the host, it is read as the host's concurrency limit instead:
+//     the host's session cap is lowered to what was open (remembered for an
+//     hour) and its queue is left to the open sessions, without back-off.
+//   - 452 / x.5.3 too many recipients: not a verdict; the rest go to a new
+//     session, and the host's RCPTs-per-session limit is learned (for an
+//     hour) so later sessions stay within it. An address refused so as the
+//     first RCPT of two sessions is temporary_failure.
+//   - a reply that does not come within CommandTimeout: the host is a
+//     tarpit; the transaction's addresses and everything queued on the host
+//     are timeout (final), with no other MX tried.
+//   - the connection dropped mid-session (or a malformed reply): the
+//     unanswered addresses get one new session, then smtp_error.
+//   - ctx ends: every read and write is cut at once; what is unanswered is
+//     timeout, Temporary.
+//
+// # Politeness across processes (HostLimiter)
+//
+// Every session first acquires a slot from the HostLimiter for its MX host:
+// at most SessionsPerHost (3) sessions open to one host across every
+// process sharing the limiter, new sessions at most SessionsPerSecond (5)
+// per host (GCRA, burst = SessionsPerHost), none while the host is backed
+// off. RedisLimiter is one Lua script per operation on Redis's clock, with
+// the three keys of a host in one cluster slot (hash tag); a holder's lease
+// (LeaseTTL, 2 min) is renewed while its session lives, so a crashed
+// process's slots free themselves. Waiters sleep the returned time
+// (jittered, at most 1 s per sleep) and never spin. If Redis is down the
+// limiter keeps limiting in process. 3 sessions and 5 new sessions per
+// second per host are below what mail hosts answer 421 to (Postfix's
+// defaults allow 50 concurrent connections per client; hosted providers far
+// more), and 3 is the benchmark world's cap.
+//
+// Config.DenyPrivateIPs (off by default because test worlds run on
+// loopback) refuses loopback, private and link-local addresses, from MX
+// records or literals; turn it on in production so a submitted address
+// cannot make us connect into our own network.
+//
+// # Lists (package lists)
+//
+// Disposable domains (a listed domain and its subdomains), role local parts
+// (the whole local part, ignoring a +tag), free-provider domains (exact).
+// No Go module with maintained lists could be used: the candidates on the
+// module proxy (github.com/AfterShip/email-verifier,
+// github.com/mehrtat/disposable-email-domain,
+// github.com/lindell/go-burner-email-providers,
+// github.com/FGRibreau/mailchecker, github.com/go-email-validator/...) are
+// not available from it. So the defaults are curated text files embedded in
+// the binary (internal/verify/lists/*.txt: about 650 disposable domains, 130
+// role local parts, 210 free-provider domains), and an operator replaces any
+// of them with `bulkd admin lists load --kind disposable|role|free FILE`,
+// which stores the list in Redis (bulkd:lists:<kind>, a string of lines,
+// plus bulkd:lists:meta); LoadListsFromRedis overlays those on the defaults
+// at process start, and `bulkd admin lists show` prints counts and sources.
+//
+// Suggestion: for a domain on no list, a top-level typo that is not a real
+// TLD is fixed (.con .cmo .ocm ... -> .com, .nte -> .net), and a domain
+// within Damerau-Levenshtein (OSA) distance 1 of a well-known provider of 4
+// or 5 letters (gmail, yahoo) or 2 of a longer one (hotmail, outlook) is
+// corrected to it; providers of 3 letters or fewer (aol, gmx) only through
+// TLD fixes, because their one-letter neighbours are real companies. The
+// suggestion is the local part at the corrected domain.
+//
+// Provider: google, microsoft, yahoo, apple, proton, zoho, yandex, mailru,
+// gmx, proofpoint, mimecast, broadcom, barracuda, godaddy or tencent when
+// the registrable domain of the MX host that answered (or was tried last)
+// belongs to them; otherwise that registrable domain (public suffix list);
+// null when no MX host was reached or tried.
+package verify

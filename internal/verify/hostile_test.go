@@ -1,0 +1,228 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// scriptedSMTP is a one-host SMTP server whose replies a test scripts:
+// banner is sent first, then reply(cmd) answers each command line ("" to
+// close the connection without answering).
+type scriptedSMTP struct {
+	port     int
+	sessions atomic.Int64
+}
+
+func startScriptedSMTP(t *testing.T, banner string, reply func(cmd string) string) *scriptedSMTP {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	s := &scriptedSMTP{port: l.Addr().(*net.TCPAddr).Port}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.sessions.Add(1)
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				w := bufio.NewWriter(c)
+				w.WriteString(banner + "\r\n")
+				w.Flush()
+				if !strings.HasPrefix(banner, "220") {
+					return
+				}
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					cmd := strings.TrimSpace(line)
+					rep := reply(cmd)
+					if strings.EqualFold(cmd, "QUIT") {
+						rep = "221 bye"
+					}
+					if rep == "" {
+						return
+					}
+					w.WriteString(rep + "\r\n")
+					if r.Buffered() == 0 {
+						w.Flush()
+					}
+					if strings.EqualFold(cmd, "QUIT") {
+						w.Flush()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+func hostileVerifier(t *testing.T, port int, lim HostLimiter) *Verifier {
+	t.Helper()
+	f := startFakeDNS(t, func(w dns.ResponseWriter, q dns.Question, m *dns.Msg) bool {
+		switch {
+		case q.Qtype == dns.TypeMX && strings.HasSuffix(q.Name, "h.test."):
+			m.Answer = append(m.Answer, rr(t, q.Name+" 300 IN MX 10 mx.h.test."))
+		case q.Qtype == dns.TypeA && q.Name == "mx.h.test.":
+			m.Answer = append(m.Answer, rr(t, "mx.h.test. 300 IN A 127.0.0.1"))
+		}
+		return true
+	})
+	v, err := New(Config{DNSServer: f.addr, SMTPPort: port, CommandTimeout: time.Second, RateLimitBackoff: 5 * time.Second}, nil, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func ehloOK(cmd string) string {
+	u := strings.ToUpper(cmd)
+	switch {
+	case strings.HasPrefix(u, "EHLO"):
+		return "250-mx.h.test\r\n250 PIPELINING"
+	case strings.HasPrefix(u, "MAIL"), strings.HasPrefix(u, "RSET"):
+		return "250 ok"
+	}
+	return ""
+}
+
+func TestHostile421Banner(t *testing.T) {
+	srv := startScriptedSMTP(t, "421 4.7.0 come back later", nil)
+	lim := NewLocalLimiter(LimiterOptions{})
+	v := hostileVerifier(t, srv.port, lim)
+	r := v.VerifyOne(context.Background(), "a@h.test")
+	if r.Reason != ReasonRateLimited || !r.Temporary || r.RetryAfter != 5*time.Second || r.Status != StatusUnknown {
+		t.Fatalf("%+v", r)
+	}
+	if rel, left, _ := lim.AcquireOrBackoff(context.Background(), "mx.h.test"); rel != nil || left <= 0 {
+		t.Fatal("host not backed off in the limiter")
+	}
+	// While backed off, no new session is opened at all.
+	before := srv.sessions.Load()
+	if r := v.VerifyOne(context.Background(), "b@h.test"); r.Reason != ReasonRateLimited {
+		t.Fatalf("%+v", r)
+	}
+	if srv.sessions.Load() != before {
+		t.Fatal("connected to a backed-off host")
+	}
+}
+
+func TestHostileHELOFallbackNoPipelining(t *testing.T) {
+	var sawHelo atomic.Bool
+	srv := startScriptedSMTP(t, "220 old.h.test", func(cmd string) string {
+		u := strings.ToUpper(cmd)
+		switch {
+		case strings.HasPrefix(u, "EHLO"):
+			return "502 5.5.2 what?"
+		case strings.HasPrefix(u, "HELO"):
+			sawHelo.Store(true)
+			return "250 old.h.test"
+		case strings.HasPrefix(u, "MAIL"), strings.HasPrefix(u, "RSET"):
+			return "250 ok"
+		case strings.Contains(u, "<ALICE@"):
+			return "250 ok"
+		case strings.HasPrefix(u, "RCPT"):
+			return "550 no such user here"
+		}
+		return "500 ?"
+	})
+	v := hostileVerifier(t, srv.port, nil)
+	res := v.Verify(context.Background(), []string{"alice@h.test", "bob@h.test", "alice@x.h.test"})
+	if !sawHelo.Load() || res[0].Reason != ReasonAccepted || res[1].Reason != ReasonMailboxNotFound || res[2].Reason != ReasonAccepted {
+		t.Fatalf("%v %+v", sawHelo.Load(), res)
+	}
+	if n := srv.sessions.Load(); n != 1 {
+		t.Fatalf("%d sessions, want 1", n)
+	}
+}
+
+func TestHostileMailFromRefused(t *testing.T) {
+	srv := startScriptedSMTP(t, "220 h", func(cmd string) string {
+		if strings.HasPrefix(strings.ToUpper(cmd), "MAIL") {
+			return "553 5.7.1 sender rejected"
+		}
+		if strings.HasPrefix(strings.ToUpper(cmd), "RCPT") {
+			return "503 5.5.1 need MAIL"
+		}
+		return ehloOK(cmd)
+	})
+	v := hostileVerifier(t, srv.port, nil)
+	for _, r := range v.Verify(context.Background(), []string{"a@h.test", "b@h.test"}) {
+		if r.Reason != ReasonSMTPError || r.SMTPCode != 553 || r.Status != StatusUnknown {
+			t.Fatalf("%+v", r)
+		}
+	}
+}
+
+func TestHostileAlways452(t *testing.T) {
+	srv := startScriptedSMTP(t, "220 h", func(cmd string) string {
+		if strings.HasPrefix(strings.ToUpper(cmd), "RCPT") {
+			return "452 4.5.3 Too many recipients"
+		}
+		return ehloOK(cmd)
+	})
+	v := hostileVerifier(t, srv.port, nil)
+	for _, r := range v.Verify(context.Background(), []string{"a@h.test", "b@h.test"}) {
+		if r.Reason != ReasonTemporaryFailure || !r.Temporary {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if n := srv.sessions.Load(); n > 3 {
+		t.Fatalf("%d sessions for a host that never answers a RCPT", n)
+	}
+}
+
+func TestHostileGarbage(t *testing.T) {
+	srv := startScriptedSMTP(t, "220 h", func(cmd string) string {
+		if strings.HasPrefix(strings.ToUpper(cmd), "RCPT") {
+			return "hello there"
+		}
+		return ehloOK(cmd)
+	})
+	v := hostileVerifier(t, srv.port, nil)
+	if r := v.VerifyOne(context.Background(), "a@h.test"); r.Reason != ReasonSMTPError || r.Temporary {
+		t.Fatalf("%+v", r)
+	}
+	if n := srv.sessions.Load(); n != 2 {
+		t.Fatalf("%d sessions, want 2 (one retry)", n)
+	}
+}
+
+func TestHostileProbeGreylisted(t *testing.T) {
+	srv := startScriptedSMTP(t, "220 h", func(cmd string) string {
+		u := strings.ToUpper(cmd)
+		switch {
+		case strings.Contains(u, "BULKD-PROBE-"):
+			return "451 4.7.1 greylisted, try again in 120 seconds"
+		case strings.HasPrefix(u, "RCPT") && strings.Contains(u, "<GONE@"):
+			return "550 5.1.1 unknown"
+		case strings.HasPrefix(u, "RCPT"):
+			return "250 ok"
+		}
+		return ehloOK(cmd)
+	})
+	v := hostileVerifier(t, srv.port, nil)
+	res := v.Verify(context.Background(), []string{"a@h.test", "gone@h.test"})
+	if r := res[0]; r.Reason != ReasonGreylisted || r.Status != StatusUnknown || r.RetryAfter != 2*time.Minute {
+		t.Fatalf("accepted behind a greylisted probe: %+v", r)
+	}
+	if r := res[1]; r.Reason != ReasonMailboxNotFound {
+		t.Fatalf("%+v", r)
+	}
+}
