@@ -140,6 +140,10 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--processor-resources: %w", err)
 	}
+	// Checked before anything connects: a bad profile is a flag error.
+	if _, err := controllers.ParseFamilyProfiles(kc.FamilyProfiles); err != nil {
+		return fmt.Errorf("--family-profiles: %w", err)
+	}
 	log := newLogger(cfg)
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)

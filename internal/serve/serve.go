@@ -156,9 +156,10 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		log.Warn("operator-loaded address lists unavailable; using the built-in ones", "err", err)
 		lists = verify.DefaultLists()
 	}
+	probes := verify.NewRedisProbes(rdb)
 	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: cfg.SMTPSessionsPerHost, SessionsPerSecond: cfg.SMTPSessionRate})
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate}, lists, lim)
+		CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, Probes: probes}, lists, lim)
 	if err != nil {
 		return nil, fmt.Errorf("email verifier: %w", err)
 	}
@@ -167,7 +168,8 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
 		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-			CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, GreylistRetry: cfg.VerifySingleRetry}, lists, lim)
+			CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, GreylistRetry: cfg.VerifySingleRetry,
+			Probes: probes}, lists, lim)
 		if err != nil {
 			return nil, fmt.Errorf("email verifier: %w", err)
 		}

@@ -594,6 +594,16 @@ func (r *run) probeFor(d *domainState) string {
 		p, ok := r.v.probes.get(d.name, time.Now())
 		if !ok {
 			p = probeLocal()
+			if st := r.v.cfg.Probes; st != nil {
+				// Shared with every process; without the store (Redis
+				// down) the process's own probe still serves its own
+				// retries.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+				if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
+					p = shared
+				}
+				cancel()
+			}
 			r.v.probes.put(d.name, p, time.Now().Add(probeTTL))
 		}
 		d.probe = p

@@ -64,6 +64,10 @@ type Config struct {
 	// loopback; turn it on in production so a submitted address cannot make
 	// us open connections inside our own network.
 	DenyPrivateIPs bool
+	// Probes, when set, shares each domain's catch-all probe address with
+	// every process (RedisProbes), so a retry made elsewhere passes the
+	// greylist the first attempt started. Nil: per process only.
+	Probes ProbeStore
 }
 
 func (c Config) withDefaults() Config {
