@@ -40,7 +40,15 @@ func (s *Server) mountBulk(g chi.Router, b Bulk) {
 func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p := PrincipalFrom(r.Context())
-		b := jobs.NewBuilder(m.Family.Name(), 0)
+		// Sized from the body's length (about 24 bytes a row at the least,
+		// capped at the family's row limit): growing the row slices and the
+		// dedupe map while a 100,000-row body streams in was a third of
+		// the decode.
+		hint := 0
+		if r.ContentLength > 0 {
+			hint = int(min(r.ContentLength/24, int64(m.Family.MaxRows())))
+		}
+		b := jobs.NewBuilder(m.Family.Name(), hint)
 		body := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
 		if e := m.Family.Decode(body, b); e != nil {
 			apierr.Write(w, e)

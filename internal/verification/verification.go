@@ -191,6 +191,7 @@ func (f *VerificationFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error 
 		return apierr.New(http.StatusBadRequest, fmt.Sprintf("Too many emails: at most %d per submission.", MaxEmails))
 	}
 	n := 0
+	var norm verify.Normalizer
 	if e := apierr.ListBody(r, "emails", MaxEmails, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
 		n++
 		var s *string
@@ -214,7 +215,7 @@ func (f *VerificationFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error 
 				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxLen))
 			}
 		case v.Empty():
-			key := Key(*s)
+			key := keyWith(&norm, *s)
 			b.AddValid(*s, key, key)
 		}
 		return nil
@@ -232,8 +233,18 @@ func (f *VerificationFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error 
 }
 
 // Key is an address's dedupe key and the input the verifier is given.
-func Key(s string) string {
-	if a, err := verify.Normalize(s); err == nil {
+func Key(s string) string { return keyWith(nil, s) }
+
+// keyWith is Key with a Normalizer that remembers domains (nil: none).
+func keyWith(n *verify.Normalizer, s string) string {
+	var a verify.Address
+	var err error
+	if n != nil {
+		a, err = n.Normalize(s)
+	} else {
+		a, err = verify.Normalize(s)
+	}
+	if err == nil {
 		return a.String()
 	}
 	return strings.ToLower(strings.TrimSpace(s))

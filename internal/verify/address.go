@@ -85,7 +85,42 @@ var idnaProfile = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.VerifyDNSL
 //     canonical form; other tags are rejected.
 //
 // Normalize is idempotent: Normalize(a.String()) returns a again.
-func Normalize(s string) (Address, error) {
+func Normalize(s string) (Address, error) { return normalize(s, parseDomain) }
+
+// Normalizer normalizes many addresses, remembering each domain's IDNA
+// mapping: a 100,000-address submission usually names a few thousand
+// domains, and the mapping was most of Normalize's cost. Not safe for
+// concurrent use; use one per submission.
+type Normalizer struct {
+	domains map[string]parsedDomain
+}
+
+type parsedDomain struct {
+	ascii, uni string
+	err        error
+}
+
+// maxNormalizerDomains bounds a Normalizer's memory.
+const maxNormalizerDomains = 100_000
+
+// Normalize is the package Normalize, with the domain mapping remembered.
+func (n *Normalizer) Normalize(s string) (Address, error) {
+	if n.domains == nil {
+		n.domains = map[string]parsedDomain{}
+	}
+	return normalize(s, func(d string) (string, string, error) {
+		if p, ok := n.domains[d]; ok {
+			return p.ascii, p.uni, p.err
+		}
+		ascii, uni, err := parseDomain(d)
+		if len(n.domains) < maxNormalizerDomains {
+			n.domains[d] = parsedDomain{ascii, uni, err}
+		}
+		return ascii, uni, err
+	})
+}
+
+func normalize(s string, parseDomain func(string) (string, string, error)) (Address, error) {
 	if len(s) > maxInputLen {
 		return Address{}, syntaxErr("too long")
 	}
