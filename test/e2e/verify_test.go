@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func verifyStart(t *testing.T) (*companyAPI, *mailworld.World) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
 		c.SMTPCommandTimeout = time.Second
 		c.VerifyRetryDelays = "1s,1s"
+		c.VerifySingleRetry = 1500 * time.Millisecond // the single check waits out the 1 s greylist
 	}))
 	return env, w
 }
@@ -283,5 +285,47 @@ func TestSingleVerify(t *testing.T) {
 	}
 	if got := env.Balance(acct); got != credits.Whole(1)-400 {
 		t.Errorf("balance %v after refunded checks", got)
+	}
+}
+
+// Every class of the mail world through GET /v1/verify: the same verdicts
+// as bulk (the single check waits out the short greylist within its
+// timeout), charged 0.2 except unknown verdicts.
+func TestSingleVerifyEveryClass(t *testing.T) {
+	env, w := verifyStart(t)
+	acct, key := env.Account(credits.Whole(100))
+	charged := credits.Amount(0)
+	for _, c := range w.Cases() {
+		r := env.get(t, "/v1/verify?timeout=20&email="+url.QueryEscape(c.Email), key)
+		var got struct {
+			Status          string         `json:"status"`
+			Reason          string         `json:"reason"`
+			CreditsConsumed credits.Amount `json:"credits_consumed"`
+		}
+		if r.Status != http.StatusOK {
+			t.Errorf("%s: %d %s", c.Email, r.Status, r.Body)
+			continue
+		}
+		r.Decode(t, &got)
+		if got.Status == "deliverable" && c.Status != "deliverable" {
+			t.Errorf("FALSE DELIVERABLE %s: %+v", c.Email, got)
+		}
+		if c.Knowable && (got.Status != c.Status || got.Reason != c.Reason) {
+			t.Errorf("%s: %s/%s, want %s/%s", c.Email, got.Status, got.Reason, c.Status, c.Reason)
+		}
+		want := credits.Amount(200)
+		if got.Status == "unknown" {
+			want = 0
+		}
+		if got.CreditsConsumed != want {
+			t.Errorf("%s: charged %v, want %v", c.Email, got.CreditsConsumed, want)
+		}
+		charged += got.CreditsConsumed
+	}
+	if got := env.Balance(acct); got != credits.Whole(100)-charged {
+		t.Errorf("balance %v, want %v", got, credits.Whole(100)-charged)
+	}
+	if s := w.Stats(); s.Rejected421 != 0 {
+		t.Errorf("%d sessions refused with 421", s.Rejected421)
 	}
 }
