@@ -264,6 +264,8 @@ func processorPod(labels map[string]string, args []string, first []corev1.EnvVar
 			EnableServiceLinks:           ptr.To(false),
 			NodeSelector:                 ps.nodeSelector,
 			Tolerations:                  ps.tolerations,
+			HostNetwork:                  ps.hostNetwork,
+			DNSPolicy:                    ps.dnsPolicy,
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},

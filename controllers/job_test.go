@@ -202,6 +202,45 @@ func TestDesiredJobFamilyProfiles(t *testing.T) {
 	}
 }
 
+// hostNetwork: the family's shard and retry pods run in the node's network
+// namespace (its egress IP; the e2e cluster's mail world on the node's
+// loopback) and still resolve cluster names; other families' pods do not.
+func TestDesiredJobHostNetwork(t *testing.T) {
+	o := DefaultOptions()
+	var err error
+	o.Families, err = ParseFamilyProfiles(`{"email_verification":{"hostNetwork":true,"parallelismCap":2,"configMap":"bulkd-verify-e2e"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "0c6d7e7e-1111-4222-8333-944445555666"
+	verify := builders.MakeBulkJob(id, "bulkd").Family(v1alpha1.FamilyEmailVerification).Rows(100, 100).Shards(2, 50).Parallelism(4).Obj()
+	for _, job := range []*batchv1.Job{desiredJob(verify, o.withDefaults()), desiredRetryJob(verify, o.withDefaults(), 1)} {
+		pod := job.Spec.Template.Spec
+		if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+			t.Errorf("Job %s: hostNetwork %v dnsPolicy %q, want true and ClusterFirstWithHostNet", job.Name, pod.HostNetwork, pod.DNSPolicy)
+		}
+		if sc := pod.Containers[0].SecurityContext; *sc.AllowPrivilegeEscalation || !*pod.SecurityContext.RunAsNonRoot || len(pod.Containers[0].Ports) != 0 {
+			t.Errorf("Job %s: the pod must stay non-root without privilege escalation and listen on no port: %+v", job.Name, pod)
+		}
+	}
+	if j := desiredJob(verify, o.withDefaults()); *j.Spec.Parallelism != 2 {
+		t.Errorf("parallelism %d, want the family cap 2", *j.Spec.Parallelism)
+	}
+	// No profile, or a profile without it: the pod network and the API
+	// server's default DNS policy.
+	company := desiredJob(builders.MakeBulkJob(id, "bulkd").Rows(100, 100).Shards(2, 50).Obj(), o.withDefaults())
+	o.Families[v1alpha1.FamilyEmailVerification] = FamilyProfile{ParallelismCap: 2}
+	plain := desiredJob(verify, o.withDefaults())
+	for _, job := range []*batchv1.Job{company, plain} {
+		if pod := job.Spec.Template.Spec; pod.HostNetwork || pod.DNSPolicy != "" {
+			t.Errorf("Job %s (%s): hostNetwork %v dnsPolicy %q", job.Name, job.Labels[v1alpha1.LabelFamily], pod.HostNetwork, pod.DNSPolicy)
+		}
+	}
+	if _, err := ParseFamilyProfiles(`{"email_verification":{"hostNetwork":"yes"}}`); err == nil || !strings.Contains(err.Error(), "email_verification") {
+		t.Errorf("hostNetwork must be a boolean: %v", err)
+	}
+}
+
 func TestParseFamilyProfiles(t *testing.T) {
 	if p, err := ParseFamilyProfiles(" "); err != nil || p != nil {
 		t.Fatalf("empty: %v %v", p, err)

@@ -37,6 +37,13 @@ type FamilyProfile struct {
 	// operator-wide processor pods have none).
 	NodeSelector map[string]string   `json:"nodeSelector,omitempty"`
 	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
+	// HostNetwork runs the family's pods in their node's network namespace
+	// (pod.spec.hostNetwork, with dnsPolicy ClusterFirstWithHostNet so
+	// cluster names still resolve): their connections leave from the
+	// node's own address, e.g. the clean egress IP that SMTP checks need
+	// (with NodeSelector picking those nodes). The processor listens on no
+	// port, so pods on one node do not collide.
+	HostNetwork bool `json:"hostNetwork,omitempty"`
 }
 
 // reservedEnv are the variables the controller sets itself.
@@ -117,6 +124,8 @@ type processorSettings struct {
 	env            []corev1.EnvVar // sorted by name
 	nodeSelector   map[string]string
 	tolerations    []corev1.Toleration
+	hostNetwork    bool
+	dnsPolicy      corev1.DNSPolicy // "": the API server's default (ClusterFirst)
 }
 
 // forFamily applies fam's profile (if any) to the operator-wide settings.
@@ -146,6 +155,11 @@ func (o Options) forFamily(fam v1alpha1.Family) processorSettings {
 	}
 	for _, t := range p.Tolerations {
 		s.tolerations = append(s.tolerations, *t.DeepCopy())
+	}
+	if p.HostNetwork {
+		// In the node's network namespace, ClusterFirst would fall back to
+		// the node's resolver; this keeps cluster names resolvable.
+		s.hostNetwork, s.dnsPolicy = true, corev1.DNSClusterFirstWithHostNet
 	}
 	return s
 }

@@ -18,6 +18,7 @@ NAMESPACE=bulkd-e2e
 NODE_IP=10.254.0.1
 REDIS_PORT=6379
 PROXY_ADDR="${NODE_IP}:18080"   # the test's stand-in for every website (redirect checks)
+VERIFY_CM=bulkd-verify-e2e      # email verification pods' own ConfigMap; the suite creates it (its mail world)
 TIMINGS="${E2E_TIMINGS:-/tmp/bulkd-e2e-timings.txt}"
 log() { printf 'e2e: %s\n' "$*" >&2; }
 now() { date +%s%3N; }
@@ -76,6 +77,10 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
 # half done, redirect checks through the test's proxy, one API replica. At
 # most 20 shards per job: each shard is a pod (about 3 s to start here), so
 # the 100k scale job runs 20 pods of 5,000 inputs rather than 50 of 2,000.
+# Email verification pods: at most 2 per job, in the node's network
+# namespace (hostNetwork), which is this namespace, where the suite's mail
+# world listens on loopback (127.x.y.z); their ConfigMap, which the suite
+# creates, says where (BULKD_DNS_SERVER, BULKD_SMTP_PORT).
 "${CL}" exec "${HELM}" install bulkd charts/bulkd --kubeconfig "${LC_DIR}/admin.kubeconfig" -n "${NAMESPACE}" \
   --set image.tag="${TAG}" --set image.pullPolicy=Never \
   --set redis.existingSecret=bulkd-redis \
@@ -88,6 +93,7 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_LEASE_TTL=5s \
   --set jobs.maxShards=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
+  --set-json "processor.families={\"email_verification\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${VERIFY_CM}\"}}" \
   ${E2E_HELM_ARGS:-} --wait --timeout 5m >&2
 mark "helm install (ready)"
 kc -n "${NAMESPACE}" get pods -o wide >&2
@@ -95,6 +101,7 @@ kc -n "${NAMESPACE}" get pods -o wide >&2
 rc=0
 "${CL}" exec env E2E_KUBECONFIG="${LC_DIR}/admin.kubeconfig" E2E_NAMESPACE="${NAMESPACE}" \
   E2E_REDIS_URL="${REDIS_URL}" E2E_PROXY_ADDR="${PROXY_ADDR}" E2E_TIMINGS="${TIMINGS}" \
+  E2E_VERIFY_CONFIGMAP="${VERIFY_CM}" E2E_NODE_IP="${NODE_IP}" \
   "${TESTBIN}" -test.v -test.count=1 -test.timeout=40m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
 mark "e2e suite (rc=${rc})"
 if [[ ${rc} -ne 0 ]]; then

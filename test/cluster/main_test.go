@@ -14,6 +14,10 @@
 //	E2E_PROXY_ADDR  where this suite serves the stand-in for every website
 //	                (the chart's BULKD_HTTP_PROXY points there)
 //	E2E_TIMINGS     file the suite appends its timings to (optional)
+//	E2E_VERIFY_CONFIGMAP  the email_verification family's ConfigMap, which
+//	                the suite creates (default bulkd-verify-e2e)
+//	E2E_NODE_IP     the node's address, where hostNetwork pods are
+//	                (default 10.254.0.1)
 package cluster_test
 
 import (
