@@ -1,0 +1,660 @@
+package finder
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/company/normalize"
+	"github.com/bulkd/bulkd/internal/verify"
+)
+
+// Person is one (first name, last name, domain) to find an address for.
+type Person struct{ FirstName, LastName, Domain string }
+
+// Statuses.
+const (
+	StatusFound    = "found"
+	StatusNotFound = "not_found"
+)
+
+// Substatuses (see doc.go for when each is given).
+const (
+	SubVerified        = "verified"
+	SubCatchAllPattern = "catch_all_pattern"
+	SubCatchAllGuess   = "catch_all_guess"
+
+	SubNoMatch       = "no_match"
+	SubNoSuchDomain  = "no_such_domain"
+	SubNullMX        = "null_mx"
+	SubNoMailServer  = "no_mail_server"
+	SubInvalidDomain = "invalid_domain"
+	SubInvalidName   = "invalid_name"
+	SubUnknown       = "unknown"
+)
+
+// Confidence of the answers that return an address (0..100).
+const (
+	// ConfidenceDisposable is a verified address on a disposable domain.
+	ConfidenceDisposable = 60
+	// ConfidenceCatchAllPattern is a catch-all domain's address written
+	// with the pattern learned from addresses verified on that domain.
+	ConfidenceCatchAllPattern = 70
+	// ConfidenceCatchAllGuess is a catch-all domain's address written
+	// with the top prior pattern.
+	ConfidenceCatchAllGuess = 35
+)
+
+// Result is the answer for one person.
+type Result struct {
+	Status        string  `json:"status"`
+	Substatus     string  `json:"substatus"`
+	Email         *string `json:"email"`
+	EmailProvider *string `json:"email_provider"`
+	MXRecord      *string `json:"mx_record"`
+	IsCatchAll    *bool   `json:"is_catch_all"`
+	IsRole        *bool   `json:"is_role"`
+	IsFree        *bool   `json:"is_free"`
+	IsDisposable  *bool   `json:"is_disposable"`
+	Confidence    *int    `json:"confidence"`
+	// Temporary: the answer may change on a later attempt (greylisting,
+	// 4xx); RetryAfter suggests when.
+	Temporary  bool          `json:"-"`
+	RetryAfter time.Duration `json:"-"`
+	// ProbesUsed is the RCPTs spent on this person's candidates (the
+	// domain's catch-all probe is not counted).
+	ProbesUsed int `json:"-"`
+}
+
+// Finder finds people's addresses with a verifier. It is safe for
+// concurrent use.
+type Finder struct {
+	v        *verify.Verifier
+	patterns PatternStore
+}
+
+// Search shape (see doc.go).
+const (
+	// scouts is how many people of a domain whose pattern is unknown
+	// search through the priors while the others wait for the pattern.
+	scouts = 2
+	// scoutWidth is the candidates a scout sends per round.
+	scoutWidth = 4
+	// smallDomain is the most unanswered people of a domain for whom
+	// everyone tries the top prior first; above it only the scouts start.
+	smallDomain = 4
+	// primeScouts is how many people of a greylisting domain send all
+	// their candidates once, so that a retry finds them past the greylist.
+	primeScouts = 3
+	// distrustAfter is the refusals (with no verified address) of a
+	// stored pattern in one call after which the call stops trusting it.
+	distrustAfter = 2
+)
+
+// New returns a Finder checking candidates with v and sharing learned
+// patterns through patterns; nil patterns keeps them in this process only.
+func New(v *verify.Verifier, patterns PatternStore) *Finder {
+	if patterns == nil {
+		patterns = newMemPatterns()
+	}
+	return &Finder{v: v, patterns: patterns}
+}
+
+// person is one distinct person of a call.
+type person struct {
+	idxs []int
+	name name
+	dom  *domain
+
+	cands []cand // what is left to try, in order
+	tried map[string]bool
+	sent  int // candidates sent
+
+	// first is the result of the person's first candidate, firstCand
+	// that candidate (the catch-all answer's address).
+	first     *verify.Result
+	firstCand cand
+
+	scout      bool
+	scoutEnded bool
+	done       bool
+	res        Result
+}
+
+// domain is one domain of a call.
+type domain struct {
+	name   string
+	people []*person
+
+	pattern   string // the pattern in use; "" while it is not known
+	fromStore bool   // pattern came from the store and nothing confirmed it yet
+	distrust  bool   // the stored pattern failed in this call: not used again
+	planned   string // the pattern people's lists were built for
+	built     bool
+	counts    map[string]int64 // addresses verified per pattern in this call
+
+	scoutsFailed int  // scouts that ended while the pattern was unknown
+	mass         bool // everyone searches (see noteScouts)
+
+	stopped bool
+	prime   bool // send the scouts' remaining candidates once (greylisting)
+	primed  bool
+}
+
+// send is one candidate of one person in a round.
+type send struct {
+	p     *person
+	c     cand
+	prime bool
+}
+
+// Find answers people in input order (see doc.go for the rules). People of
+// one domain are resolved and probed together, in rounds; every round is
+// one Verify call for the whole batch.
+func (f *Finder) Find(ctx context.Context, people []Person) []Result {
+	out := make([]Result, len(people))
+	doms := map[string]*domain{}
+	var order []*domain
+	uniq := map[string]*person{}
+	var all []*person
+	for i, pp := range people {
+		n := parseName(pp.FirstName, pp.LastName)
+		if len(n.pairs) == 0 {
+			out[i] = notFound(SubInvalidName)
+			continue
+		}
+		dn, ok := canonicalDomain(pp.Domain)
+		if !ok {
+			out[i] = notFound(SubInvalidDomain)
+			continue
+		}
+		key := NormalizeName(pp.FirstName) + "\x00" + NormalizeName(pp.LastName) + "\x00" + dn
+		if p := uniq[key]; p != nil {
+			p.idxs = append(p.idxs, i)
+			continue
+		}
+		d := doms[dn]
+		if d == nil {
+			d = &domain{name: dn, counts: map[string]int64{}}
+			doms[dn] = d
+			order = append(order, d)
+		}
+		p := &person{idxs: []int{i}, name: n, dom: d, tried: map[string]bool{}}
+		d.people = append(d.people, p)
+		uniq[key] = p
+		all = append(all, p)
+	}
+	if len(order) == 0 {
+		return out
+	}
+	f.loadPatterns(ctx, order)
+
+	for ctx.Err() == nil {
+		var sends []send
+		for _, d := range order {
+			sends = append(sends, d.plan()...)
+		}
+		if len(sends) == 0 {
+			break
+		}
+		emails := make([]string, len(sends))
+		for i, s := range sends {
+			emails[i] = s.c.local + "@" + s.p.dom.name
+		}
+		res := f.v.Verify(ctx, emails)
+		byDom := map[*domain][]int{}
+		var seen []*domain
+		for i, s := range sends {
+			if byDom[s.p.dom] == nil {
+				seen = append(seen, s.p.dom)
+			}
+			byDom[s.p.dom] = append(byDom[s.p.dom], i)
+		}
+		var learned []learnt
+		for _, d := range seen {
+			learned = append(learned, d.absorb(sends, res, byDom[d])...)
+		}
+		f.learn(ctx, learned)
+	}
+	for _, p := range all {
+		if !p.done {
+			if ctx.Err() != nil {
+				p.res = notFound(SubUnknown)
+				p.res.Temporary = true
+			} else {
+				p.res = notFound(SubNoMatch)
+			}
+		}
+		for k, i := range p.idxs {
+			out[i] = p.res
+			if k > 0 {
+				out[i].ProbesUsed = 0
+			}
+		}
+	}
+	return out
+}
+
+// canonicalDomain reads a domain as company enrichment does (URLs, www.,
+// user@, IDN) and checks it can be an address's domain.
+func canonicalDomain(raw string) (string, bool) {
+	d, err := normalize.CanonicalDomain(raw)
+	if err != nil {
+		return "", false
+	}
+	if _, err := verify.Normalize("x@" + d); err != nil {
+		return "", false
+	}
+	return d, true
+}
+
+// loadPatterns reads the learned pattern of every domain of the call.
+func (f *Finder) loadPatterns(ctx context.Context, order []*domain) {
+	names := make([]string, len(order))
+	for i, d := range order {
+		names[i] = d.name
+	}
+	got := map[string]string{}
+	if bg, ok := f.patterns.(batchGetter); ok {
+		m, err := bg.GetMany(ctx, names)
+		if err == nil {
+			got = m
+		}
+	} else {
+		for _, n := range names {
+			if p, ok, err := f.patterns.Get(ctx, n); err == nil && ok {
+				got[n] = p
+			}
+		}
+	}
+	for _, d := range order {
+		if p := got[d.name]; KnownPattern(p) {
+			d.pattern, d.fromStore = p, true
+		}
+	}
+}
+
+// learnt is one verified address's pattern, to be stored.
+type learnt struct{ domain, pattern string }
+
+// batchLearner is implemented by stores that take a round's lessons in one
+// round trip.
+type batchLearner interface {
+	LearnMany(ctx context.Context, domains, patterns []string) error
+}
+
+func (f *Finder) learn(ctx context.Context, ls []learnt) {
+	if len(ls) == 0 {
+		return
+	}
+	if bl, ok := f.patterns.(batchLearner); ok {
+		ds, ps := make([]string, len(ls)), make([]string, len(ls))
+		for i, l := range ls {
+			ds[i], ps[i] = l.domain, l.pattern
+		}
+		_ = bl.LearnMany(ctx, ds, ps)
+		return
+	}
+	for _, l := range ls {
+		_ = f.patterns.Learn(ctx, l.domain, l.pattern)
+	}
+}
+
+// rebuild gives every unanswered person the candidates of the domain's
+// current pattern (or the priors), without the ones already tried.
+func (d *domain) rebuild() {
+	d.planned, d.built = d.pattern, true
+	for _, p := range d.people {
+		if p.done {
+			continue
+		}
+		var cs []cand
+		if d.pattern != "" {
+			cs = learnedCands(p.name, d.pattern)
+		} else {
+			cs = priorCands(p.name)
+		}
+		p.cands = p.cands[:0]
+		for _, c := range cs {
+			if !p.tried[c.local] {
+				p.cands = append(p.cands, c)
+			}
+		}
+	}
+}
+
+// plan returns the domain's sends for the next round.
+func (d *domain) plan() []send {
+	if d.prime {
+		d.prime = false
+		var out []send
+		for _, p := range d.pickScouts(true) {
+			for _, c := range priorCands(p.name) {
+				if !p.tried[c.local] {
+					out = append(out, send{p: p, c: c, prime: true})
+				}
+			}
+		}
+		return out
+	}
+	if d.stopped {
+		return nil
+	}
+	if !d.built || d.planned != d.pattern {
+		d.rebuild()
+	}
+	open := 0
+	for _, p := range d.people {
+		if p.done {
+			continue
+		}
+		if len(p.cands) == 0 {
+			p.answer(notFound(SubNoMatch))
+			continue
+		}
+		open++
+	}
+	if open == 0 {
+		d.stopped = true
+		return nil
+	}
+	var out []send
+	take := func(p *person, n int) {
+		for k := 0; k < n && len(p.cands) > 0; k++ {
+			out = append(out, send{p: p, c: p.cands[0]})
+			p.cands = p.cands[1:]
+		}
+	}
+	if d.pattern != "" {
+		// Learned: everyone tries their next form of the pattern.
+		for _, p := range d.people {
+			if !p.done {
+				take(p, 1)
+			}
+		}
+		return out
+	}
+	d.noteScouts()
+	if d.mass {
+		// The scouts could not tell the pattern: everyone searches.
+		for _, p := range d.people {
+			if !p.done {
+				take(p, 1)
+			}
+		}
+		return out
+	}
+	if open <= smallDomain {
+		// A few people: whoever has not tried anything yet tries the top
+		// prior; once everyone has, only the scouts go on.
+		for _, p := range d.people {
+			if !p.done && p.sent == 0 {
+				take(p, 1)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	// Many people: the scouts find the pattern, the others wait for it.
+	for _, p := range d.pickScouts(false) {
+		take(p, scoutWidth)
+	}
+	return out
+}
+
+// noteScouts counts the scouts that ended without teaching the domain's
+// pattern; after 2 x scouts of them everyone searches (mass).
+func (d *domain) noteScouts() {
+	for _, p := range d.people {
+		if p.scout && !p.scoutEnded && (p.done || len(p.cands) == 0) {
+			p.scoutEnded = true
+			d.scoutsFailed++
+		}
+	}
+	if d.scoutsFailed >= 2*scouts {
+		d.mass = true
+	}
+}
+
+// pickScouts returns the domain's scouts, choosing new ones when fewer
+// than scouts are left: names whose address teaches a pattern (not an
+// initial) first, then the names with the fewest forms, then input order.
+// With answered true (priming after greylisting) it returns primeScouts
+// people, who may have been answered temporarily.
+func (d *domain) pickScouts(answered bool) []*person {
+	n := scouts
+	if answered {
+		n = primeScouts
+	}
+	usable := func(p *person) bool {
+		if answered {
+			return p.res.Temporary || !p.done
+		}
+		return !p.done && len(p.cands) > 0
+	}
+	var cur []*person
+	for _, p := range d.people {
+		if p.scout && usable(p) {
+			cur = append(cur, p)
+		}
+	}
+	if len(cur) >= n {
+		return cur[:n]
+	}
+	var pool []*person
+	for _, p := range d.people {
+		if !p.scout && usable(p) {
+			pool = append(pool, p)
+		}
+	}
+	sort.SliceStable(pool, func(a, b int) bool {
+		na, nb := pool[a].name, pool[b].name
+		if na.initialOnly() != nb.initialOnly() {
+			return nb.initialOnly()
+		}
+		return na.variants() < nb.variants()
+	})
+	for _, p := range pool {
+		if len(cur) == n {
+			break
+		}
+		p.scout = true
+		cur = append(cur, p)
+	}
+	return cur
+}
+
+// absorb applies a round's results to the domain and returns the patterns
+// to store.
+func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
+	var learned []learnt
+	var catchAll, noMail, unknown *verify.Result
+	verified, refused := 0, 0
+	for _, i := range idx {
+		s, r := sends[i], res[i]
+		p := s.p
+		if r.SMTPCode != 0 {
+			p.res.ProbesUsed++
+		}
+		p.tried[s.c.local] = true
+		if p.sent == 0 {
+			rr := r
+			p.first, p.firstCand = &rr, s.c
+		}
+		p.sent++
+		if s.prime {
+			// Priming only starts greylisting periods; an address that
+			// is nevertheless verified is an answer.
+			if r.Reason == verify.ReasonAccepted && (!p.done || p.res.Temporary) {
+				learned = append(learned, d.found(p, r, s.c)...)
+			}
+			continue
+		}
+		if p.done {
+			continue
+		}
+		switch r.Reason {
+		case verify.ReasonAccepted:
+			verified++
+			learned = append(learned, d.found(p, r, s.c)...)
+		case verify.ReasonDisposable:
+			if r.IsCatchAll {
+				catchAll = &res[i]
+			} else {
+				verified++
+				learned = append(learned, d.found(p, r, s.c)...)
+			}
+		case verify.ReasonCatchAll:
+			catchAll = &res[i]
+		case verify.ReasonMailboxNotFound, verify.ReasonMailboxDisabled, verify.ReasonRejected, verify.ReasonInvalidSyntax:
+			refused++
+		case verify.ReasonMailboxFull:
+			// The mailbox exists but cannot take mail: the person is
+			// not found, and the other candidates are not theirs.
+			a := notFound(SubUnknown)
+			a.Temporary, a.RetryAfter = r.Temporary, r.RetryAfter
+			p.answer(a)
+		case verify.ReasonNoSuchDomain, verify.ReasonNullMX, verify.ReasonNoMailServer:
+			noMail = &res[i]
+		default: // unknown: greylisted, dns_error, connection_failed, timeout, ...
+			if unknown == nil || r.Reason == verify.ReasonGreylisted && unknown.Reason != verify.ReasonGreylisted {
+				unknown = &res[i]
+			}
+		}
+	}
+	switch {
+	case noMail != nil:
+		d.stopAll(notFound(noMail.Reason))
+	case catchAll != nil:
+		for _, p := range d.people {
+			if !p.done {
+				p.answer(d.catchAllAnswer(p, catchAll))
+			}
+		}
+		d.stopped = true
+	case unknown != nil:
+		a := notFound(SubUnknown)
+		a.Temporary, a.RetryAfter = unknown.Temporary, unknown.RetryAfter
+		d.stopAll(a)
+		if unknown.Reason == verify.ReasonGreylisted && d.pattern == "" && !d.primed {
+			d.prime, d.primed = true, true
+		}
+	case d.fromStore && !d.distrust && verified == 0 && refused >= distrustAfter:
+		// Nobody of this domain has the stored pattern's address: it may
+		// be stale. The call goes on as if no pattern were known.
+		d.pattern, d.fromStore, d.distrust = "", false, true
+	}
+	if verified > 0 {
+		d.fromStore = false
+		if p, ok := best(d.counts); ok && !d.stopped {
+			d.pattern = p
+		}
+	}
+	return learned
+}
+
+// found answers p with a verified address and returns the pattern it
+// teaches (none when several patterns write that address for this name).
+func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
+	a := Result{Status: StatusFound, Substatus: SubVerified}
+	fill(&a, r, false)
+	conf := r.Score
+	if r.Reason == verify.ReasonDisposable {
+		conf = ConfidenceDisposable
+	}
+	a.Confidence = &conf
+	a.ProbesUsed = p.res.ProbesUsed
+	p.res, p.done = a, true
+	pats := patternsOf(p.name, c.local)
+	if len(pats) != 1 {
+		return nil
+	}
+	d.counts[pats[0]]++
+	return []learnt{{d.name, pats[0]}}
+}
+
+// catchAllAnswer is p's answer on a catch-all domain: the address of p's
+// first candidate (the learned pattern's when one was known, else the top
+// prior's).
+func (d *domain) catchAllAnswer(p *person, r *verify.Result) Result {
+	c, src := p.firstCand, p.first
+	if src == nil {
+		// The person waited for the scouts: nothing was sent for them.
+		if len(p.cands) > 0 {
+			c = p.cands[0]
+		}
+		src = r
+	}
+	if c.local == "" {
+		return notFound(SubUnknown)
+	}
+	a := Result{Status: StatusFound, Substatus: SubCatchAllGuess, ProbesUsed: p.res.ProbesUsed}
+	fill(&a, *src, true)
+	email := c.local + "@" + d.name
+	a.Email = &email
+	if p.first == nil {
+		role := roleLists.IsRole(c.local)
+		a.IsRole = &role
+	}
+	conf := ConfidenceCatchAllGuess
+	if d.planned != "" && c.pattern == d.planned {
+		a.Substatus, conf = SubCatchAllPattern, ConfidenceCatchAllPattern
+	}
+	a.Confidence = &conf
+	return a
+}
+
+// stopAll answers every unanswered person of the domain with a and stops
+// the domain.
+func (d *domain) stopAll(a Result) {
+	for _, p := range d.people {
+		if !p.done {
+			p.answer(a)
+		}
+	}
+	d.stopped = true
+}
+
+func (p *person) answer(a Result) {
+	a.ProbesUsed = p.res.ProbesUsed
+	p.res, p.done = a, true
+}
+
+// roleLists tells role local parts for catch-all answers of people
+// nothing was sent for (the others take the verifier's flags).
+var roleLists = verify.DefaultLists()
+
+func notFound(sub string) Result { return Result{Status: StatusNotFound, Substatus: sub} }
+
+// fill copies the address and its enrichment from a verifier result.
+func fill(a *Result, r verify.Result, catchAll bool) {
+	email := r.Email
+	a.Email = &email
+	if r.MXHost != nil {
+		mx := *r.MXHost
+		a.MXRecord = &mx
+	}
+	if r.MXHost != nil || r.Provider != nil {
+		prov := providerName(r.Provider)
+		a.EmailProvider = &prov
+	}
+	a.IsCatchAll = &catchAll
+	role, free, disp := r.IsRole, r.IsFree, r.IsDisposable
+	a.IsRole, a.IsFree, a.IsDisposable = &role, &free, &disp
+}
+
+// providerName maps the verifier's provider to google, microsoft or other.
+func providerName(p *string) string {
+	if p == nil {
+		return "other"
+	}
+	switch strings.ToLower(*p) {
+	case "google":
+		return "google"
+	case "microsoft":
+		return "microsoft"
+	}
+	return "other"
+}

@@ -1,0 +1,197 @@
+package finder
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PatternStore keeps each domain's learned address pattern, shared across
+// jobs, accounts and processes.
+type PatternStore interface {
+	// Get returns the domain's best pattern; ok is false when none is
+	// known.
+	Get(ctx context.Context, domain string) (pattern string, ok bool, err error)
+	// Learn records one verified address of the domain written with
+	// pattern.
+	Learn(ctx context.Context, domain, pattern string) error
+}
+
+// batchGetter is implemented by stores that answer many domains in one
+// round trip; Find uses it when present.
+type batchGetter interface {
+	GetMany(ctx context.Context, domains []string) (map[string]string, error)
+}
+
+// best picks the pattern with the most verified addresses; a tie goes to
+// the pattern with the higher prior. Unknown patterns are ignored.
+func best(counts map[string]int64) (string, bool) {
+	bp, bc := "", int64(0)
+	for p, c := range counts {
+		r, ok := priorRank[p]
+		if !ok || c <= 0 {
+			continue
+		}
+		if c > bc || c == bc && r < priorRank[bp] {
+			bp, bc = p, c
+		}
+	}
+	return bp, bp != ""
+}
+
+// PatternTTL is how long a domain's patterns are kept after the last
+// address that taught one.
+const PatternTTL = 180 * 24 * time.Hour
+
+// RedisPatterns is a PatternStore in Redis: one hash per domain,
+// bulkd:finder:pattern:<domain>, field = pattern, value = the number of
+// addresses verified with it; the pattern with the highest count wins (ties
+// by prior). Every Learn increments its pattern's count and renews the
+// key's expiry (PatternTTL).
+type RedisPatterns struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+}
+
+// NewRedisPatterns returns a PatternStore on rdb.
+func NewRedisPatterns(rdb redis.UniversalClient) *RedisPatterns {
+	return &RedisPatterns{rdb: rdb, prefix: "bulkd:finder:pattern:", ttl: PatternTTL}
+}
+
+// Key returns the Redis key of a domain.
+func (s *RedisPatterns) Key(domain string) string { return s.prefix + domain }
+
+// Get implements PatternStore.
+func (s *RedisPatterns) Get(ctx context.Context, domain string) (string, bool, error) {
+	m, err := s.rdb.HGetAll(ctx, s.Key(domain)).Result()
+	if err != nil {
+		return "", false, err
+	}
+	p, ok := best(parseCounts(m))
+	return p, ok, nil
+}
+
+// GetMany returns the best pattern of every domain that has one, in one
+// pipelined round trip.
+func (s *RedisPatterns) GetMany(ctx context.Context, domains []string) (map[string]string, error) {
+	if len(domains) == 0 {
+		return map[string]string{}, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(domains))
+	for i, d := range domains {
+		cmds[i] = pipe.HGetAll(ctx, s.Key(d))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(domains))
+	for i, c := range cmds {
+		m, err := c.Result()
+		if err != nil {
+			continue
+		}
+		if p, ok := best(parseCounts(m)); ok {
+			out[domains[i]] = p
+		}
+	}
+	return out, nil
+}
+
+// Learn implements PatternStore.
+func (s *RedisPatterns) Learn(ctx context.Context, domain, pattern string) error {
+	if !KnownPattern(pattern) {
+		return nil
+	}
+	pipe := s.rdb.TxPipeline()
+	pipe.HIncrBy(ctx, s.Key(domain), pattern, 1)
+	pipe.Expire(ctx, s.Key(domain), s.ttl)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// Counts returns every pattern's count for a domain (for tests and admin).
+func (s *RedisPatterns) Counts(ctx context.Context, domain string) (map[string]int64, error) {
+	m, err := s.rdb.HGetAll(ctx, s.Key(domain)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseCounts(m), nil
+}
+
+func parseCounts(m map[string]string) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// memPatterns is the in-process PatternStore used when New gets none: the
+// same counting rule, at most memDomains domains (when full, an arbitrary
+// tenth is forgotten).
+type memPatterns struct {
+	mu sync.Mutex
+	m  map[string]map[string]int64
+}
+
+const memDomains = 100_000
+
+func newMemPatterns() *memPatterns { return &memPatterns{m: map[string]map[string]int64{}} }
+
+func (s *memPatterns) Get(_ context.Context, domain string) (string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := best(s.m[domain])
+	return p, ok, nil
+}
+
+func (s *memPatterns) Learn(_ context.Context, domain, pattern string) error {
+	if !KnownPattern(pattern) {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.m[domain]
+	if c == nil {
+		if len(s.m) >= memDomains {
+			n := 0
+			for k := range s.m {
+				delete(s.m, k)
+				if n++; n >= memDomains/10 {
+					break
+				}
+			}
+		}
+		c = map[string]int64{}
+		s.m[domain] = c
+	}
+	c[pattern]++
+	return nil
+}
+
+// LearnMany records several verified addresses (domains[i] written with
+// patterns[i]) in one round trip.
+func (s *RedisPatterns) LearnMany(ctx context.Context, domains, patterns []string) error {
+	pipe := s.rdb.Pipeline() // keys of several domains: no MULTI (cluster slots)
+	n := 0
+	for i, d := range domains {
+		if i >= len(patterns) || !KnownPattern(patterns[i]) {
+			continue
+		}
+		pipe.HIncrBy(ctx, s.Key(d), patterns[i], 1)
+		pipe.Expire(ctx, s.Key(d), s.ttl)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}
