@@ -39,6 +39,7 @@ type UsageResponse struct {
 	BulkSearchesResetAt   time.Time  `json:"bulk_searches_reset_at"`
 	SingleLookupsUsed     int64      `json:"single_lookups_used"`
 	SingleLookupsLimit    int64      `json:"single_lookups_limit"`
+	SingleLookupsResetAt  time.Time  `json:"single_lookups_reset_at"`
 	CurrentPeriodEnd      *time.Time `json:"current_period_end"`
 }
 
@@ -47,11 +48,8 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 	now := s.Now()
 	limits := s.Plans[p.Account.Plan]
 	day := billing.DailyWindow(billing.BulkSearches, now)
-	windows := []billing.Window{day}
-	if !p.Account.PeriodEnd.IsZero() {
-		windows = append(windows, billing.PeriodWindow(billing.SingleLookups, p.Account.PeriodEnd))
-	}
-	used, err := s.Billing.UsedIn(r.Context(), p.Account.ID, windows...)
+	single := SingleLookupWindow(&p.Account, now)
+	used, err := s.Billing.UsedIn(r.Context(), p.Account.ID, day, single)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -61,12 +59,13 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		BulkSearchesUsed: used[0], BulkSearchesLimit: limits.DailyBulkSearches,
 		BulkSearchesRemaining: max(0, limits.DailyBulkSearches-used[0]),
 		BulkSearchesResetAt:   day.Reset,
+		SingleLookupsUsed:     used[1],
 		SingleLookupsLimit:    limits.MonthlySingleLookups,
+		SingleLookupsResetAt:  single.Reset,
 	}
-	if len(used) > 1 {
+	if !p.Account.PeriodEnd.IsZero() {
 		pe := p.Account.PeriodEnd
 		resp.CurrentPeriodEnd = &pe
-		resp.SingleLookupsUsed = used[1]
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -27,7 +28,9 @@ type Bulk struct {
 	Family family.Family
 	Keys   Family // which keys the endpoints take
 	// Metering is how a principal pays for a submission; nil means the
-	// family's credit price per distinct input.
+	// family's credit price per distinct input on pay-as-you-go mounts and
+	// one search per distinct input from the daily bulk search quota on
+	// unlimited-plan mounts (SPEC 4.3, section 8).
 	Metering func(p *accounts.Principal) (jobs.Metering, *apierr.Error)
 }
 
@@ -55,6 +58,9 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 			return
 		}
 		met := jobs.Metering{Price: m.Family.Price()}
+		if m.Keys == UnlimitedPlan {
+			met = s.bulkSearches(p)
+		}
 		if m.Metering != nil {
 			var e *apierr.Error
 			if met, e = m.Metering(p); e != nil {
@@ -143,6 +149,12 @@ func (s *Server) chargeFailed(w http.ResponseWriter, r *http.Request, err error)
 		apierr.Write(w, apierr.New(http.StatusForbidden, ie.Error()))
 		return true
 	}
+	var qe *billing.QuotaError
+	if errors.As(err, &qe) {
+		s.Metrics.ChargesByOutcome.WithLabelValues("quota").Inc()
+		apierr.Write(w, quotaExceeded(qe))
+		return true
+	}
 	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
 	s.internalError(w, r, err)
 	return true
@@ -214,4 +226,36 @@ func writeResultsPage(w http.ResponseWriter, res *jobs.Results, limit, offset in
 		return
 	}
 	_, _ = io.WriteString(w, tail)
+}
+
+// bulkSearches is the metering of unlimited-plan bulk submissions: one
+// search per unique row from the account's daily bulk search quota (the
+// UTC day of the server's clock), whatever key or replica submits.
+func (s *Server) bulkSearches(p *accounts.Principal) jobs.Metering {
+	return jobs.Metering{Quota: &jobs.Quota{
+		Window: billing.DailyWindow(billing.BulkSearches, s.Now()),
+		Limit:  s.Plans[p.Account.Plan].DailyBulkSearches,
+	}}
+}
+
+// quotaExceeded is the 429 of a refused quota consumption (SPEC section
+// 7): bulk_searches_limited for the daily bulk search quota,
+// monthly_quota_exceeded for the monthly single-lookup cap; Retry-After is
+// the whole seconds until the window resets (rounded up, at least 1).
+func quotaExceeded(qe *billing.QuotaError) *apierr.Error {
+	wait := int((qe.RetryAfter + time.Second - 1) / time.Second)
+	wait = max(wait, 1)
+	var e *apierr.Error
+	switch qe.Window.Name {
+	case billing.BulkSearches:
+		e = apierr.WithCode(http.StatusTooManyRequests, apierr.CodeBulkSearchesLimited, fmt.Sprintf(
+			"Daily bulk search quota exceeded: %d of %d used today, this submission needs %d. Nothing was consumed; "+
+				"the quota resets at %s (UTC midnight).", qe.Used, qe.Limit, qe.Requested, qe.Window.Reset.UTC().Format(time.RFC3339)))
+	default:
+		e = apierr.WithCode(http.StatusTooManyRequests, apierr.CodeMonthlyQuotaExceeded, fmt.Sprintf(
+			"Monthly single-lookup cap reached: %d of %d used in this billing period, which ends at %s.",
+			qe.Used, qe.Limit, qe.Window.Reset.UTC().Format(time.RFC3339)))
+	}
+	e.RetryAfter = wait
+	return e
 }

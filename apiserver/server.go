@@ -44,6 +44,9 @@ type Deps struct {
 	Company *enrich.CompanyFamily
 	// Verification answers the single check (GET /v1/verify).
 	Verification *verification.VerificationFamily
+	// Lookup answers the single email lookups (POST /v1/email-lookup and
+	// /v1/unlimited/email-lookup).
+	Lookup *SingleLookup
 }
 
 // Server holds the API's state.
@@ -118,6 +121,9 @@ func (s *Server) routes() chi.Router {
 			if s.Verification != nil {
 				g.Get("/verify", s.getVerify)
 			}
+			if s.Lookup != nil {
+				g.Post("/email-lookup", s.postEmailLookup)
+			}
 			s.mountBulks(g, Metered)
 		})
 		v1.Group(func(g chi.Router) {
@@ -129,6 +135,9 @@ func (s *Server) routes() chi.Router {
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(UnlimitedPlan))
 			g.Get("/unlimited/usage", s.getUsage)
+			if s.Lookup != nil {
+				g.Post("/unlimited/email-lookup", s.postUnlimitedEmailLookup)
+			}
 			s.mountBulks(g, UnlimitedPlan)
 		})
 	})

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +35,30 @@ type Env struct {
 	Redis  *redis.Client
 	Parts  *serve.Components
 	Config config.Config
+	// Clock is the API's, billing's and the engine's clock: real time
+	// until a test moves it (quota windows across a UTC midnight).
+	Clock  *Clock
 	client *http.Client
+}
+
+// Clock is real time shifted by an offset a test sets.
+type Clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// Now is the shifted time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Set makes Now read t (and run on from there).
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset = time.Until(t)
 }
 
 // Option adjusts the configuration before the parts are built.
@@ -67,12 +91,13 @@ func Start(t testing.TB, opts ...Option) *Env {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(&tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	parts, err := serve.Build(cfg, rdb, log)
+	clock := &Clock{}
+	parts, err := serve.BuildWith(cfg, rdb, log, serve.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	parts.Local.Backoff = 20 * time.Millisecond
-	e := &Env{T: t, Redis: rdb, Parts: parts, Config: cfg, client: &http.Client{Timeout: 30 * time.Second}}
+	e := &Env{T: t, Redis: rdb, Parts: parts, Config: cfg, Clock: clock, client: &http.Client{Timeout: 30 * time.Second}}
 	ts := httptest.NewServer(parts.API)
 	e.URL = ts.URL
 	t.Cleanup(ts.Close)

@@ -70,6 +70,10 @@ type Config struct {
 	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
 	SMTPDenyPrivate     bool          // never connect to loopback/private addresses from MX records or address literals
 
+	// Email lookup.
+	LookupTimeout      time.Duration // one single email lookup, end to end
+	UnlimitedLookupRPS int           // unlimited single lookups per second per account
+
 	// Demo creates a demo account with credits and both key types on first
 	// start and writes the keys to DemoKeysFile (make run uses it).
 	Demo         bool
@@ -105,6 +109,9 @@ func Default() Config {
 		SMTPSessionRate:     5,
 		SMTPCommandTimeout:  10 * time.Second,
 		VerifyRetryDelays:   "2m,5m,15m",
+
+		LookupTimeout:      45 * time.Second,
+		UnlimitedLookupRPS: 10,
 	}
 }
 
@@ -140,7 +147,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SMTPSessionsPerHost, "smtp-sessions-per-host", "SMTP sessions open at once per MX host, shared by every process through Redis")
 	float(fs, &c.SMTPSessionRate, "smtp-session-rate", "new SMTP sessions per second per MX host, shared by every process through Redis")
 	dur(fs, &c.SMTPCommandTimeout, "smtp-command-timeout", "wait for one SMTP reply (bounds tarpits)")
-	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address; after the last it is unknown")
+	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address (bulk verification and bulk lookup); after the last it is unknown")
+	dur(fs, &c.LookupTimeout, "lookup-timeout", "time limit of one single email lookup (POST /v1/email-lookup and the unlimited one); past it: 502, nothing charged")
+	num(fs, &c.UnlimitedLookupRPS, "unlimited-lookup-rps", "POST /v1/unlimited/email-lookup requests per second per account (on top of the per-key rate limit)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
 	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of loopback, private and link-local addresses (turn on in production)")
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
@@ -286,6 +295,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := c.RetryDelays(); err != nil {
 		return err
+	}
+	if c.LookupTimeout < time.Second || c.LookupTimeout > 5*time.Minute {
+		return fmt.Errorf("--lookup-timeout must be 1s..5m")
+	}
+	if c.UnlimitedLookupRPS < 1 {
+		return fmt.Errorf("--unlimited-lookup-rps must be at least 1")
 	}
 	return nil
 }

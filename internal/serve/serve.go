@@ -26,7 +26,9 @@ import (
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/lookup"
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/rowcache"
@@ -53,6 +55,12 @@ type Options struct {
 	Executor jobs.Executor
 	// Mode names the mode in the start log line (default "standalone").
 	Mode string
+	// Plans are the unlimited plans' limits (default billing.DefaultPlans
+	// with --monthly-lookup-caps applied).
+	Plans billing.Plans
+	// Now is the clock of the API, billing and the engine (tests move it
+	// across a UTC midnight); nil is time.Now.
+	Now func() time.Time
 }
 
 // Build assembles the standalone components on rdb. Nothing starts running.
@@ -66,8 +74,14 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	if err != nil {
 		return nil, err
 	}
-	st := accounts.NewStore(rdb, nil)
-	bl := billing.New(rdb, nil)
+	if o.Plans == nil {
+		o.Plans = billing.DefaultPlans()
+		if err := ParseCaps(o.Plans, cfg.MonthlyLookupCaps); err != nil {
+			return nil, err
+		}
+	}
+	st := accounts.NewStore(rdb, o.Now)
+	bl := billing.New(rdb, o.Now)
 	proc := newProcessor(cfg, rdb, fams.registry, log)
 	var local *jobs.Local
 	var ex jobs.Executor
@@ -82,6 +96,9 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	}
 	eng := jobs.NewEngine(proc.Store, bl, ex, log)
 	eng.ShardSize = cfg.ShardSize
+	if o.Now != nil {
+		eng.Now = o.Now
+	}
 	eng.MaxShards = cfg.MaxShards
 	eng.Retention = cfg.Retention
 	if cfg.ResultsCacheBytes > 0 {
@@ -91,7 +108,8 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Jobs: eng,
-		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification,
+		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
+		Plans: o.Plans, Now: o.Now,
 	})
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer}, nil
 }
@@ -113,6 +131,7 @@ type families struct {
 	company      *enrich.CompanyFamily
 	companies    *company.Store
 	verification *verification.VerificationFamily
+	lookup       *apiserver.SingleLookup
 }
 
 // buildFamilies builds every family once: the registry the processor
@@ -128,26 +147,46 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
 	}
 	co := enrich.NewFamily(normalize.New(strings.Split(cfg.NetworkHosts, ",")), ans) // it trims, lowercases and defaults
-	ver, err := verificationFamily(cfg, rdb, log)
+	ver, vs, err := verificationFamily(cfg, rdb, log)
 	if err != nil {
 		return nil, err
 	}
-	f := &families{company: co, companies: companies, verification: ver}
+	delays, err := cfg.RetryDelays()
+	if err != nil {
+		return nil, err
+	}
+	// Lookups check candidates with the verification family's verifiers
+	// (one politeness budget per MX host for both families); learned
+	// patterns are shared through Redis by every process.
+	patterns := finder.NewRedisPatterns(rdb)
+	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
+	f := &families{company: co, companies: companies, verification: ver,
+		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
+			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
 	f.bulk = []apiserver.Bulk{
 		{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered},
 		{Path: "/bulk", Family: ver, Keys: apiserver.Metered,
 			Metering: func(*accounts.Principal) (jobs.Metering, *apierr.Error) { return verification.Metering(), nil }},
+		{Path: "/bulk-lookup", Family: lk, Keys: apiserver.Metered},
+		// Unlimited keys pay with the daily bulk search quota (the
+		// apiserver's metering of unlimited mounts).
+		{Path: "/unlimited/bulk-lookup", Family: lk, Keys: apiserver.UnlimitedPlan},
 	}
-	f.registry = family.NewRegistry(co, ver)
+	f.registry = family.NewRegistry(co, ver, lk)
 	return f, nil
 }
 
 // verificationFamily builds the SMTP verifier (politeness shared through
 // Redis, lists overlaid with what an operator loaded) and its family.
-func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, error) {
+// verifiers are the SMTP verifiers of a process: bulk (no waiting) and
+// single (waits out a short greylist within the request; the bulk one when
+// --verify-single-retry is 0).
+type verifiers struct{ bulk, single *verify.Verifier }
+
+func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, verifiers, error) {
 	delays, err := cfg.RetryDelays()
 	if err != nil {
-		return nil, err
+		return nil, verifiers{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -161,9 +200,10 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
 		CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, Probes: probes}, lists, lim)
 	if err != nil {
-		return nil, fmt.Errorf("email verifier: %w", err)
+		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
 	fam := verification.New(v, delays)
+	vs := verifiers{bulk: v, single: v}
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
@@ -171,11 +211,11 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 			CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, GreylistRetry: cfg.VerifySingleRetry,
 			Probes: probes}, lists, lim)
 		if err != nil {
-			return nil, fmt.Errorf("email verifier: %w", err)
+			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 		}
-		fam.Single = sv
+		fam.Single, vs.single = sv, sv
 	}
-	return fam, nil
+	return fam, vs, nil
 }
 
 func newProcessor(cfg config.Config, rdb redis.UniversalClient, reg *family.Registry, log *slog.Logger) *jobs.Processor {
@@ -320,15 +360,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 		return err
 	}
 	defer rdb.Close()
-	plans := billing.DefaultPlans()
-	if err := ParseCaps(plans, cfg.MonthlyLookupCaps); err != nil {
-		return err
-	}
 	c, err := BuildWith(cfg, rdb, log, o)
 	if err != nil {
 		return err
 	}
-	c.API.Plans = plans
 	if cfg.Demo {
 		if err := Demo(ctx, c.API.Accounts, c.API.Billing, cfg.DemoKeysFile, stdout, log); err != nil {
 			return fmt.Errorf("demo account: %w", err)

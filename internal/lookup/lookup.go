@@ -1,0 +1,329 @@
+// Package lookup is the email-lookup family of the job engine (SPEC 2.7,
+// 4.2, 4.3): POST /v1/bulk-lookup and its unlimited-plan twin take
+// (first_name, last_name, domain) rows, deduplicate them case-insensitively,
+// and answer each with the finder (internal/finder), which checks candidate
+// addresses with the SMTP verifier. Rows whose answer is temporary (a
+// greylisting mail server) are retried later like verification's.
+package lookup
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/finder"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// Family is the engine's name for lookup jobs.
+const Family = "email_lookup"
+
+// Limits (SPEC 2.7, section 8).
+const (
+	MaxRows           = 10_000
+	MaxFieldLen       = 255
+	maxReportedErrors = 50
+)
+
+// Price is 1 credit per unique row on pay-as-you-go keys.
+var Price = credits.Whole(1)
+
+// Outcomes: found and not_found are the spec's buckets; a row waiting for
+// a retry is "retrying" until its final answer.
+const (
+	OutcomeFound    = "found"
+	OutcomeNotFound = "not_found"
+	OutcomeRetrying = "retrying"
+)
+
+// A row without its final answer is rendered with status pending and
+// substatus queued (not looked up yet) or retrying (the mail server
+// greylisted us; the retry is scheduled).
+const (
+	StatusPending = "pending"
+	SubQueued     = "queued"
+	SubRetrying   = "retrying"
+)
+
+// Finder is what answering needs of internal/finder.
+type Finder interface {
+	Find(ctx context.Context, people []finder.Person) []finder.Result
+}
+
+// LookupFamily implements family.Family for email lookup; Unlimited says
+// which endpoints it answers for (the two share everything but metering and
+// the credits they show).
+type LookupFamily struct {
+	Finder      Finder
+	RetryDelays []time.Duration
+	Now         func() time.Time
+}
+
+var _ family.Family = (*LookupFamily)(nil)
+
+// New returns the family answering with f.
+func New(f Finder, retryDelays []time.Duration) *LookupFamily {
+	return &LookupFamily{Finder: f, RetryDelays: retryDelays, Now: time.Now}
+}
+
+// Name implements family.Family.
+func (f *LookupFamily) Name() string { return Family }
+
+// MaxRows implements family.Family.
+func (f *LookupFamily) MaxRows() int { return MaxRows }
+
+// Price implements family.Family.
+func (f *LookupFamily) Price() credits.Amount { return Price }
+
+// Profile implements family.Family: a whole shard per batch, so a domain's
+// people are resolved and probed together.
+func (f *LookupFamily) Profile() family.Profile { return family.Profile{BatchSize: MaxRows} }
+
+// BadJobID implements family.Family: a job_id that is not a uuid is 400
+// (SPEC section 7's table; only company enrichment has its own rule that
+// invalid parameters are 422).
+func (f *LookupFamily) BadJobID() *apierr.Error {
+	return apierr.New(http.StatusBadRequest, "job_id is not a valid UUID.")
+}
+
+// ResultsReady implements family.Family: results may be read while the job
+// runs (SPEC 4.2 rule 4).
+func (f *LookupFamily) ResultsReady(*jobs.Job) *apierr.Error { return nil }
+
+// Row is one submitted tuple.
+type Row struct {
+	FirstName *string `json:"first_name"`
+	LastName  *string `json:"last_name"`
+	Domain    *string `json:"domain"`
+}
+
+// Validate records the row's problems in v (at most max in all) under
+// loc: every field required, a string (the JSON decoder checks that) of at
+// most 255 characters. It reports whether the row is valid.
+func (row Row) Validate(v *apierr.Validation, max int, loc ...any) bool {
+	ok := true
+	for _, fld := range []struct {
+		name string
+		val  *string
+	}{{"first_name", row.FirstName}, {"last_name", row.LastName}, {"domain", row.Domain}} {
+		var typ, msg string
+		switch {
+		case fld.val == nil:
+			typ, msg = apierr.TypeMissing, "Field required"
+		case family.OverChars(*fld.val, MaxFieldLen):
+			typ, msg = apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxFieldLen)
+		default:
+			continue
+		}
+		ok = false
+		if len(v.Items) < max {
+			v.Add(apierr.Loc(append(loc, fld.name)...), typ, msg)
+		}
+	}
+	return ok
+}
+
+// Person is the valid row as the finder takes it: every field trimmed.
+func (row Row) Person() finder.Person {
+	return finder.Person{FirstName: strings.TrimSpace(*row.FirstName), LastName: strings.TrimSpace(*row.LastName),
+		Domain: strings.TrimSpace(*row.Domain)}
+}
+
+// Decode implements family.Family: {"input": [{first_name, last_name,
+// domain}, ...]}, 1 to 10,000 rows, every field a string of at most 255
+// characters (else 422 at body.input.N.field). Rows are deduplicated on the
+// trimmed, case-folded three fields; the rows kept are the unique ones, in
+// order of first appearance, grouped by domain for the shards.
+func (f *LookupFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
+	b.DropDuplicates = true
+	var v apierr.Validation
+	tooMany := func() *apierr.Error {
+		return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeTooLong, Msg: fmt.Sprintf("List should have at most %d items", MaxRows)})
+	}
+	n := 0
+	if e := apierr.ListBody(r, "input", MaxRows, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
+		n++
+		var row Row
+		if err := dec.Decode(&row); err != nil {
+			var te *json.UnmarshalTypeError
+			if !errors.As(err, &te) {
+				return apierr.FromJSON(err)
+			}
+			if len(v.Items) < maxReportedErrors {
+				if te.Field == "" || strings.Contains(te.Field, ".") {
+					v.Add(apierr.Loc("body", "input", i), apierr.TypeObjectType, "Input should be a valid object")
+				} else {
+					v.Add(apierr.Loc("body", "input", i, te.Field), apierr.TypeStringType, "Input should be a valid string")
+				}
+			}
+			return nil
+		}
+		ok := row.Validate(&v, maxReportedErrors, "body", "input", i)
+		if ok && v.Empty() {
+			p := row.Person()
+			echo, _ := json.Marshal([3]string{*row.FirstName, *row.LastName, *row.Domain})
+			payload, _ := json.Marshal(p)
+			key := strings.ToLower(p.FirstName) + "\x00" + strings.ToLower(p.LastName) + "\x00" + strings.ToLower(p.Domain)
+			b.AddValid(string(echo), key, string(payload))
+		}
+		return nil
+	}); e != nil {
+		return e
+	}
+	if e := v.Err(); e != nil {
+		return e
+	}
+	if n == 0 {
+		// SPEC section 7: an empty list is a malformed body (400).
+		return apierr.New(http.StatusBadRequest, fmt.Sprintf("The input list is empty: send 1 to %d rows.", MaxRows))
+	}
+	b.GroupInputs(func(payload string) string {
+		var p finder.Person
+		_ = json.Unmarshal([]byte(payload), &p)
+		return strings.ToLower(p.Domain)
+	})
+	return nil
+}
+
+// SubmitResponse is SPEC 2.7's submission response. total_rows is the
+// unique rows (as SPEC 4.2 rule 1 says), the same number the status and
+// results answers give.
+type SubmitResponse struct {
+	JobID           string         `json:"job_id"`
+	Status          string         `json:"status"`
+	TotalRows       int64          `json:"total_rows"`
+	CreditsConsumed credits.Amount `json:"credits_consumed"`
+}
+
+// Submitted implements family.Family.
+func (f *LookupFamily) Submitted(j *jobs.Job) any {
+	return SubmitResponse{JobID: j.ID, Status: "submitted", TotalRows: j.TotalRows, CreditsConsumed: j.Charge}
+}
+
+// StatusResponse is SPEC 2.7's status response. The timestamps have the
+// names company enrichment's status uses (docs/api.md): created_at is the
+// submission, completed_at the moment the last row got its final answer
+// (null while running).
+type StatusResponse struct {
+	JobID           string           `json:"job_id"`
+	Status          string           `json:"status"`
+	TotalRows       int64            `json:"total_rows"`
+	TotalProcessed  int64            `json:"total_processed"`
+	Summary         map[string]int64 `json:"summary"`
+	CreditsConsumed credits.Amount   `json:"credits_consumed"`
+	CreatedAt       time.Time        `json:"created_at"`
+	CompletedAt     *time.Time       `json:"completed_at"`
+}
+
+// Status implements family.Family: running until every row has its final
+// answer (a row waiting for a retry is not processed yet), then completed.
+// total_rows is the unique rows, as in the submission response.
+func (f *LookupFamily) Status(j *jobs.Job) any {
+	found, notFound, retrying := j.Outcomes[OutcomeFound], j.Outcomes[OutcomeNotFound], j.Outcomes[OutcomeRetrying]
+	st := StatusResponse{JobID: j.ID, Status: "running", TotalRows: j.TotalRows, TotalProcessed: found + notFound,
+		CreditsConsumed: j.Charge, CreatedAt: j.CreatedAt,
+		Summary: map[string]int64{"total_found": found, "total_not_found": notFound,
+			"total_retrying": retrying, "total_pending": j.TotalRows - found - notFound - retrying}}
+	if j.Status == jobs.StatusCompleted {
+		st.Status = "completed"
+		c := j.CompletedAt
+		st.CompletedAt = &c
+	}
+	return st
+}
+
+// Answer implements jobs.Answerer: the first attempt.
+func (f *LookupFamily) Answer(ctx context.Context, payloads []string) ([]jobs.Answer, error) {
+	return f.Retry(ctx, payloads, nil)
+}
+
+// Retry implements jobs.Retrier: a temporary answer before the last attempt
+// is provisional (outcome retrying); at the last attempt it is final.
+func (f *LookupFamily) Retry(ctx context.Context, payloads []string, attempts []int) ([]jobs.Answer, error) {
+	people := make([]finder.Person, len(payloads))
+	for i, p := range payloads {
+		if err := json.Unmarshal([]byte(p), &people[i]); err != nil {
+			return nil, fmt.Errorf("lookup: payload %d: %w", i, err)
+		}
+	}
+	res := f.Finder.Find(ctx, people)
+	if err := ctx.Err(); err != nil {
+		return nil, err // cut short by our own deadline: the batch is retried whole
+	}
+	now := f.Now()
+	out := make([]jobs.Answer, len(payloads))
+	for i, r := range res {
+		attempt := 1
+		if attempts != nil {
+			attempt = attempts[i]
+		}
+		outcome := r.Status
+		var retryAt time.Time
+		if r.Temporary && attempt <= len(f.RetryDelays) {
+			retryAt, outcome = now.Add(f.RetryDelays[attempt-1]), OutcomeRetrying
+		}
+		data, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("lookup: encode answer: %w", err)
+		}
+		out[i] = jobs.Answer{Outcome: outcome, Data: data, RetryAt: retryAt}
+	}
+	return out, nil
+}
+
+// ErrorAnswer implements jobs.Answerer: a row bulkd could not answer at all
+// is not_found with substatus processing_error.
+func (f *LookupFamily) ErrorAnswer() jobs.Answer {
+	data, _ := json.Marshal(finder.Result{Status: OutcomeNotFound, Substatus: "processing_error"})
+	return jobs.Answer{Outcome: OutcomeNotFound, Data: data}
+}
+
+// RenderRow implements family.Family: the single-lookup shape (the
+// finder's result) with the submitted first_name, last_name and domain; a
+// row not answered yet (or waiting for a retry) is status "pending", so
+// pages never shift while the job runs.
+func (f *LookupFamily) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) {
+	var echo [3]string
+	_ = json.Unmarshal([]byte(row.Echo), &echo)
+	var r finder.Result
+	switch {
+	case ans == nil:
+		r = finder.Result{Status: StatusPending, Substatus: SubQueued}
+	case ans.Outcome == OutcomeRetrying:
+		r = finder.Result{Status: StatusPending, Substatus: SubRetrying}
+	default:
+		_ = json.Unmarshal([]byte(ans.Data), &r)
+	}
+	writeRow(buf, r, echo[0], echo[1], echo[2])
+}
+
+// Response is the shape of a results row and of the single lookup's
+// answer (which adds credits_consumed).
+type Response struct {
+	finder.Result
+	FirstName string `json:"first_name"`
+	LastName  string `json:"last_name"`
+	Domain    string `json:"domain"`
+}
+
+// Undetermined reports whether r is not an answer at all: the finder could
+// not tell (greylisting, a mail host or DNS that did not answer, the call's
+// deadline). A single lookup answers it with 502 and charges nothing; a
+// bulk row keeps it as not_found/unknown after its last retry.
+func Undetermined(r finder.Result) bool {
+	return r.Status == finder.StatusNotFound && r.Substatus == finder.SubUnknown
+}
+
+func writeRow(buf *bytes.Buffer, r finder.Result, first, last, domain string) {
+	b, _ := json.Marshal(Response{Result: r, FirstName: first, LastName: last, Domain: domain})
+	buf.Write(b)
+}
