@@ -314,6 +314,8 @@ func Bench(opts BenchOptions) Spec {
 // delays:
 //
 //	acme.test      alice and bob exist, anybody else is unknown
+//	initech.test   jane.doe, john.smith, anne-marie.oneil, jose.nunez, jan.vanderberg
+//	               ({first}.{last}: the email-lookup quickstart)
 //	catchall.test  accepts everything
 //	grey.test      greylists every address for 20s after its first attempt
 //	full.test      max's mailbox is full, alice's is fine
@@ -326,9 +328,15 @@ func Demo() Spec {
 			{Name: "mx.catchall.test"},
 			{Name: "mx.grey.test"},
 			{Name: "mx.full.test"},
+			{Name: "mx.initech.test"},
 		},
 		Domains: []Domain{
 			{Name: "acme.test", MX: []string{"mx.acme.test"}, Users: []string{"alice", "bob"}},
+			// People for the email-lookup quickstart: one {first}.{last}
+			// company (grey.test, catchall.test and nxdomain.test serve the
+			// other answers).
+			{Name: "initech.test", MX: []string{"mx.initech.test"},
+				Users: []string{"jane.doe", "john.smith", "anne-marie.oneil", "jose.nunez", "jan.vanderberg"}},
 			{Name: "catchall.test", MX: []string{"mx.catchall.test"}, CatchAll: true},
 			{Name: "grey.test", MX: []string{"mx.grey.test"}, Users: []string{"alice"}, Greylist: 20 * time.Second},
 			{Name: "full.test", MX: []string{"mx.full.test"}, Users: []string{"alice"}, Full: []string{"max"}},
@@ -340,6 +348,7 @@ func Demo() Spec {
 			bad("nobody@acme.test", "mailbox_not_found"),
 			risky("anyone@catchall.test", "catch_all"),
 			ok("alice@grey.test"),
+			ok("jane.doe@initech.test"), bad("jane.smith@initech.test", "mailbox_not_found"),
 			ok("alice@full.test"),
 			risky("max@full.test", "mailbox_full"),
 			bad("info@nullmx.test", "null_mx"),
