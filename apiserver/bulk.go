@@ -118,8 +118,19 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 			apierr.Write(w, e)
 			return
 		}
-		writeResultsPage(w, res, limit, offset)
+		processed := j.RowsProcessed
+		if pc, ok := m.Family.(processedCounter); ok {
+			processed = pc.Processed(j)
+		}
+		writeResultsPage(w, res, processed, limit, offset)
 	}
+}
+
+// processedCounter is a family whose total_processed is not the engine's
+// rows with an answer (lookup: rows with their final answer), so that the
+// status and results answers agree.
+type processedCounter interface {
+	Processed(j *jobs.Job) int64
 }
 
 // jobIDParam validates the job_id path parameter; what a malformed one is
@@ -211,10 +222,10 @@ func (s *Server) jobReadFailed(w http.ResponseWriter, r *http.Request, j *jobs.J
 // writeResultsPage writes a results page (SPEC 2.4, 4.x): the page fields
 // and the rendered rows, with Content-Length, without copying the rows
 // again (a cached page is written straight from the cache).
-func writeResultsPage(w http.ResponseWriter, res *jobs.Results, limit, offset int) {
+func writeResultsPage(w http.ResponseWriter, res *jobs.Results, processed int64, limit, offset int) {
 	var head [256]byte
 	h := fmt.Appendf(head[:0], `{"job_id":"%s","total_rows":%d,"total_processed":%d,"limit":%d,"offset":%d,"results":[`,
-		res.Job.ID, res.Job.TotalRows, res.Job.RowsProcessed, limit, offset)
+		res.Job.ID, res.Job.TotalRows, processed, limit, offset)
 	const tail = "]}\n"
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")

@@ -224,12 +224,18 @@ type StatusResponse struct {
 	CompletedAt     *time.Time       `json:"completed_at"`
 }
 
+// Processed is total_processed in the status and results answers: rows
+// with their final answer (a row waiting for a retry is not processed).
+func (f *LookupFamily) Processed(j *jobs.Job) int64 {
+	return j.Outcomes[OutcomeFound] + j.Outcomes[OutcomeNotFound]
+}
+
 // Status implements family.Family: running until every row has its final
 // answer (a row waiting for a retry is not processed yet), then completed.
 // total_rows is the unique rows, as in the submission response.
 func (f *LookupFamily) Status(j *jobs.Job) any {
 	found, notFound, retrying := j.Outcomes[OutcomeFound], j.Outcomes[OutcomeNotFound], j.Outcomes[OutcomeRetrying]
-	st := StatusResponse{JobID: j.ID, Status: "running", TotalRows: j.TotalRows, TotalProcessed: found + notFound,
+	st := StatusResponse{JobID: j.ID, Status: "running", TotalRows: j.TotalRows, TotalProcessed: f.Processed(j),
 		CreditsConsumed: j.Charge, CreatedAt: j.CreatedAt,
 		Summary: map[string]int64{"total_found": found, "total_not_found": notFound,
 			"total_retrying": retrying, "total_pending": j.TotalRows - found - notFound - retrying}}
