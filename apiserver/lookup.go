@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,12 +78,7 @@ func (s *Server) postUnlimitedEmailLookup(w http.ResponseWriter, r *http.Request
 			return
 		}
 		if !rl.Allowed {
-			s.Metrics.RateLimited.Inc()
-			e := apierr.WithCode(http.StatusTooManyRequests, apierr.CodeRateLimited,
-				"Rate limit exceeded: at most "+strconv.Itoa(rl.Limit)+" single lookups per second per account. Retry after "+
-					strconv.Itoa(rl.RetryAfter)+" s.")
-			e.RetryAfter = rl.RetryAfter
-			apierr.Write(w, e)
+			s.rateLimited(w, rl, "single lookups per second per account")
 			return
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/ratelimit"
 )
 
 type ctxKey int
@@ -165,12 +166,7 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 			h["X-RateLimit-Remaining"] = []string{strconv.Itoa(rl.Remaining)}
 			h["X-RateLimit-Reset"] = []string{strconv.FormatInt(rl.Reset.Unix(), 10)}
 			if !rl.Allowed {
-				s.Metrics.RateLimited.Inc()
-				e := apierr.WithCode(http.StatusTooManyRequests, apierr.CodeRateLimited,
-					"Rate limit exceeded: at most "+strconv.Itoa(rl.Limit)+" requests per second per API key. Retry after "+
-						strconv.Itoa(rl.RetryAfter)+" s.")
-				e.RetryAfter = rl.RetryAfter
-				apierr.Write(w, e)
+				s.rateLimited(w, rl, "requests per second per API key")
 				return
 			}
 
@@ -197,4 +193,14 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	s.Logger.Error("internal error", "request_id", RequestIDFrom(r.Context()), "err", err)
 	apierr.Write(w, apierr.ErrInternal)
+}
+
+// rateLimited answers a request over a rate limit: 429 rate_limited with
+// Retry-After; per says what the limit counts.
+func (s *Server) rateLimited(w http.ResponseWriter, rl ratelimit.Result, per string) {
+	s.Metrics.RateLimited.Inc()
+	e := apierr.WithCode(http.StatusTooManyRequests, apierr.CodeRateLimited,
+		"Rate limit exceeded: at most "+strconv.Itoa(rl.Limit)+" "+per+". Retry after "+strconv.Itoa(rl.RetryAfter)+" s.")
+	e.RetryAfter = rl.RetryAfter
+	apierr.Write(w, e)
 }
