@@ -195,8 +195,12 @@
 // ("priming", at most 3 x 12 RCPTs per domain), so that on the engine's
 // retry their candidates are past the greylist and the pattern is learned
 // at once; the retry then sends the others their learned-pattern address,
-// which may be greylisted in turn, so a greylisting domain is answered
-// within two retries. The verifier keeps each domain's catch-all probe
+// which may be greylisted in turn. When a domain with a known pattern
+// greylists, every person left without an answer sends all their remaining
+// forms of the pattern once (at most MaxLearnedCandidates each), so that
+// the next retry finds each of them past the greylist whichever form is
+// theirs (anne.oneil for Anne-Marie O'Neil is the third). A greylisting
+// domain is thus answered within two retries. The verifier keeps each domain's catch-all probe
 // address for a day (shared through Redis with Config.Probes), so the probe
 // passes on retries too.
 //

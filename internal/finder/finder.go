@@ -140,6 +140,11 @@ type domain struct {
 	stopped bool
 	prime   bool // send the scouts' remaining candidates once (greylisting)
 	primed  bool
+	// primeForms: the domain greylisted while its pattern was known; every
+	// person left without an answer sends their remaining forms of the
+	// pattern once, so that a retry finds all of them past the greylist.
+	primeForms  bool
+	primedForms bool
 }
 
 // send is one candidate of one person in a round.
@@ -331,6 +336,21 @@ func (d *domain) plan() []send {
 		var out []send
 		for _, p := range d.pickScouts(true) {
 			for _, c := range priorCands(p.name) {
+				if !p.tried[c.local] {
+					out = append(out, send{p: p, c: c, prime: true})
+				}
+			}
+		}
+		return out
+	}
+	if d.primeForms {
+		d.primeForms = false
+		var out []send
+		for _, p := range d.people {
+			if p.done && !p.res.Temporary {
+				continue
+			}
+			for _, c := range p.cands { // at most MaxLearnedCandidates, the sent ones removed
 				if !p.tried[c.local] {
 					out = append(out, send{p: p, c: c, prime: true})
 				}
@@ -538,8 +558,12 @@ func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
 		a := notFound(SubUnknown)
 		a.Temporary, a.RetryAfter = unknown.Temporary, unknown.RetryAfter
 		d.stopAll(a)
-		if unknown.Reason == verify.ReasonGreylisted && d.pattern == "" && !d.primed {
+		switch {
+		case unknown.Reason != verify.ReasonGreylisted:
+		case d.pattern == "" && !d.primed:
 			d.prime, d.primed = true, true
+		case d.pattern != "" && !d.primedForms:
+			d.primeForms, d.primedForms = true, true
 		}
 	case d.fromStore && !d.distrust && verified == 0 && refused >= distrustAfter:
 		// Nobody of this domain has the stored pattern's address: it may
