@@ -37,6 +37,7 @@ bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.
 	bin/loadgen credits --bin bin/bulkd
 	bin/loadgen company --bin bin/bulkd
 	bin/loadgen verify --bin bin/bulkd
+	bin/loadgen lookup --bin bin/bulkd
 
 fuzz: ## run every fuzzer for FUZZTIME each
 	@hack/fuzz-all.sh $(FUZZTIME)

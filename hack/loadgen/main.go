@@ -5,6 +5,7 @@
 // by count or time.
 //
 //	go run ./hack/loadgen credits --bin bin/bulkd [--clients 50] [--keys 50] [--duration 10s]
+//	go run ./hack/loadgen lookup --bin bin/bulkd (lookup.go)
 package main
 
 import (
@@ -35,6 +36,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "lookup" {
+		if err := lookupMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "company" {
 		if err := companyMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -43,7 +51,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)
