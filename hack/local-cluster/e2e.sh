@@ -19,6 +19,7 @@ NODE_IP=10.254.0.1
 REDIS_PORT=6379
 PROXY_ADDR="${NODE_IP}:18080"   # the test's stand-in for every website (redirect checks)
 VERIFY_CM=bulkd-verify-e2e      # email verification pods' own ConfigMap; the suite creates it (its mail world)
+LOOKUP_CM=bulkd-lookup-e2e      # email lookup pods' own ConfigMap; the suite creates it (its People world)
 TIMINGS="${E2E_TIMINGS:-/tmp/bulkd-e2e-timings.txt}"
 log() { printf 'e2e: %s\n' "$*" >&2; }
 now() { date +%s%3N; }
@@ -80,7 +81,8 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
 # Email verification pods: at most 2 per job, in the node's network
 # namespace (hostNetwork), which is this namespace, where the suite's mail
 # world listens on loopback (127.x.y.z); their ConfigMap, which the suite
-# creates, says where (BULKD_DNS_SERVER, BULKD_SMTP_PORT).
+# creates, says where (BULKD_DNS_SERVER, BULKD_SMTP_PORT). Email lookup pods
+# talk SMTP too: the same profile with their own ConfigMap.
 "${CL}" exec "${HELM}" install bulkd charts/bulkd --kubeconfig "${LC_DIR}/admin.kubeconfig" -n "${NAMESPACE}" \
   --set image.tag="${TAG}" --set image.pullPolicy=Never \
   --set redis.existingSecret=bulkd-redis \
@@ -93,7 +95,7 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_LEASE_TTL=5s \
   --set jobs.maxShards=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
-  --set-json "processor.families={\"email_verification\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${VERIFY_CM}\"}}" \
+  --set-json "processor.families={\"email_verification\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${VERIFY_CM}\"},\"email_lookup\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${LOOKUP_CM}\"}}" \
   ${E2E_HELM_ARGS:-} --wait --timeout 5m >&2
 mark "helm install (ready)"
 kc -n "${NAMESPACE}" get pods -o wide >&2
@@ -101,7 +103,7 @@ kc -n "${NAMESPACE}" get pods -o wide >&2
 rc=0
 "${CL}" exec env E2E_KUBECONFIG="${LC_DIR}/admin.kubeconfig" E2E_NAMESPACE="${NAMESPACE}" \
   E2E_REDIS_URL="${REDIS_URL}" E2E_PROXY_ADDR="${PROXY_ADDR}" E2E_TIMINGS="${TIMINGS}" \
-  E2E_VERIFY_CONFIGMAP="${VERIFY_CM}" E2E_NODE_IP="${NODE_IP}" \
+  E2E_VERIFY_CONFIGMAP="${VERIFY_CM}" E2E_LOOKUP_CONFIGMAP="${LOOKUP_CM}" E2E_NODE_IP="${NODE_IP}" \
   "${TESTBIN}" -test.v -test.count=1 -test.timeout=40m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
 mark "e2e suite (rc=${rc})"
 if [[ ${rc} -ne 0 ]]; then

@@ -16,6 +16,8 @@
 //	E2E_TIMINGS     file the suite appends its timings to (optional)
 //	E2E_VERIFY_CONFIGMAP  the email_verification family's ConfigMap, which
 //	                the suite creates (default bulkd-verify-e2e)
+//	E2E_LOOKUP_CONFIGMAP  the email_lookup family's ConfigMap, which the
+//	                suite creates (default bulkd-lookup-e2e)
 //	E2E_NODE_IP     the node's address, where hostNetwork pods are
 //	                (default 10.254.0.1)
 package cluster_test

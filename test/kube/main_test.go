@@ -286,12 +286,21 @@ func (h *harness) startController(ctx context.Context) (func(), error) {
 	// Email verification pods get their own settings: one pod per job at
 	// once, SMTP egress nodes, short retry delays, and the mail world's
 	// address from a ConfigMap of their own (verification_test.go).
-	opts.Families = map[v1alpha1.Family]controllers.FamilyProfile{v1alpha1.FamilyEmailVerification: {
-		ParallelismCap: 1,
-		ConfigMap:      verifyConfigMap,
-		Env:            map[string]string{"BULKD_VERIFY_RETRY_DELAYS": "1s,1s,1s,1s", "BULKD_SMTP_COMMAND_TIMEOUT": "2s"},
-		NodeSelector:   map[string]string{"bulkd.io/egress": "smtp"},
-	}}
+	// Email lookup pods talk SMTP too: the mail world (and their retry
+	// delays) come from their own ConfigMap (lookup_test.go).
+	opts.Families = map[v1alpha1.Family]controllers.FamilyProfile{
+		v1alpha1.FamilyEmailVerification: {
+			ParallelismCap: 1,
+			ConfigMap:      verifyConfigMap,
+			Env:            map[string]string{"BULKD_VERIFY_RETRY_DELAYS": "1s,1s,1s,1s", "BULKD_SMTP_COMMAND_TIMEOUT": "2s"},
+			NodeSelector:   map[string]string{"bulkd.io/egress": "smtp"},
+		},
+		v1alpha1.FamilyEmailLookup: {
+			ConfigMap:    lookupConfigMap,
+			Env:          map[string]string{"BULKD_SMTP_COMMAND_TIMEOUT": "2s"},
+			NodeSelector: map[string]string{"bulkd.io/egress": "smtp"},
+		},
+	}
 	mgr, err := controllers.NewManager(cfg, controllers.ManagerOptions{
 		Namespace:   namespace,
 		MetricsAddr: "0",
