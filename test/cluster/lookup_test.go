@@ -20,6 +20,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/test/lookupapi"
 )
 
 // (e) Email lookup on the real cluster. The suite's People world (60
@@ -145,30 +146,9 @@ func TestEmailLookupBulk(t *testing.T) {
 	}
 }
 
-// lookupRow is one row of a lookup job's results.
-type lookupRow struct {
-	Status        string  `json:"status"`
-	Substatus     string  `json:"substatus"`
-	Email         *string `json:"email"`
-	EmailProvider *string `json:"email_provider"`
-	MXRecord      *string `json:"mx_record"`
-	IsCatchAll    *bool   `json:"is_catch_all"`
-	Confidence    *int    `json:"confidence"`
-	FirstName     string  `json:"first_name"`
-	LastName      string  `json:"last_name"`
-	Domain        string  `json:"domain"`
-}
+type lookupRow = lookupapi.Row
 
-type lookupStatus struct {
-	JobID           string           `json:"job_id"`
-	Status          string           `json:"status"`
-	TotalRows       int64            `json:"total_rows"`
-	TotalProcessed  int64            `json:"total_processed"`
-	Summary         map[string]int64 `json:"summary"`
-	CreditsConsumed credits.Amount   `json:"credits_consumed"`
-	CreatedAt       time.Time        `json:"created_at"`
-	CompletedAt     *time.Time       `json:"completed_at"`
-}
+type lookupStatus = lookupapi.Status
 
 // lookupRun is what one bulk lookup on the cluster came to.
 type lookupRun struct {

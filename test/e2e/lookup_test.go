@@ -23,6 +23,7 @@ import (
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/test/lookupapi"
 )
 
 const (
@@ -59,30 +60,9 @@ func lookupStart(t *testing.T, opts ...bulkdtest.Option) (*companyAPI, *lookupWo
 	return companyStart(t, opts...), &lookupWorld{World: w, people: people}
 }
 
-// lookupIn is a submitted row.
-type lookupIn struct {
-	FirstName string `json:"first_name"`
-	LastName  string `json:"last_name"`
-	Domain    string `json:"domain"`
-}
+type lookupIn = lookupapi.In
 
-// lookupRow is a results row (and, with credits_consumed, a single answer).
-type lookupRow struct {
-	Status          string          `json:"status"`
-	Substatus       string          `json:"substatus"`
-	Email           *string         `json:"email"`
-	EmailProvider   *string         `json:"email_provider"`
-	MXRecord        *string         `json:"mx_record"`
-	IsCatchAll      *bool           `json:"is_catch_all"`
-	IsRole          *bool           `json:"is_role"`
-	IsFree          *bool           `json:"is_free"`
-	IsDisposable    *bool           `json:"is_disposable"`
-	Confidence      *int            `json:"confidence"`
-	FirstName       string          `json:"first_name"`
-	LastName        string          `json:"last_name"`
-	Domain          string          `json:"domain"`
-	CreditsConsumed *credits.Amount `json:"credits_consumed"`
-}
+type lookupRow = lookupapi.Row
 
 type lookupSubmission struct {
 	JobID           string         `json:"job_id"`
@@ -91,21 +71,12 @@ type lookupSubmission struct {
 	CreditsConsumed credits.Amount `json:"credits_consumed"`
 }
 
-type lookupStatus struct {
-	JobID           string           `json:"job_id"`
-	Status          string           `json:"status"`
-	TotalRows       int64            `json:"total_rows"`
-	TotalProcessed  int64            `json:"total_processed"`
-	Summary         map[string]int64 `json:"summary"`
-	CreditsConsumed credits.Amount   `json:"credits_consumed"`
-	CreatedAt       time.Time        `json:"created_at"`
-	CompletedAt     *time.Time       `json:"completed_at"`
-}
+type lookupStatus = lookupapi.Status
 
 func (w *lookupWorld) rows() []lookupIn {
 	out := make([]lookupIn, len(w.people))
 	for i, p := range w.people {
-		out[i] = lookupIn{p.FirstName, p.LastName, p.Domain}
+		out[i] = lookupIn{FirstName: p.FirstName, LastName: p.LastName, Domain: p.Domain}
 	}
 	return out
 }
@@ -227,8 +198,8 @@ func TestBulkLookupEndToEnd(t *testing.T) {
 	rows := w.rows()
 	unique := len(rows)
 	dups := []lookupIn{
-		{"  " + strings.ToUpper(rows[0].FirstName), rows[0].LastName + " ", strings.ToUpper(rows[0].Domain)},
-		{rows[1].FirstName, strings.ToLower(rows[1].LastName), " " + rows[1].Domain},
+		{FirstName: "  " + strings.ToUpper(rows[0].FirstName), LastName: rows[0].LastName + " ", Domain: strings.ToUpper(rows[0].Domain)},
+		{FirstName: rows[1].FirstName, LastName: strings.ToLower(rows[1].LastName), Domain: " " + rows[1].Domain},
 	}
 	sub := env.lookupSubmit(t, lookupPath, key, append(append([]lookupIn{}, rows...), dups...))
 	if sub.Status != "submitted" || sub.TotalRows != unique || sub.CreditsConsumed != credits.Whole(int64(unique)) {
@@ -350,7 +321,10 @@ func TestBulkLookupErrors(t *testing.T) {
 		t.Errorf("10,001 rows: %d %.300s", st, body)
 	}
 	// 4 unique rows with 3 credits: 403 naming balance and requirement.
-	rows := []lookupIn{{"a", "b", "x.test"}, {"c", "d", "x.test"}, {"e", "f", "x.test"}, {"g", "h", "x.test"}, {"A", "B", "X.test"}}
+	var rows []lookupIn
+	for _, n := range [][3]string{{"a", "b", "x.test"}, {"c", "d", "x.test"}, {"e", "f", "x.test"}, {"g", "h", "x.test"}, {"A", "B", "X.test"}} {
+		rows = append(rows, lookupIn{FirstName: n[0], LastName: n[1], Domain: n[2]})
+	}
 	if r := env.post(t, lookupPath, key, map[string]any{"input": rows}); r.Status != 403 || !strings.Contains(string(r.Body), "3") || !strings.Contains(string(r.Body), "4") {
 		t.Errorf("short balance: %d %s", r.Status, r.Body)
 	}
@@ -413,7 +387,7 @@ func (a *companyAPI) usage(t *testing.T, key string) usage {
 func distinctRows(n int, tag string) []lookupIn {
 	rows := make([]lookupIn, n)
 	for i := range rows {
-		rows[i] = lookupIn{fmt.Sprintf("p%s%d", tag, i), "person", "example.test"}
+		rows[i] = lookupIn{FirstName: fmt.Sprintf("p%s%d", tag, i), LastName: "person", Domain: "example.test"}
 	}
 	return rows
 }
@@ -537,7 +511,7 @@ func TestBulkLookupKeyFamilies(t *testing.T) {
 	for _, r := range []bulkdtest.Response{
 		env.post(t, unlimitedLookupPath, unl, body),
 		env.get(t, unlimitedLookupPath+"/"+sub.JobID, unl),
-		env.post(t, "/v1/unlimited/email-lookup", unl, lookupIn{"a", "b", "example.test"}),
+		env.post(t, "/v1/unlimited/email-lookup", unl, lookupIn{FirstName: "a", LastName: "b", Domain: "example.test"}),
 	} {
 		if r.Status != 402 || !strings.Contains(string(r.Body), "subscription_inactive") {
 			t.Errorf("lapsed plan: %d %s", r.Status, r.Body)
@@ -567,7 +541,7 @@ func TestSingleEmailLookup(t *testing.T) {
 		}
 	}
 	single := func(path, key string, p mailworld.PersonCase) (bulkdtest.Response, lookupRow) {
-		r := env.post(t, path, key, lookupIn{p.FirstName, p.LastName, p.Domain})
+		r := env.post(t, path, key, lookupIn{FirstName: p.FirstName, LastName: p.LastName, Domain: p.Domain})
 		var row lookupRow
 		if r.Status == 200 {
 			r.Decode(t, &row)
@@ -634,7 +608,7 @@ func TestUnlimitedSingleLookupRate(t *testing.T) {
 	}
 	limited := 0
 	for i := range 6 {
-		r := env.post(t, "/v1/unlimited/email-lookup", keys[i%2], lookupIn{p.FirstName, p.LastName, p.Domain})
+		r := env.post(t, "/v1/unlimited/email-lookup", keys[i%2], lookupIn{FirstName: p.FirstName, LastName: p.LastName, Domain: p.Domain})
 		if r.Status == 429 {
 			limited++
 			if !strings.Contains(string(r.Body), "rate_limited") || r.Header.Get("Retry-After") == "" {

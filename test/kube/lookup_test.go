@@ -19,6 +19,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/test/lookupapi"
 )
 
 // lookupConfigMap is the email lookup family's own ConfigMap (its profile
@@ -84,37 +85,11 @@ func TestLookupWorldsDisjoint(t *testing.T) {
 	}
 }
 
-// lookupIn is a submitted row.
-type lookupIn struct {
-	FirstName string `json:"first_name"`
-	LastName  string `json:"last_name"`
-	Domain    string `json:"domain"`
-}
+type lookupIn = lookupapi.In
 
-// lookupRow is a results row.
-type lookupRow struct {
-	Status        string  `json:"status"`
-	Substatus     string  `json:"substatus"`
-	Email         *string `json:"email"`
-	EmailProvider *string `json:"email_provider"`
-	MXRecord      *string `json:"mx_record"`
-	IsCatchAll    *bool   `json:"is_catch_all"`
-	Confidence    *int    `json:"confidence"`
-	FirstName     string  `json:"first_name"`
-	LastName      string  `json:"last_name"`
-	Domain        string  `json:"domain"`
-}
+type lookupRow = lookupapi.Row
 
-type lookupStatus struct {
-	JobID           string           `json:"job_id"`
-	Status          string           `json:"status"`
-	TotalRows       int64            `json:"total_rows"`
-	TotalProcessed  int64            `json:"total_processed"`
-	Summary         map[string]int64 `json:"summary"`
-	CreditsConsumed credits.Amount   `json:"credits_consumed"`
-	CreatedAt       time.Time        `json:"created_at"`
-	CompletedAt     *time.Time       `json:"completed_at"`
-}
+type lookupStatus = lookupapi.Status
 
 // lookupRun is what a bulk lookup in Kubernetes mode came to.
 type lookupRun struct {
@@ -132,10 +107,10 @@ type lookupRun struct {
 func submission(people []mailworld.PersonCase) []lookupIn {
 	var in []lookupIn
 	for _, p := range people {
-		in = append(in, lookupIn{p.FirstName, p.LastName, p.Domain})
+		in = append(in, lookupIn{FirstName: p.FirstName, LastName: p.LastName, Domain: p.Domain})
 	}
 	for _, p := range people[:5] {
-		in = append(in, lookupIn{"  " + strings.ToUpper(p.FirstName), strings.ToLower(p.LastName) + " ", strings.ToUpper(p.Domain)})
+		in = append(in, lookupIn{FirstName: "  " + strings.ToUpper(p.FirstName), LastName: strings.ToLower(p.LastName) + " ", Domain: strings.ToUpper(p.Domain)})
 	}
 	return in
 }
