@@ -129,3 +129,27 @@ func ListBody(r io.Reader, field string, max int, tooMany func() *Error, item fu
 	}
 	return nil
 }
+
+// DecodeItem decodes one list item of a ListBody into dst. A value of the
+// wrong type is a 422 problem recorded in val (while it holds fewer than
+// max) at loc (the item is not an object) or loc.<field> (a field is not a
+// string), and gives ok false; malformed JSON is the error returned. The
+// decoder has moved past the item either way.
+func DecodeItem(dec *json.Decoder, dst any, val *Validation, max int, loc ...any) (ok bool, e *Error) {
+	err := dec.Decode(dst)
+	if err == nil {
+		return true, nil
+	}
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return false, FromJSON(err)
+	}
+	if len(val.Items) < max {
+		if te.Field == "" || strings.Contains(te.Field, ".") {
+			val.Add(Loc(loc...), TypeObjectType, "Input should be a valid object")
+		} else {
+			val.Add(Loc(append(loc, te.Field)...), TypeStringType, "Input should be a valid string")
+		}
+	}
+	return false, nil
+}

@@ -3,10 +3,8 @@ package enrich
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/apierr"
@@ -152,19 +150,8 @@ func (f *CompanyFamily) decodeRow(dec *json.Decoder, i int, b *jobs.Builder, v *
 	// (or none when the row is not an object), and the decoder has moved
 	// past the row either way.
 	var row companyRow
-	if err := dec.Decode(&row); err != nil {
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) {
-			return apierr.FromJSON(err)
-		}
-		if len(v.Items) < maxReportedErrors {
-			if te.Field == "" || strings.Contains(te.Field, ".") {
-				v.Add(apierr.Loc("body", "input", i), apierr.TypeObjectType, "Input should be a valid object")
-			} else {
-				v.Add(apierr.Loc("body", "input", i, te.Field), apierr.TypeStringType, "Input should be a valid string")
-			}
-		}
-		return nil
+	if ok, e := apierr.DecodeItem(dec, &row, v, maxReportedErrors, "body", "input", i); !ok {
+		return e
 	}
 	ok1 := checkLength(row.NetworkURL, i, "network_url", v)
 	ok2 := checkLength(row.Domain, i, "domain", v)

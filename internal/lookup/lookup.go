@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -153,19 +152,8 @@ func (f *LookupFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
 	if e := apierr.ListBody(r, "input", MaxRows, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
 		n++
 		var row Row
-		if err := dec.Decode(&row); err != nil {
-			var te *json.UnmarshalTypeError
-			if !errors.As(err, &te) {
-				return apierr.FromJSON(err)
-			}
-			if len(v.Items) < maxReportedErrors {
-				if te.Field == "" || strings.Contains(te.Field, ".") {
-					v.Add(apierr.Loc("body", "input", i), apierr.TypeObjectType, "Input should be a valid object")
-				} else {
-					v.Add(apierr.Loc("body", "input", i, te.Field), apierr.TypeStringType, "Input should be a valid string")
-				}
-			}
-			return nil
+		if ok, e := apierr.DecodeItem(dec, &row, &v, maxReportedErrors, "body", "input", i); !ok {
+			return e
 		}
 		ok := row.Validate(&v, maxReportedErrors, "body", "input", i)
 		if ok && v.Empty() {

@@ -296,58 +296,10 @@ func (r *lookupRun) check(t *testing.T, people []mailworld.PersonCase, charge cr
 		t.Errorf("kubectl get bulkjobs columns %v", c)
 	}
 
-	if len(r.rows) != len(people) {
-		t.Fatalf("%d result rows, want %d", len(r.rows), len(people))
-	}
-	var nFound, findable, foundFindable, greyFound, catchAll int
-	for i, row := range r.rows {
-		p := people[i]
-		if row.FirstName != p.FirstName || row.LastName != p.LastName || row.Domain != p.Domain {
-			t.Errorf("row %d echoes %q %q %q, submitted %q %q %q", i, row.FirstName, row.LastName, row.Domain, p.FirstName, p.LastName, p.Domain)
-			continue
-		}
-		email := ""
-		if row.Email != nil {
-			email = *row.Email
-		}
-		if row.Status == "found" {
-			nFound++
-			if row.Email == nil || row.MXRecord == nil || row.EmailProvider == nil || row.Confidence == nil || row.IsCatchAll == nil {
-				t.Errorf("found row without its details: %+v", row)
-			}
-		} else if row.Status != "not_found" || row.Email != nil {
-			t.Errorf("row %d: %+v, want found or not_found", i, row)
-		}
-		switch {
-		case p.Findable:
-			findable++
-			if row.Status == "found" && row.Substatus == "verified" && email == p.Email {
-				foundFindable++
-				if p.Greylisted {
-					greyFound++
-				}
-			} else {
-				t.Errorf("%s %s @%s (greylisted %v): %s/%s %q, want found/verified %q", p.FirstName, p.LastName, p.Domain, p.Greylisted,
-					row.Status, row.Substatus, email, p.Email)
-			}
-		case p.CatchAll:
-			catchAll++
-			if row.Status == "found" && (row.Substatus == "verified" || row.IsCatchAll == nil || !*row.IsCatchAll) {
-				t.Errorf("catch-all %s @%s: %+v", p.FirstName, p.Domain, row)
-			}
-		case p.Reason != "":
-			if row.Status != "not_found" || row.Substatus != p.Reason {
-				t.Errorf("%s @%s: %s/%s, want not_found/%s", p.FirstName, p.Domain, row.Status, row.Substatus, p.Reason)
-			}
-		default:
-			if row.Status == "found" {
-				t.Errorf("WRONG ADDRESS %s %s @%s: %q (the person has none there)", p.FirstName, p.LastName, p.Domain, email)
-			}
-		}
-	}
-	if int64(nFound) != found {
-		t.Errorf("%d found rows, the status says %d", nFound, found)
+	n := lookupapi.CheckAgainstTruth(t, people, r.rows)
+	if int64(n.Found) != found {
+		t.Errorf("%d found rows, the status says %d", n.Found, found)
 	}
 	t.Logf("accuracy: %d/%d findable people found at their address (%d on greylisting domains), %d on catch-all domains, %d rows found in all; BulkJob outcomes %v, retry rounds %d",
-		foundFindable, findable, greyFound, catchAll, nFound, s.Outcomes, s.RetryRounds)
+		n.FoundFindable, n.Findable, n.GreyFound, n.CatchAll, n.Found, s.Outcomes, s.RetryRounds)
 }

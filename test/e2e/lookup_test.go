@@ -10,11 +10,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/mailworld"
 	"github.com/bulkd/bulkd/test/lookupapi"
 )
@@ -135,56 +138,6 @@ func (a *companyAPI) lookupResults(t *testing.T, path, key, id string) []lookupR
 	}
 }
 
-// checkAgainstTruth compares every row with the world: a findable person
-// is found verified at the true address; nobody gets someone else's (or a
-// made-up) address on a domain that is not catch-all; a catch-all answer
-// is never "verified"; mail-less domains say why.
-func checkAgainstTruth(t *testing.T, w *lookupWorld, rows []lookupRow) (found int) {
-	t.Helper()
-	truth := map[string]mailworld.PersonCase{}
-	for _, p := range w.people {
-		truth[strings.ToLower(p.FirstName+"|"+p.LastName+"|"+p.Domain)] = p
-	}
-	for _, row := range rows {
-		p, ok := truth[strings.ToLower(row.FirstName+"|"+row.LastName+"|"+strings.TrimSpace(row.Domain))]
-		if !ok {
-			t.Errorf("row %+v is nobody the world knows", row)
-			continue
-		}
-		email := ""
-		if row.Email != nil {
-			email = *row.Email
-		}
-		switch {
-		case p.Findable:
-			if row.Status != "found" || row.Substatus != "verified" || email != p.Email {
-				t.Errorf("%s %s @%s: %s/%s %q, want found/verified %q", p.FirstName, p.LastName, p.Domain, row.Status, row.Substatus, email, p.Email)
-			}
-		case p.CatchAll:
-			if row.Status == "found" && (row.Substatus == "verified" || row.IsCatchAll == nil || !*row.IsCatchAll || row.Confidence == nil || *row.Confidence >= 90) {
-				t.Errorf("catch-all %s @%s: %+v", p.FirstName, p.Domain, row)
-			}
-		case p.Reason != "":
-			if row.Status != "not_found" || row.Substatus != p.Reason || row.Email != nil {
-				t.Errorf("%s @%s: %s/%s, want not_found/%s", p.FirstName, p.Domain, row.Status, row.Substatus, p.Reason)
-			}
-		default:
-			if row.Status == "found" {
-				t.Errorf("WRONG ADDRESS %s %s @%s: %q (the person has %q)", p.FirstName, p.LastName, p.Domain, email, p.Email)
-			}
-		}
-		if row.Status == "found" {
-			found++
-			if row.Email == nil || row.EmailProvider == nil || row.MXRecord == nil || row.Confidence == nil || row.IsRole == nil {
-				t.Errorf("found row without its enrichment fields: %+v", row)
-			}
-		} else if row.Email != nil || row.EmailProvider != nil || row.MXRecord != nil || row.Confidence != nil || row.IsCatchAll != nil {
-			t.Errorf("%s row with enrichment fields: %+v", row.Status, row)
-		}
-	}
-	return found
-}
-
 // SPEC 2.7, 4.2: a pay-as-you-go bulk lookup. Duplicates (case, blanks)
 // are one row, charged once, 1 credit each upfront; the status runs then
 // completes with found + not_found = processed = total_rows; results can
@@ -245,16 +198,9 @@ func TestBulkLookupEndToEnd(t *testing.T) {
 		st.CompletedAt == nil || st.CompletedAt.Before(st.CreatedAt) || st.Summary["total_pending"] != 0 || st.Summary["total_retrying"] != 0 {
 		t.Fatalf("completed status %+v", st)
 	}
-	res := env.lookupResults(t, lookupPath, key, sub.JobID)
-	if len(res) != unique {
-		t.Fatalf("%d result rows, want %d", len(res), unique)
-	}
-	for i := range res {
-		if res[i].FirstName != rows[i].FirstName || res[i].LastName != rows[i].LastName || res[i].Domain != rows[i].Domain {
-			t.Fatalf("row %d echoes %+v, submitted %+v", i, res[i], rows[i])
-		}
-	}
-	found := checkAgainstTruth(t, w, res)
+	// Every unique row once, in submission order (its echo), as the world
+	// says.
+	found := lookupapi.CheckAgainstTruth(t, w.people, env.lookupResults(t, lookupPath, key, sub.JobID)).Found
 	if int64(found) != st.Summary["total_found"] {
 		t.Errorf("%d found rows, summary says %d", found, st.Summary["total_found"])
 	}
@@ -272,7 +218,7 @@ func TestBulkLookupEndToEnd(t *testing.T) {
 	w.ResetStats()
 	sub2 := env.lookupSubmit(t, lookupPath, key, rows)
 	env.lookupWait(t, lookupPath, key, sub2.JobID)
-	checkAgainstTruth(t, w, env.lookupResults(t, lookupPath, key, sub2.JobID))
+	lookupapi.CheckAgainstTruth(t, w.people, env.lookupResults(t, lookupPath, key, sub2.JobID))
 	warm := w.Stats()
 	t.Logf("RCPTs: cold %d (%.2f per row), with learned patterns %d (%.2f per row)", cold.Rcpts,
 		float64(cold.Rcpts)/float64(unique), warm.Rcpts, float64(warm.Rcpts)/float64(unique))
@@ -632,4 +578,31 @@ func mustJSON(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// SPEC section 8, quota rule 4: an unlimited submission that fails after
+// its searches were consumed (here: storing the job) gives them back, and
+// no job exists.
+func TestUnlimitedBulkLookupFailedSubmissionConsumesNothing(t *testing.T) {
+	env, _ := lookupStart(t, bulkdtest.NoWorkers())
+	_, key := unlimitedAccount(t, env, accounts.PlanStarter)
+	var fired atomic.Int32
+	env.Parts.Engine.SetFailpoint(func(step string) error {
+		if step == jobs.StepStore && fired.Add(1) == 1 {
+			return errors.New("injected failure at " + step)
+		}
+		return nil
+	})
+	if r := env.post(t, unlimitedLookupPath, key, map[string]any{"input": distinctRows(50, "f")}); r.Status != http.StatusInternalServerError {
+		t.Fatalf("failed submission: %d %s", r.Status, r.Body)
+	}
+	if u := env.usage(t, key); u.BulkSearchesUsed != 0 {
+		t.Errorf("a failed submission consumed %d searches", u.BulkSearchesUsed)
+	}
+	if s := env.lookupSubmit(t, unlimitedLookupPath, key, distinctRows(50, "f")); s.TotalRows != 50 {
+		t.Errorf("after the failure: %+v", s)
+	}
+	if u := env.usage(t, key); u.BulkSearchesUsed != 50 {
+		t.Errorf("used %d, want 50", u.BulkSearchesUsed)
+	}
 }
