@@ -78,8 +78,8 @@ func TestLookupAnswersMatchOpenAPI(t *testing.T) {
 	api := newTestAPI(t, withLookup(1000))
 	oc := newOpenAPIChecker(t, api)
 	_, payg := api.account(credits.Whole(2), accounts.PayAsYouGo)
-	_, unl := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, time.Now().Add(time.Hour))
-	_, lapsed := api.unlimitedAccount(accounts.PlanStarter, accounts.StateLapsed, time.Now().Add(time.Hour))
+	_, unl := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, api.Clock.Now().Add(time.Hour))
+	_, lapsed := api.unlimitedAccount(accounts.PlanStarter, accounts.StateLapsed, api.Clock.Now().Add(time.Hour))
 	const job = "6f1d7a38-0c7e-4d8a-9b8e-2f3a4b5c6d7e"
 	long := strings.Repeat("é", 256)
 	var tooMany strings.Builder
@@ -204,6 +204,8 @@ func TestLookupAnswersMatchOpenAPI(t *testing.T) {
 	}
 	run(ex{"POST", "/v1/unlimited/email-lookup", lookupNobody, unl, 200, ""})
 	r := run(ex{"POST", "/v1/unlimited/email-lookup", lookupFound, unl, 429, "monthly_quota_exceeded"})
+	// The period end is stored in whole seconds and Retry-After rounds up,
+	// so an hour measured on the harness clock reads 3600 at most.
 	if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 3000 || ra > 3600 {
 		t.Fatalf("Retry-After %q, want the seconds to the period end (about 3600)", r.Header.Get("Retry-After"))
 	}
@@ -217,7 +219,7 @@ func TestLookupAnswersMatchOpenAPI(t *testing.T) {
 func TestUnlimitedLookupAccountRateLimitMatchesOpenAPI(t *testing.T) {
 	api := newTestAPI(t, withLookup(2))
 	oc := newOpenAPIChecker(t, api)
-	_, unl := api.unlimitedAccount(accounts.PlanProfessional, accounts.StateActive, time.Now().Add(time.Hour))
+	_, unl := api.unlimitedAccount(accounts.PlanProfessional, accounts.StateActive, api.Clock.Now().Add(time.Hour))
 	for range 20 {
 		r := api.do("POST", "/v1/unlimited/email-lookup", lookupFound, "X-API-Key", unl)
 		oc.check("POST", api.URL+"/v1/unlimited/email-lookup", lookupFound, r)

@@ -74,8 +74,8 @@ func TestLiveResponsesMatchOpenAPI(t *testing.T) {
 	api := newTestAPI(t, withRateLimit(5))
 	oc := newOpenAPIChecker(t, api)
 	_, payg := api.account(credits.Amount(12400), accounts.PayAsYouGo)
-	_, unl := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, time.Now().Add(time.Hour))
-	_, lapsed := api.unlimitedAccount(accounts.PlanStarter, accounts.StateLapsed, time.Now().Add(time.Hour))
+	_, unl := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, api.Clock.Now().Add(time.Hour))
+	_, lapsed := api.unlimitedAccount(accounts.PlanStarter, accounts.StateLapsed, api.Clock.Now().Add(time.Hour))
 
 	type ex struct{ method, path, body, key string }
 	for _, e := range []ex{
@@ -115,7 +115,7 @@ func TestCompanyAnswersMatchOpenAPI(t *testing.T) {
 	api := newTestAPI(t)
 	oc := newOpenAPIChecker(t, api)
 	_, payg := api.account(credits.Whole(5), accounts.PayAsYouGo)
-	_, unl := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, time.Now().Add(time.Hour))
+	_, unl := api.unlimitedAccount(accounts.PlanStarter, accounts.StateActive, api.Clock.Now().Add(time.Hour))
 	const job = "/v1/company-enrichment/bulk/6f1d7a38-0c7e-4d8a-9b8e-2f3a4b5c6d7e"
 	for _, e := range []struct {
 		method, path, body, key string
