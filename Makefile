@@ -14,8 +14,9 @@ all: build
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-deps: ## install what tests and `run` need (redis-server from Debian)
+deps: ## install what tests and `run` need (redis-server, spamassassin and spamd from Debian)
 	@hack/ensure-redis.sh
+	@hack/ensure-spamd.sh
 
 build: ## build bin/bulkd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bulkd ./cmd/bulkd
@@ -38,6 +39,19 @@ bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.
 	bin/loadgen company --bin bin/bulkd
 	bin/loadgen verify --bin bin/bulkd
 	bin/loadgen lookup --bin bin/bulkd
+	bin/loadgen spam --bin bin/bulkd
+
+# The load and fault suite (test/soak, docs/reliability.md): two `bulkd serve`
+# replicas on one redis-server with its append-only file, 200 API keys at
+# their 20 requests/s for SOAK_DURATION, kill -9 of a replica and of the
+# replica holding the most shard leases, a Redis restart; then every job,
+# row, charge and ledger is checked. A 25-second version runs in `make test`.
+SOAK_DURATION ?= 5m
+.PHONY: soak
+soak: deps build ## load and fault suite: 200 keys at 20 req/s for 5 min, kill -9 and Redis restart (report: var/soak/report.md)
+	@mkdir -p var/soak
+	$(GO) test -count=1 -timeout 40m -v -run '^TestSoak$$' ./test/soak/ -args -soak -soak.duration $(SOAK_DURATION) \
+		-soak.bin $(CURDIR)/bin/bulkd -soak.dir $(CURDIR)/var/soak -soak.report $(CURDIR)/var/soak/report.md
 
 fuzz: ## run every fuzzer for FUZZTIME each
 	@hack/fuzz-all.sh $(FUZZTIME)

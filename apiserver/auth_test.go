@@ -10,11 +10,14 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/testspamd"
 )
 
 // Each key family and key state against each endpoint family (SPEC section 5).
+// The content spam check takes every valid key, whatever its family or
+// plan state (SPEC 4.6), and answers from a real spamd.
 func TestAuthMatrix(t *testing.T) {
-	api := newTestAPI(t)
+	api := newTestAPI(t, withSpamd(testspamd.Start(t, 1).Addr, nil))
 	ctx := context.Background()
 	now := api.Clock.Now()
 
@@ -34,7 +37,7 @@ func TestAuthMatrix(t *testing.T) {
 	unknown := "bkd_AAAAAAAAAAAA_" + strings.Repeat("x", 40)
 
 	type want struct{ credits, usage, spam int }
-	const ok, spam = 200, 503 // the spam-check route answers 503 engine_unavailable once past auth
+	const ok, spam = 200, 200
 	cases := []struct {
 		name    string
 		headers []string
@@ -53,19 +56,19 @@ func TestAuthMatrix(t *testing.T) {
 		{"two headers", []string{"X-API-Key", payg, "X-API-Key", payg}, want{401, 401, 401}, [3]string{}},
 		{"bearer instead", []string{"Authorization", "Bearer " + payg}, want{401, 401, 401}, [3]string{}},
 		{"other header name", []string{"X-API-Token", payg}, want{401, 401, 401}, [3]string{}},
-		{"payg", []string{"X-API-Key", payg}, want{ok, 403, spam}, [3]string{"", "wrong_key_plan", "engine_unavailable"}},
-		{"payg lowercase header", []string{"x-api-key", payg}, want{ok, 403, spam}, [3]string{"", "wrong_key_plan", "engine_unavailable"}},
-		{"unlimited active", []string{"X-API-Key", active}, want{403, ok, spam}, [3]string{"wrong_key_plan", "", "engine_unavailable"}},
-		{"unlimited lapsed", []string{"X-API-Key", lapsed}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", "engine_unavailable"}},
-		{"unlimited period over", []string{"X-API-Key", expired}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", "engine_unavailable"}},
-		{"unlimited no plan", []string{"X-API-Key", noPlan}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", "engine_unavailable"}},
+		{"payg", []string{"X-API-Key", payg}, want{ok, 403, spam}, [3]string{"", "wrong_key_plan", ""}},
+		{"payg lowercase header", []string{"x-api-key", payg}, want{ok, 403, spam}, [3]string{"", "wrong_key_plan", ""}},
+		{"unlimited active", []string{"X-API-Key", active}, want{403, ok, spam}, [3]string{"wrong_key_plan", "", ""}},
+		{"unlimited lapsed", []string{"X-API-Key", lapsed}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", ""}},
+		{"unlimited period over", []string{"X-API-Key", expired}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", ""}},
+		{"unlimited no plan", []string{"X-API-Key", noPlan}, want{403, 402, spam}, [3]string{"wrong_key_plan", "subscription_inactive", ""}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rs := []response{
 				api.do(http.MethodGet, "/v1/credits", "", c.headers...),
 				api.do(http.MethodGet, "/v1/unlimited/usage", "", c.headers...),
-				api.do(http.MethodPost, "/v1/content-spam-check", `{"content":"hi"}`, c.headers...),
+				api.do(http.MethodPost, "/v1/content-spam-check", `{"subject":"Hello","text":"Hi Anna, see you on Monday."}`, c.headers...),
 			}
 			for i, w := range []int{c.want.credits, c.want.usage, c.want.spam} {
 				r := rs[i]

@@ -35,7 +35,7 @@ type Bulk struct {
 }
 
 func (s *Server) mountBulk(g chi.Router, b Bulk) {
-	g.Post(b.Path, s.submitBulk(b))
+	g.With(s.idempotent).Post(b.Path, s.submitBulk(b))
 	g.Get(b.Path+"/{job_id}", s.getBulkJob(b))
 	g.Get(b.Path+"/{job_id}/results", s.getBulkResults(b))
 }
@@ -68,6 +68,30 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 				return
 			}
 		}
+		id, prior, err := s.idemSubmission(r, p.Account.ID, p.Key.ID)
+		var ae *apierr.Error
+		switch {
+		case errors.As(err, &ae):
+			s.idem.inc("reused")
+			apierr.Write(w, ae)
+			return
+		case errors.Is(err, errIdemClaimLost):
+			e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress,
+				"Another request with this Idempotency-Key took over while this one was read. Retry after a second to get its answer.")
+			e.RetryAfter = 1
+			apierr.Write(w, e)
+			return
+		case err != nil:
+			s.internalError(w, r, err)
+			return
+		case prior != nil:
+			// The first request with this key committed this job and
+			// died before answering: its answer, charged once.
+			w.Header().Set(replayedHeader, "true")
+			writeJSON(w, http.StatusOK, m.Family.Submitted(prior))
+			return
+		}
+		b.ID = id
 		j, err := s.Jobs.Submit(r.Context(), p, b, met)
 		if s.chargeFailed(w, r, err) {
 			return

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -54,7 +55,7 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 		chargeID := "single-" + uuid.NewString()
 		_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 			Amount: enrich.Price, Note: "company_enrichment single"})
-		if s.chargeFailed(w, r, err) {
+		if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
 			return
 		}
 		// Until the lookup has answered, every way out (an error, a panic
@@ -87,7 +88,12 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 func (s *Server) refundSingle(ctx context.Context, accountID, chargeID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := s.Billing.Reverse(ctx, accountID, chargeID, "lookup failed"); err != nil {
+	_, err := s.Billing.Reverse(ctx, accountID, chargeID, "lookup failed")
+	switch {
+	case errors.Is(err, billing.ErrChargeNotFound):
+		// An ambiguous charge that never ran: nothing to give back.
+		s.Logger.Info("refund: no charge to reverse", "charge", chargeID)
+	case err != nil:
 		s.Logger.Error("refund failed", "charge", chargeID, "err", err)
 	}
 }

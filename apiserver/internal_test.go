@@ -7,6 +7,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/spamcheck"
 )
 
 func TestPanicBecomesGeneric500(t *testing.T) {
@@ -22,14 +25,18 @@ func TestPanicBecomesGeneric500(t *testing.T) {
 // FuzzDecodeJSON: any body decodes to a value or to a 400/422 in the SPEC
 // 2.10 shape; nothing panics.
 func FuzzDecodeJSON(f *testing.F) {
-	for _, s := range []string{`{"content":"x"}`, `{"content":5}`, `[]`, `{"content":"x"} 1`, ``, `{"subject":null}`, `"\ud800"`, `{"content":"é"}`} {
+	for _, s := range []string{`{"text":"x"}`, `{"text":5}`, `[]`, `{"text":"x"} 1`, ``, `{"subject":null}`, `"\ud800"`, `{"html":"é"}`,
+		`{"raw":"Subject: x\r\n\r\nhi"}`, `{"raw":"x","text":"y"}`, `{"from":"a\nb@c","text":"x"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req SpamCheckRequest
+		var req spamcheck.Request
 		e := DecodeJSONBytes(b, &req)
 		if e == nil {
-			e = validateSpamCheck(&req)
+			e = req.Validate()
+		}
+		if e == nil {
+			_, e = req.Message(time.Now())
 		}
 		if e == nil {
 			return

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -55,7 +56,7 @@ func (s *Server) postEmailLookup(w http.ResponseWriter, r *http.Request) {
 	chargeID := "lookup-" + uuid.NewString()
 	_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 		Amount: lookup.Price, Note: "email_lookup single"})
-	if s.chargeFailed(w, r, err) {
+	if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
 		return
 	}
 	s.answerLookup(w, r, p, row, chargeID, lookup.Price)
@@ -85,10 +86,35 @@ func (s *Server) postUnlimitedEmailLookup(w http.ResponseWriter, r *http.Request
 	chargeID := "ulookup-" + uuid.NewString()
 	_, err := s.Billing.Consume(r.Context(), billing.Consumption{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 		Window: SingleLookupWindow(&p.Account, s.Now()), N: 1, Limit: s.Plans[p.Account.Plan].MonthlySingleLookups})
-	if s.chargeFailed(w, r, err) {
+	if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
 		return
 	}
 	s.answerLookup(w, r, p, row, chargeID, 0)
+}
+
+// singleChargeFailed answers a single request's failed charge (or quota
+// consumption) as chargeFailed does, after reversing it when the failure
+// leaves open whether the charge script ran: a timeout or a dropped
+// connection may come after Redis ran it, and then the account paid for a
+// 500. The reversal is detached from the request and idempotent; it finds
+// nothing when the script never ran, and a script that runs after it
+// (still queued when the reply timed out) finds the reversal's tombstone
+// and charges nothing (internal/billing). A clean refusal (403, 429) took
+// nothing and is not reversed. Submit does the same for bulk submissions.
+func (s *Server) singleChargeFailed(w http.ResponseWriter, r *http.Request, accountID, chargeID string, err error) bool {
+	if err != nil && !chargeRefused(err) {
+		s.refundSingle(r.Context(), accountID, chargeID)
+	}
+	return s.chargeFailed(w, r, err)
+}
+
+// chargeRefused reports whether a charge error is the script's own
+// refusal, which moved nothing.
+func chargeRefused(err error) bool {
+	var ie *billing.InsufficientError
+	var qe *billing.QuotaError
+	return errors.As(err, &ie) || errors.As(err, &qe) ||
+		errors.Is(err, billing.ErrAccountNotFound) || errors.Is(err, billing.ErrDuplicateCharge)
 }
 
 // SingleLookupWindow is the window the monthly single-lookup cap counts

@@ -17,6 +17,10 @@ type Metrics struct {
 	CreditsCharged   prometheus.Counter
 	AuthFailures     prometheus.Counter
 	ChargesByOutcome *prometheus.CounterVec
+	// Admission control (admission.go).
+	AdmissionBytes    prometheus.Gauge
+	AdmissionMax      prometheus.Gauge
+	AdmissionRejected prometheus.Counter
 }
 
 // NewMetrics registers the collectors on a fresh registry.
@@ -42,8 +46,18 @@ func NewMetrics() *Metrics {
 		ChargesByOutcome: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bulkd_charges_total", Help: "Charge attempts by outcome: ok, insufficient, failed (the submission failed; any charge taken was reversed).",
 		}, []string{"outcome"}),
+		AdmissionBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bulkd_admission_bytes", Help: "Bytes of request bodies admitted and being decoded now (weighed by Content-Length, or the route's body limit when chunked).",
+		}),
+		AdmissionMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bulkd_admission_max_bytes", Help: "The bound on bulkd_admission_bytes (--max-decoding-bytes).",
+		}),
+		AdmissionRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bulkd_admission_rejections_total", Help: "Requests answered 503 server_busy because their body did not fit under --max-decoding-bytes in time.",
+		}),
 	}
 	m.Registry.MustRegister(m.Requests, m.Latency, m.RateLimited, m.CreditsCharged, m.AuthFailures, m.ChargesByOutcome,
+		m.AdmissionBytes, m.AdmissionMax, m.AdmissionRejected,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

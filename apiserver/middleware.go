@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -99,9 +101,15 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		if p := PrincipalFrom(r.Context()); p != nil {
 			attrs = append(attrs, "key", p.Key.Prefix, "account", p.Account.ID)
 		}
-		if sw.status >= 500 {
+		switch {
+		case sw.status == http.StatusServiceUnavailable:
+			// Load shed (server_busy) or an engine that is down: the
+			// server works as designed, and a burst must not flood the
+			// error log.
+			s.Logger.Warn("request", attrs...)
+		case sw.status >= 500:
 			s.Logger.Error("request", attrs...)
-		} else {
+		default:
 			s.Logger.Debug("request", attrs...)
 		}
 	})
@@ -135,37 +143,16 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			vals := r.Header.Values("X-API-Key")
-			if len(vals) != 1 {
+			r, p, rl, err := s.keyAndLimit(w, r)
+			switch {
+			case err != nil:
+				s.internalError(w, r, err)
+				return
+			case p == nil:
 				s.Metrics.AuthFailures.Inc()
 				apierr.Write(w, apierr.ErrAPIKeyRequired)
 				return
-			}
-			p, err := s.Accounts.Authenticate(r.Context(), vals[0])
-			if errors.Is(err, accounts.ErrInvalidKey) {
-				s.Metrics.AuthFailures.Inc()
-				apierr.Write(w, apierr.ErrAPIKeyRequired)
-				return
-			}
-			if err != nil {
-				s.internalError(w, r, err)
-				return
-			}
-			ctx := context.WithValue(r.Context(), principalKey, p)
-			r = r.WithContext(ctx)
-
-			rl, err := s.Limiter.Allow(ctx, p.Key.ID)
-			if err != nil {
-				s.internalError(w, r, err)
-				return
-			}
-			// Set by map key, not Header.Set, so the names go out spelled as
-			// in the spec rather than canonicalised to X-Ratelimit-*.
-			h := w.Header()
-			h["X-RateLimit-Limit"] = []string{strconv.Itoa(rl.Limit)}
-			h["X-RateLimit-Remaining"] = []string{strconv.Itoa(rl.Remaining)}
-			h["X-RateLimit-Reset"] = []string{strconv.FormatInt(rl.Reset.Unix(), 10)}
-			if !rl.Allowed {
+			case !rl.Allowed:
 				s.rateLimited(w, rl, "requests per second per API key")
 				return
 			}
@@ -189,8 +176,71 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 	}
 }
 
+// keyAndLimit is SPEC 5's first two steps: it authenticates the request's
+// X-API-Key and, for a valid key, spends one request of the key's rate
+// limit and sets the X-RateLimit-* headers on w, so that every answer from
+// here on carries them. p is nil when there is no single valid key (nothing
+// is counted then); rl.Allowed is false when the key is over its limit. The
+// request returned carries the principal.
+func (s *Server) keyAndLimit(w http.ResponseWriter, r *http.Request) (_ *http.Request, p *accounts.Principal, rl ratelimit.Result, err error) {
+	vals := r.Header.Values("X-API-Key")
+	if len(vals) != 1 {
+		return r, nil, rl, nil
+	}
+	p, err = s.Accounts.Authenticate(r.Context(), vals[0])
+	if errors.Is(err, accounts.ErrInvalidKey) {
+		return r, nil, rl, nil
+	}
+	if err != nil {
+		return r, nil, rl, fmt.Errorf("authenticate key: %w", err)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
+	rl, err = s.Limiter.Allow(r.Context(), p.Key.ID)
+	if err != nil {
+		return r, nil, rl, fmt.Errorf("rate limit of key %s: %w", p.Key.Prefix, err)
+	}
+	// Set by map key, not Header.Set, so the names go out spelled as in
+	// the spec rather than canonicalised to X-Ratelimit-*.
+	h := w.Header()
+	h["X-RateLimit-Limit"] = []string{strconv.Itoa(rl.Limit)}
+	h["X-RateLimit-Remaining"] = []string{strconv.Itoa(rl.Remaining)}
+	h["X-RateLimit-Reset"] = []string{strconv.FormatInt(rl.Reset.Unix(), 10)}
+	return r, p, rl, nil
+}
+
+// unmatched answers a request no route takes (404) or whose method its
+// route does not take (405). No key is needed to learn that; but a /v1
+// request that carries a valid key is an authenticated request like any
+// other (SPEC 8): it counts against the key's limit, which applies across
+// all of /v1/*, and its answer carries the rate-limit headers (or is the
+// 429 when the key is over its limit). Unknown paths outside /v1 are not
+// the API's, and stay keyless.
+func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, e *apierr.Error) {
+	if p := r.URL.Path; (p == "/v1" || strings.HasPrefix(p, "/v1/")) && r.Header.Get("X-API-Key") != "" {
+		_, pr, rl, err := s.keyAndLimit(w, r)
+		switch {
+		case err != nil:
+			// The route does not exist whatever the key: answer that
+			// rather than a 500, without the headers (nothing was counted).
+			s.Logger.Warn("rate limit of an unmatched request", "request_id", RequestIDFrom(r.Context()), "err", err)
+		case pr != nil && !rl.Allowed:
+			s.rateLimited(w, rl, "requests per second per API key")
+			return
+		}
+	}
+	apierr.Write(w, e)
+}
+
 // internalError logs err and answers a generic 500: nothing internal leaks.
+// When Redis is what failed (restarting, loading its append-only file), the
+// answer is 503 temporarily_unavailable with Retry-After instead
+// (unavailable.go): the request was fine, and a retry shortly after works.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if s.redisUnavailable(r.Context(), err) {
+		s.Logger.Warn("redis unavailable", "request_id", RequestIDFrom(r.Context()), "err", err)
+		apierr.Write(w, errTemporarilyUnavailable())
+		return
+	}
 	s.Logger.Error("internal error", "request_id", RequestIDFrom(r.Context()), "err", err)
 	apierr.Write(w, apierr.ErrInternal)
 }

@@ -85,8 +85,8 @@ func TestLiveResponsesMatchOpenAPI(t *testing.T) {
 		{"GET", "/v1/unlimited/usage", "", unl},
 		{"GET", "/v1/unlimited/usage", "", payg},
 		{"GET", "/v1/unlimited/usage", "", lapsed},
-		{"POST", "/v1/content-spam-check", `{"content":"hi"}`, payg},
-		{"POST", "/v1/content-spam-check", `{"content":`, unl},
+		{"POST", "/v1/content-spam-check", `{"text":"hi"}`, payg}, // no spamd here: 503 engine_unavailable
+		{"POST", "/v1/content-spam-check", `{"text":`, unl},
 		{"POST", "/v1/content-spam-check", `{}`, unl},
 		{"GET", "/healthz", "", ""},
 		{"GET", "/readyz", "", ""},
@@ -161,10 +161,10 @@ func TestOpenAPICompanyContract(t *testing.T) {
 		method    string
 		responses []string
 	}{
-		"/v1/company-enrichment/bulk":                  {"POST", []string{"200", "400", "401", "403", "422", "429", "500"}},
+		"/v1/company-enrichment/bulk":                  {"POST", []string{"200", "400", "401", "403", "409", "422", "429", "500", "503"}},
 		"/v1/company-enrichment/bulk/{job_id}":         {"GET", []string{"200", "401", "403", "404", "422", "429", "500"}},
 		"/v1/company-enrichment/bulk/{job_id}/results": {"GET", []string{"200", "401", "403", "404", "422", "429", "500"}},
-		"/v1/company-enrichment":                       {"GET", []string{"200", "401", "403", "422", "429", "500"}},
+		"/v1/company-enrichment":                       {"GET", []string{"200", "401", "403", "409", "422", "429", "500"}},
 	}
 	for path, want := range ops {
 		item := doc.Paths.Find(path)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
@@ -19,7 +20,6 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/enrich"
-	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/verification"
@@ -35,7 +35,13 @@ type Deps struct {
 	Logger       *slog.Logger
 	Metrics      *Metrics
 	MaxBodyBytes int64
-	Now          func() time.Time
+	// MaxDecodingBytes bounds the bytes of request bodies being decoded at
+	// once across the process (admission.go); 0 is DefaultMaxDecodingBytes.
+	MaxDecodingBytes int64
+	// AdmissionWait is how long a body waits for room under
+	// MaxDecodingBytes before it is answered 503 server_busy (0: 2 s).
+	AdmissionWait time.Duration
+	Now           func() time.Time
 
 	Jobs *jobs.Engine
 	// Bulk are the families' bulk endpoints, mounted in order.
@@ -47,12 +53,22 @@ type Deps struct {
 	// Lookup answers the single email lookups (POST /v1/email-lookup and
 	// /v1/unlimited/email-lookup).
 	Lookup *SingleLookup
+	// Spam answers POST /v1/content-spam-check (spamcheck.go); without it
+	// (or without its engine) the route answers 503 engine_unavailable.
+	Spam *SpamCheck
+	// Idempotency tunes the Idempotency-Key store of the charging
+	// requests (zero: 24 h answers, 30 s leases).
+	Idempotency IdempotencyOptions
 }
 
 // Server holds the API's state.
 type Server struct {
 	Deps
-	router chi.Router
+	router    chi.Router
+	admission *admission
+	idem      *idemMetrics
+	// spamChecks counts spam checks by outcome (spamcheck.go).
+	spamChecks *prometheus.CounterVec
 }
 
 // New builds the API.
@@ -72,16 +88,31 @@ func New(d Deps) *Server {
 	if d.MaxBodyBytes == 0 {
 		d.MaxBodyBytes = 64 << 20
 	}
-	s := &Server{Deps: d}
+	if d.MaxDecodingBytes == 0 {
+		d.MaxDecodingBytes = DefaultMaxDecodingBytes(d.MaxBodyBytes)
+	}
+	// A body of the largest size must fit, or it could never be admitted.
+	d.MaxDecodingBytes = max(d.MaxDecodingBytes, d.MaxBodyBytes)
+	if d.AdmissionWait <= 0 {
+		d.AdmissionWait = defaultAdmissionWait
+	}
+	d.Idempotency.defaults()
+	s := &Server{Deps: d, idem: newIdemMetrics(d.Metrics.Registry)}
+	s.spamChecks = newSpamMetrics(d.Metrics.Registry)
 	if d.Jobs != nil && d.Jobs.RowCache != nil {
 		d.Metrics.Registry.MustRegister(rowCacheCollector{d.Jobs.RowCache})
 	}
+	s.admission = newAdmission(d.MaxDecodingBytes, d.AdmissionWait)
+	d.Metrics.AdmissionMax.Set(float64(d.MaxDecodingBytes))
 	s.router = s.routes()
 	return s
 }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Routes is the router, for walking its routes (tests sweep every route).
+func (s *Server) Routes() chi.Routes { return s.router }
 
 // Family is which kind of key a route accepts (SPEC section 5).
 type Family int
@@ -98,10 +129,10 @@ const (
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.observe, s.recoverer)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) { apierr.Write(w, apierr.ErrNotFound) })
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) { s.unmatched(w, req, apierr.ErrNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Allow", allowedMethods(r, req.URL.Path))
-		apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, "Method "+req.Method+" is not allowed on "+req.URL.Path))
+		s.unmatched(w, req, apierr.New(http.StatusMethodNotAllowed, "Method "+req.Method+" is not allowed on "+req.URL.Path))
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -111,32 +142,39 @@ func (s *Server) routes() chi.Router {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", serveOpenAPI)
 
+	// Every route that charges (credits or quota) takes an Idempotency-Key
+	// (s.idempotent, idempotency.go): the bulk submissions (mountBulk),
+	// the single lookups, the two GETs that charge, and the content spam
+	// check (its daily allowance).
 	r.Route("/v1", func(v1 chi.Router) {
 		v1.Group(func(g chi.Router) {
-			g.Use(s.authenticate(Metered))
+			g.Use(s.authenticate(Metered), s.admit)
 			g.Get("/credits", s.getCredits)
 			if s.Company != nil {
-				g.Get("/company-enrichment", s.getCompany)
+				g.With(s.idempotent).Get("/company-enrichment", s.getCompany)
 			}
 			if s.Verification != nil {
-				g.Get("/verify", s.getVerify)
+				g.With(s.idempotent).Get("/verify", s.getVerify)
 			}
 			if s.Lookup != nil {
-				g.Post("/email-lookup", s.postEmailLookup)
+				g.With(s.idempotent).Post("/email-lookup", s.postEmailLookup)
 			}
 			s.mountBulks(g, Metered)
 		})
 		v1.Group(func(g chi.Router) {
-			g.Use(s.authenticate(AnyKey))
-			g.Post("/content-spam-check", s.contentSpamCheck)
+			g.Use(s.authenticate(AnyKey), s.admit)
+			// It takes one check from the daily allowance: a retry with the
+			// same Idempotency-Key gets the first answer, not a second check.
+			g.With(s.idempotent).Post("/content-spam-check", s.contentSpamCheck)
 		})
 		// A group, not a sub-router: a sub-router's middleware would also
-		// guard its 404 and 405 answers, which need no key.
+		// guard its 404 and 405 answers, which need no key (unmatched gives
+		// them the rate-limit headers when a valid key comes anyway).
 		v1.Group(func(g chi.Router) {
-			g.Use(s.authenticate(UnlimitedPlan))
+			g.Use(s.authenticate(UnlimitedPlan), s.admit)
 			g.Get("/unlimited/usage", s.getUsage)
 			if s.Lookup != nil {
-				g.Post("/unlimited/email-lookup", s.postUnlimitedEmailLookup)
+				g.With(s.idempotent).Post("/unlimited/email-lookup", s.postUnlimitedEmailLookup)
 			}
 			s.mountBulks(g, UnlimitedPlan)
 		})
@@ -179,52 +217,4 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-// contentSpamCheck exists so the route and its key policy (both families,
-// SPEC 4.6) are in place; no analysis engine is wired in yet, which the spec
-// answers with 503 engine_unavailable.
-func (s *Server) contentSpamCheck(w http.ResponseWriter, r *http.Request) {
-	var req SpamCheckRequest
-	if e := decodeJSON(w, r, min(s.MaxBodyBytes, maxSpamBody), &req); e != nil {
-		apierr.Write(w, e)
-		return
-	}
-	if e := validateSpamCheck(&req); e != nil {
-		apierr.Write(w, e)
-		return
-	}
-	apierr.Write(w, apierr.WithCode(http.StatusServiceUnavailable, apierr.CodeEngineUnavailable,
-		"The content analysis engine is unavailable. Try again later."))
-}
-
-// SpamCheckRequest is POST /v1/content-spam-check's body (SPEC 4.6 leaves
-// its shape to us; docs/api.md).
-type SpamCheckRequest struct {
-	Subject *string `json:"subject"`
-	Content *string `json:"content"`
-}
-
-// maxSpamContent bounds the text a spam check reads (characters), and
-// maxSpamBody its body (bytes: 100,000 characters of up to 4 bytes, JSON
-// escapes and the subject fit).
-const (
-	maxSpamContent = 100_000
-	maxSpamBody    = 1 << 20
-)
-
-func validateSpamCheck(req *SpamCheckRequest) *apierr.Error {
-	var v apierr.Validation
-	switch {
-	case req.Content == nil:
-		v.Add("body.content", apierr.TypeMissing, "Field required")
-	case len(*req.Content) == 0:
-		v.Add("body.content", apierr.TypeStringTooShort, "String should have at least 1 character")
-	case family.OverChars(*req.Content, maxSpamContent):
-		v.Add("body.content", apierr.TypeStringTooLong, "String should have at most 100000 characters")
-	}
-	if req.Subject != nil && family.OverChars(*req.Subject, 998) {
-		v.Add("body.subject", apierr.TypeStringTooLong, "String should have at most 998 characters")
-	}
-	return v.Err()
 }

@@ -69,7 +69,7 @@ func (s *Server) getVerify(w http.ResponseWriter, r *http.Request) {
 	chargeID := "verify-" + uuid.NewString()
 	_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 		Amount: verification.Price, Note: "email_verification single"})
-	if s.chargeFailed(w, r, err) {
+	if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
 		return
 	}
 	// Every way out that does not deliver a charged verdict refunds (a

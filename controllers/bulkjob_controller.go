@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/jobs"
@@ -44,6 +47,11 @@ type ShardFailer interface {
 }
 
 // BulkJobReconciler reconciles BulkJobs.
+//
+// A running BulkJob is reconciled when it or one of its Jobs changes, when
+// a processor announces progress (Progress), when its next retry comes due
+// or its paced progress write may go out, and otherwise once per
+// Options.RequeueInterval, a safety net for announcements that were lost.
 type BulkJobReconciler struct {
 	Client client.Client
 	// APIReader reads around the cache (a Job the cache does not show yet,
@@ -54,8 +62,14 @@ type BulkJobReconciler struct {
 	Data      JobData
 	Shards    ShardFailer
 	Options   Options
+	// Progress, when set, wakes the reconciler as processors record
+	// answers; without it progress is read once per RequeueInterval.
+	Progress ProgressSource
 	// Now is the clock (tests move it for retention). Defaults to time.Now.
 	Now func() time.Time
+
+	writesOnce sync.Once
+	writes     *statusWrites
 }
 
 // +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs,verbs=get;list;watch;update;patch;delete
@@ -65,18 +79,30 @@ type BulkJobReconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the controller: BulkJobs, and the Jobs they
-// own (shard and retry Jobs).
+// SetupWithManager registers the controller: BulkJobs, the Jobs they own
+// (shard and retry Jobs) and, with a Progress source, the processors'
+// progress announcements (a source.Channel fed by a runnable that listens
+// to them).
 func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.BulkJob{}).
 		Owns(&batchv1.Job{}).
 		Named("bulkjob").
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)})
+	if r.Progress != nil {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.BulkJob{}, jobIDField, indexJobID); err != nil {
+			return fmt.Errorf("index BulkJobs by job id: %w", err)
+		}
+		events := make(chan progressEvent, 1024)
+		if err := mgr.Add(&progressWatcher{src: r.Progress, events: events, log: mgr.GetLogger().WithName("progress")}); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Channel(events, handler.TypedFuncs[announcement, reconcile.Request]{GenericFunc: r.announced}))
+	}
+	return b.Complete(r)
 }
 
 func (r *BulkJobReconciler) now() time.Time {
@@ -86,25 +112,41 @@ func (r *BulkJobReconciler) now() time.Time {
 	return time.Now()
 }
 
+func (r *BulkJobReconciler) pacer() *statusWrites {
+	r.writesOnce.Do(func() {
+		if r.writes == nil {
+			r.writes = newStatusWrites(r.Options.ProgressInterval, r.Options.ProgressWritesPerSecond)
+		}
+	})
+	return r.writes
+}
+
 // Reconcile moves one BulkJob forward: finalize a deleted one, delete an
 // expired one, otherwise observe (create or adopt the Job, answer shards
 // that failed for good), fold the observation into the status, write the
-// status once and emit the pass's events after the write.
+// status once (a patch; a change of progress alone is paced, see
+// statusWrites) and emit the pass's events after the write.
 func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	opts := r.Options.withDefaults()
 	var bj v1alpha1.BulkJob
 	if err := r.Client.Get(ctx, req.NamespacedName, &bj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pacer().forget(req.NamespacedName, r.now())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("jobID", bj.Spec.JobID)
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	if !bj.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &bj)
+		r.pacer().forget(req.NamespacedName, r.now())
+		return requeueOnConflict(r.finalize(ctx, &bj))
 	}
 	// The API creates BulkJobs with the finalizer; one made by hand may lack it.
-	if controllerutil.AddFinalizer(&bj, v1alpha1.Finalizer) {
-		if err := r.Client.Update(ctx, &bj); err != nil {
+	if !controllerutil.ContainsFinalizer(&bj, v1alpha1.Finalizer) {
+		before := bj.DeepCopy()
+		controllerutil.AddFinalizer(&bj, v1alpha1.Finalizer)
+		if err := r.Client.Patch(ctx, &bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return requeueOnConflict(err)
 		}
 	}
@@ -119,6 +161,7 @@ func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if bj.Status.Phase.IsFinished() {
+		r.pacer().forget(req.NamespacedName, now)
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 
@@ -127,19 +170,35 @@ func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, err
 	}
 	old := bj.Status
-	bj.Status = computeStatus(&bj, obs, now)
-	if !equality.Semantic.DeepEqual(old, bj.Status) {
-		if err := r.Client.Status().Update(ctx, &bj); err != nil {
+	st := computeStatus(&bj, obs, now)
+	write, paced := r.pacer().decide(req.NamespacedName, &old, &st, now)
+	if write {
+		// The optimistic lock keeps the write from resting on a stale cache:
+		// a conflict reads the BulkJob again.
+		before := bj.DeepCopy()
+		bj.Status = st
+		if err := r.Client.Status().Patch(ctx, &bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return requeueOnConflict(err)
 		}
+		r.pacer().wrote(req.NamespacedName, now)
 	}
+	// bj.Status is what is stored now: events follow what was written.
 	r.emit(&bj, &old, obs)
 	if bj.Status.Phase.IsFinished() {
+		r.pacer().forget(req.NamespacedName, now)
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
-	// Waiting for a retry to come due: look again then (a retry Job that
-	// starts or ends is an event of its own).
-	return ctrl.Result{RequeueAfter: min(max(opts.RequeueInterval, obs.retryWait), left)}, nil
+	// Progress wakes the reconciler; the resync is a safety net. While a
+	// retry waits to come due nothing runs: look again when it is due (a
+	// retry Job that starts or ends is an event of its own).
+	next := opts.RequeueInterval
+	if obs.retryWait > 0 {
+		next = obs.retryWait
+	}
+	if paced > 0 {
+		next = min(next, paced)
+	}
+	return ctrl.Result{RequeueAfter: min(next, left)}, nil
 }
 
 func (r *BulkJobReconciler) apiReader() client.Reader {
@@ -149,9 +208,14 @@ func (r *BulkJobReconciler) apiReader() client.Reader {
 	return r.Client
 }
 
+// conflictRetry is how soon a pass whose write met a newer BulkJob (the
+// cache was behind) runs again; the watch event of that newer version
+// usually comes first.
+const conflictRetry = time.Second
+
 func requeueOnConflict(err error) (ctrl.Result, error) {
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{Requeue: true}, nil
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{}, err
 }
@@ -387,6 +451,7 @@ func (r *BulkJobReconciler) adopt(ctx context.Context, bj *v1alpha1.BulkJob, job
 			"Job %s exists and does not belong to this BulkJob; waiting for it to go away", job.Name)
 		return nil, fmt.Errorf("job %s/%s exists and is not this BulkJob's", job.Namespace, job.Name)
 	}
+	before := job.DeepCopy()
 	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
 		return nil, err
 	}
@@ -394,7 +459,9 @@ func (r *BulkJobReconciler) adopt(ctx context.Context, bj *v1alpha1.BulkJob, job
 		job.Labels = map[string]string{}
 	}
 	job.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByController
-	if err := r.Client.Update(ctx, job); err != nil {
+	// Locked: owner references and labels are lists and maps a merge patch
+	// replaces or merges; they must not overwrite a change made meanwhile.
+	if err := r.Client.Patch(ctx, job, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, fmt.Errorf("adopt Job: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("adopted Job", "job", job.Name)
@@ -410,8 +477,9 @@ func (r *BulkJobReconciler) finalize(ctx context.Context, bj *v1alpha1.BulkJob) 
 	if err := r.Data.Delete(ctx, bj.Spec.JobID); err != nil {
 		return err
 	}
+	before := bj.DeepCopy()
 	controllerutil.RemoveFinalizer(bj, v1alpha1.Finalizer)
-	if err := r.Client.Update(ctx, bj); err != nil {
+	if err := r.Client.Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	ctrl.LoggerFrom(ctx).Info("BulkJob deleted; its data in Redis is deleted")

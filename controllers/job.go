@@ -57,9 +57,16 @@ type Options struct {
 
 	// Retention: BulkJobs older than this are deleted (with their data).
 	Retention time.Duration
-	// RequeueInterval is how often a running BulkJob is folded again:
-	// progress in Redis makes no Kubernetes events.
+	// RequeueInterval is how often a running BulkJob is folded again
+	// whatever happens: a safety net, since the processors' progress
+	// announcements (BulkJobReconciler.Progress) wake it as rows move.
 	RequeueInterval time.Duration
+	// ProgressInterval is the least time between two status writes of one
+	// BulkJob that only report progress, and ProgressWritesPerSecond caps
+	// those writes over all BulkJobs (statusWrites); 0 turns either limit
+	// off. Phase changes are written at once.
+	ProgressInterval        time.Duration
+	ProgressWritesPerSecond float64
 
 	// err is a configuration error OptionsFrom found (NewManager reports
 	// it).
@@ -101,6 +108,9 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 		ProcessorTimeout:     kc.ProcessorTimeout,
 		Retention:            retention,
 		RequeueInterval:      kc.Requeue,
+		// Zero is a choice here (no limit), not a value to default.
+		ProgressInterval:        kc.ProgressInterval,
+		ProgressWritesPerSecond: float64(kc.ProgressWrites),
 	}
 }
 

@@ -36,6 +36,9 @@ type ManagerOptions struct {
 	Reconciler Options
 	Data       JobData
 	Shards     ShardFailer
+	// Progress is the processors' progress announcements; nil takes them
+	// from Data when it has them (*jobs.Store does).
+	Progress ProgressSource
 	// ReadyCheck, when set, gates readiness (bulkd checks Redis).
 	ReadyCheck healthz.Checker
 	Logger     logr.Logger
@@ -102,7 +105,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Data:      o.Data,
 		Shards:    o.Shards,
 		Options:   o.Reconciler,
+		Progress:  o.Progress,
 		Now:       o.Now,
+	}
+	if r.Progress == nil {
+		r.Progress, _ = o.Data.(ProgressSource)
 	}
 	if err := r.SetupWithManager(mgr, o.Concurrency); err != nil {
 		return nil, err

@@ -94,8 +94,14 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	// The data says completed (or retrying) when the last input has its
 	// first answer, a moment before the shard is marked done.
 	settled := done == shards || (o.job != nil && jobFinished(o.job))
-	complete := d.Status == jobs.StatusCompleted && settled
-	retrying := d.Status == jobs.StatusRetrying && settled
+	// The retry pass that answers the last provisional answer completes
+	// the data a moment before its Job ends, and that Job's outcome is the
+	// RetryFailed condition: the job stays Retrying until the Job has
+	// ended (its end is an event), or a finished BulkJob would keep the
+	// condition of an earlier, failed round for good.
+	retryRunning := o.retryJob != nil && !jobFinished(o.retryJob)
+	complete := d.Status == jobs.StatusCompleted && settled && !retryRunning
+	retrying := settled && (d.Status == jobs.StatusRetrying || (d.Status == jobs.StatusCompleted && retryRunning))
 	st.ShardsFailed = failed
 	st.ShardsActive = 0
 	if complete || retrying {

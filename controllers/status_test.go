@@ -125,6 +125,14 @@ func TestComputeStatus(t *testing.T) {
 				startTime: true, completeTime: true},
 		},
 		{
+			name: "retries done in Redis, their Job not ended yet: still retrying",
+			obs: &observation{data: verification().Answered("valid", 12, 12).Answered("unknown", 8, 8).ShardsDone(2).Retrying(3, now).
+				Reanswered("unknown", "valid", 2, true).Reanswered("unknown", "invalid", 1, true).Completed(now).Obj(),
+				retryRound: 3, retryJob: builders.MakeJob(id+"-retry-3", "bulkd", 1).NonIndexed(3).Started(started).Active(1).Obj()},
+			want: want{phase: v1alpha1.PhaseRetrying, processed: 25, outcomes: oc("invalid", 1, "unknown", 5, "valid", 14), pct: "100%",
+				succeeded: 2, progress: "2/2", complete: metav1.ConditionFalse, completeReason: ReasonRetrying, startTime: true},
+		},
+		{
 			name: "job data gone",
 			obs:  &observation{},
 			want: want{phase: v1alpha1.PhaseFailed, complete: metav1.ConditionFalse, completeReason: ReasonJobDataMissing, completeTime: true},

@@ -243,7 +243,7 @@ func runRetries(ctx context.Context, cfg config.Config, jobID string, timeout ti
 
 // openProcessor connects to Redis and builds the shard processor on it; the
 // caller closes the client.
-func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (*redis.Client, *jobs.Processor, error) {
+func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (redis.UniversalClient, *jobs.Processor, error) {
 	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return nil, nil, err
@@ -253,6 +253,10 @@ func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (*r
 		rdb.Close()
 		return nil, nil, err
 	}
+	// Processor pods announce their progress to the controller, which
+	// has no other way to hear of it. (The controller opens a processor
+	// too, to answer failed shards: it never announces.)
+	proc.Announce = jobs.NewAnnouncer(proc.Store, jobs.DefaultAnnounceEvery, log)
 	return rdb, proc, nil
 }
 

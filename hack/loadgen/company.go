@@ -41,7 +41,16 @@ func companyMain(args []string) error {
 	redirectRows := fs.Int("redirect-rows", 20_000, "domain rows of the redirect-checks-on job (0 to skip)")
 	workers := fs.Int("workers", 4, "bulkd --workers")
 	liveReads := fs.Bool("live-reads", true, "also measure random pages with the row cache off")
+	deadRows := fs.Int("dead-rows", 100_000, "domain rows that do not resolve (NXDOMAIN), redirect checks on, no proxy (0 to skip)")
+	mixedRows := fs.Int("mixed-rows", 100_000, "rows of the mixed live and dead domains job (0 to skip)")
+	mixedLive := fs.Int("mixed-live", 20_000, "live domains among --mixed-rows")
+	liveRows := fs.Int("live-rows", 20_000, "live domain rows resolved by bulkd, no proxy (0 to skip)")
+	onlyDomains := fs.Bool("only-domains", false, "skip the dataset, the network-URL jobs and the results pages: only the redirect-check scenarios")
+	bulkdFlags := fs.String("bulkd-flags", "", "more bulkd flags for the domain scenarios, space-separated (experiments)")
 	_ = fs.Parse(args)
+	if *onlyDomains {
+		*dataset, *jobs = 1000, 0
+	}
 
 	srv, rdb, cleanup, err := privateRedis()
 	if err != nil {
@@ -89,7 +98,8 @@ func companyMain(args []string) error {
 	body := submission(slugs, "network_url")
 	fmt.Printf("submission body: %d rows, %.1f MB\n", *rows, float64(len(body))/1e6)
 
-	acct, err := accounts.NewStore(rdb, nil).CreateAccount(ctx, "load", credits.Whole(int64(*rows)*int64(*jobs+2)))
+	acct, err := accounts.NewStore(rdb, nil).CreateAccount(ctx, "load",
+		credits.Whole(int64(*rows)*int64(*jobs+2)+int64(*redirectRows+*deadRows+*mixedRows+*liveRows)))
 	if err != nil {
 		return err
 	}
@@ -98,16 +108,60 @@ func companyMain(args []string) error {
 		return err
 	}
 
+	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	if !*onlyDomains {
+		if err := networkJobs(hc, *bin, srv.URL, key, body, *rows, *jobs, *workers, *readers, *readFor, *liveReads); err != nil {
+			return err
+		}
+	}
+
+	// 4. Redirect checks on, against a local website stand-in (proxy).
+	if *redirectRows > 0 {
+		proxy, count := websiteProxy()
+		defer proxy.Close()
+		b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=true", "--http-proxy", "http://"+proxy.Addr)
+		if err != nil {
+			return err
+		}
+		doms := make([]string, *redirectRows)
+		for i := range doms {
+			doms[i] = fmt.Sprintf("site-%d.example", i)
+		}
+		t0 := time.Now()
+		id, err := submit(hc, b.base, key, submission(doms, "domain"))
+		if err == nil {
+			err = waitDone(hc, b.base, key, id, 600*time.Second)
+		}
+		b.stop()
+		if err != nil {
+			return err
+		}
+		el := time.Since(t0)
+		fmt.Printf("redirect checks on: %d domain rows in %s = %.0f rows/s (%d website requests through the local proxy)\n",
+			*redirectRows, el.Round(time.Millisecond), float64(*redirectRows)/el.Seconds(), count())
+	}
+
+	// 5. Redirect checks on without a proxy: bulkd resolves every domain
+	// itself (domains.go).
+	var extra []string
+	if *bulkdFlags != "" {
+		extra = strings.Fields(*bulkdFlags)
+	}
+	return domainScenarios(ctx, *bin, srv.URL, key, *workers, *deadRows, *mixedRows, *mixedLive, *liveRows, extra)
+}
+
+// networkJobs measures the network-URL jobs (redirect checks off) and the
+// results pages.
+func networkJobs(hc *http.Client, bin, redisURL, key string, body []byte, rows, jobs, workers, readers int, readFor time.Duration, liveReads bool) error {
 	// 2. Submissions and completion, redirect checks off.
-	b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=false")
+	b, err := startBulkd(bin, redisURL, "--workers", strconv.Itoa(workers), "--redirect-checks=false")
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var submitLat, doneLat []time.Duration
 	var lastJob string
 	var jobIDs []string
-	for i := 0; i < *jobs; i++ {
+	for i := 0; i < jobs; i++ {
 		t0 := time.Now()
 		id, err := submit(hc, b.base, key, body)
 		if err != nil {
@@ -124,10 +178,10 @@ func companyMain(args []string) error {
 		jobIDs = append(jobIDs, id)
 	}
 	rss := b.peakRSS()
-	fmt.Printf("submit %d distinct rows: p50=%s min=%s max=%s (n=%d)\n", *rows, pct(submitLat, 0.5), pct(submitLat, 0), pct(submitLat, 1), len(submitLat))
-	fmt.Printf("submit -> completed (redirect checks off, %d workers): p50=%s min=%s max=%s = %.0f rows/s at p50\n", *workers,
-		pct(doneLat, 0.5), pct(doneLat, 0), pct(doneLat, 1), float64(*rows)/pct(doneLat, 0.5).Seconds())
-	fmt.Printf("bulkd peak RSS (VmHWM) after %d jobs: %s\n", *jobs, rss)
+	fmt.Printf("submit %d distinct rows: p50=%s min=%s max=%s (n=%d)\n", rows, pct(submitLat, 0.5), pct(submitLat, 0), pct(submitLat, 1), len(submitLat))
+	fmt.Printf("submit -> completed (redirect checks off, %d workers): p50=%s min=%s max=%s = %.0f rows/s at p50\n", workers,
+		pct(doneLat, 0.5), pct(doneLat, 0), pct(doneLat, 1), float64(rows)/pct(doneLat, 0.5).Seconds())
+	fmt.Printf("bulkd peak RSS (VmHWM) after %d jobs: %s\n", jobs, rss)
 
 	// 3. Results pages under concurrent readers. First every page once, in
 	// order, shared among the readers (a client downloading its results:
@@ -135,55 +189,30 @@ func companyMain(args []string) error {
 	// pages for readFor (the cache warm), then the same random reading with
 	// the row cache off (every page rendered from Redis).
 	var next atomic.Int64
-	pagesPerJob := (*rows + 499) / 500
-	cold := readPages(hc, b.base, key, *readers, time.Hour, func(*rand.Rand) (string, int, bool) {
+	pagesPerJob := (rows + 499) / 500
+	cold := readPages(hc, b.base, key, readers, time.Hour, func(*rand.Rand) (string, int, bool) {
 		n := int(next.Add(1)) - 1 // the jobs one after the other, the last job last
 		if n >= pagesPerJob*len(jobIDs) {
 			return "", 0, false
 		}
 		return jobIDs[n/pagesPerJob], 500 * (n % pagesPerJob), true
 	})
-	report(fmt.Sprintf("results pages limit=500, each page of the %d jobs once in order (row cache cold), %d readers", len(jobIDs), *readers), cold, 0)
-	random := func(rnd *rand.Rand) (string, int, bool) { return lastJob, rnd.Intn(max(1, *rows-500)), true }
-	lat := readPages(hc, b.base, key, *readers, *readFor, random)
-	report(fmt.Sprintf("results page limit=500, random offsets, %d readers for %s (row cache warm)", *readers, *readFor), lat, *readFor)
+	report(fmt.Sprintf("results pages limit=500, each page of the %d jobs once in order (row cache cold), %d readers", len(jobIDs), readers), cold, 0)
+	random := func(rnd *rand.Rand) (string, int, bool) { return lastJob, rnd.Intn(max(1, rows-500)), true }
+	lat := readPages(hc, b.base, key, readers, readFor, random)
+	report(fmt.Sprintf("results page limit=500, random offsets, %d readers for %s (row cache warm)", readers, readFor), lat, readFor)
 	fmt.Printf("bulkd peak RSS (VmHWM) after the reads: %s; %s\n", b.peakRSS(), b.cacheStats(hc))
 	b.stop()
-	if *liveReads {
-		b, err = startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=false", "--results-cache-bytes", "0")
+	if liveReads {
+		b, err = startBulkd(bin, redisURL, "--workers", strconv.Itoa(workers), "--redirect-checks=false", "--results-cache-bytes", "0")
 		if err != nil {
 			return err
 		}
-		lat = readPages(hc, b.base, key, *readers, *readFor, random)
-		report(fmt.Sprintf("results page limit=500, random offsets, %d readers for %s (row cache off)", *readers, *readFor), lat, *readFor)
+		lat = readPages(hc, b.base, key, readers, readFor, random)
+		report(fmt.Sprintf("results page limit=500, random offsets, %d readers for %s (row cache off)", readers, readFor), lat, readFor)
 		b.stop()
 	}
 
-	// 4. Redirect checks on, against a local website stand-in (proxy).
-	if *redirectRows > 0 {
-		proxy, count := websiteProxy()
-		defer proxy.Close()
-		b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=true", "--http-proxy", "http://"+proxy.Addr)
-		if err != nil {
-			return err
-		}
-		defer b.stop()
-		doms := make([]string, *redirectRows)
-		for i := range doms {
-			doms[i] = fmt.Sprintf("site-%d.example", i)
-		}
-		t0 := time.Now()
-		id, err := submit(hc, b.base, key, submission(doms, "domain"))
-		if err != nil {
-			return err
-		}
-		if err := waitDone(hc, b.base, key, id, 600*time.Second); err != nil {
-			return err
-		}
-		el := time.Since(t0)
-		fmt.Printf("redirect checks on: %d domain rows in %s = %.0f rows/s (%d website requests through the local proxy)\n",
-			*redirectRows, el.Round(time.Millisecond), float64(*redirectRows)/el.Seconds(), count())
-	}
 	return nil
 }
 

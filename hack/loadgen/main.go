@@ -6,6 +6,8 @@
 //
 //	go run ./hack/loadgen credits --bin bin/bulkd [--clients 50] [--keys 50] [--duration 10s]
 //	go run ./hack/loadgen lookup --bin bin/bulkd (lookup.go)
+//	go run ./hack/loadgen spam --bin bin/bulkd (spam.go)
+//	go run ./hack/loadgen admission --bin bin/bulkd (admission.go)
 package main
 
 import (
@@ -43,6 +45,20 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "admission" {
+		if err := admissionMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) >= 2 && os.Args[1] == "spam" {
+		if err := spamMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "company" {
 		if err := companyMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -51,7 +67,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|spam [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
-# hack/local-cluster/e2e.sh (make e2e): local cluster up, redis-server in the
-# cluster's namespace, helm install of charts/bulkd with the local image, the
+# hack/local-cluster/e2e.sh (make e2e): local cluster up, redis-server and
+# spamd in the cluster's namespace, helm install of charts/bulkd with the local image, the
 # e2e suite (test/cluster, build tag e2ecluster) run inside the namespace,
 # teardown (also on failure or Ctrl-C). Timings go to stderr and to
 # E2E_TIMINGS (default /tmp/bulkd-e2e-timings.txt).
@@ -17,6 +17,7 @@ CL="${HERE}/cluster.sh"
 NAMESPACE=bulkd-e2e
 NODE_IP=10.254.0.1
 REDIS_PORT=6379
+SPAMD_PORT=7830                 # SpamAssassin's spamd for the content spam check, on the node address
 PROXY_ADDR="${NODE_IP}:18080"   # the test's stand-in for every website (redirect checks)
 VERIFY_CM=bulkd-verify-e2e      # email verification pods' own ConfigMap; the suite creates it (its mail world)
 LOOKUP_CM=bulkd-lookup-e2e      # email lookup pods' own ConfigMap; the suite creates it (its People world)
@@ -70,6 +71,18 @@ for _ in $(seq 1 40); do
 done
 REDIS_URL="redis://${NODE_IP}:${REDIS_PORT}/0"
 
+# spamd for POST /v1/content-spam-check, on the node address too: the API
+# pods reach it there as they reach Redis (local tests only, as in the
+# tests and make run; allowed: the pod and node addresses).
+"${ROOT}/hack/ensure-spamd.sh"
+mkdir -p "${LC_DIR}/spamd"
+setsid nsenter --net="/run/netns/${NS}" -- "$(command -v spamd || echo /usr/sbin/spamd)" \
+  --listen "${NODE_IP}:${SPAMD_PORT}" --allowed-ips "10.0.0.0/8,127.0.0.0/8" --max-children 2 --min-children 2 \
+  --min-spare 0 --max-spare 2 --local --nouser-config --syslog stderr --cf 'use_bayes 0' --cf 'bayes_auto_learn 0' \
+  --username nobody --pidfile "${LC_DIR}/spamd/spamd.pid" \
+  >"${LC_DIR}/logs/spamd.log" 2>&1 </dev/null &
+echo "spamd $!" >>"${LC_DIR}/pids"
+
 kc create namespace "${NAMESPACE}" >&2
 kc -n "${NAMESPACE}" create secret generic bulkd-redis --from-literal=redis-url="${REDIS_URL}" >&2
 TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/Chart.yaml)"
@@ -88,6 +101,7 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set redis.existingSecret=bulkd-redis \
   --set jobs.shardSize=2000 --set jobs.parallelism=4 \
   --set apiserver.replicas=1 \
+  --set spamd.address="${NODE_IP}:${SPAMD_PORT}" --set spamd.timeout=3s --set spamd.maxConns=2 \
   --set-string config.BULKD_BATCH_SIZE=5 \
   --set-string config.BULKD_RATE_LIMIT=1000 \
   --set-string config.BULKD_REDIRECT_CHECKS=true \
@@ -104,6 +118,7 @@ rc=0
 "${CL}" exec env E2E_KUBECONFIG="${LC_DIR}/admin.kubeconfig" E2E_NAMESPACE="${NAMESPACE}" \
   E2E_REDIS_URL="${REDIS_URL}" E2E_PROXY_ADDR="${PROXY_ADDR}" E2E_TIMINGS="${TIMINGS}" \
   E2E_VERIFY_CONFIGMAP="${VERIFY_CM}" E2E_LOOKUP_CONFIGMAP="${LOOKUP_CM}" E2E_NODE_IP="${NODE_IP}" \
+  E2E_SPAMD_PIDFILE="${LC_DIR}/spamd/spamd.pid" \
   "${TESTBIN}" -test.v -test.count=1 -test.timeout=40m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
 mark "e2e suite (rc=${rc})"
 if [[ ${rc} -ne 0 ]]; then

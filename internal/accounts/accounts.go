@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -104,8 +105,9 @@ var (
 
 // Store reads and writes accounts and keys.
 type Store struct {
-	rdb redis.UniversalClient
-	now func() time.Time
+	rdb    redis.UniversalClient
+	now    func() time.Time
+	owners keyOwners
 }
 
 // NewStore returns a store; now may be nil for time.Now.
@@ -179,12 +181,18 @@ func (s *Store) CreateAccount(ctx context.Context, name string, balance credits.
 	if !ok {
 		return nil, errors.New("create account: id collision, try again")
 	}
-	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, AccountKey(a.ID), "name", name, "balance", int64(balance), "plan", "", "plan_state", "",
-		"period_end", 0, "created_at", a.CreatedAt.Unix())
-	pipe.SAdd(ctx, accountsIndexKey(), a.ID)
-	if _, err := pipe.Exec(ctx); err != nil {
+	// opening_balance is where the ledger starts: every later change of
+	// the balance is a ledger entry, so balance = opening_balance + the
+	// ledger's credit amounts (billing.Reconcile checks it).
+	if err := s.rdb.HSet(ctx, AccountKey(a.ID), "name", name, "balance", int64(balance), "opening_balance", int64(balance),
+		"plan", "", "plan_state", "", "period_end", 0, "created_at", a.CreatedAt.Unix()).Err(); err != nil {
 		return nil, fmt.Errorf("create account: %w", err)
+	}
+	// The index of all accounts lives in another hash slot than the
+	// account (no MULTI spans both on Redis Cluster): it is written once
+	// the account is whole, and only listing reads it.
+	if err := s.rdb.SAdd(ctx, accountsIndexKey(), a.ID).Err(); err != nil {
+		return nil, fmt.Errorf("create account: index: %w", err)
 	}
 	return a, nil
 }
@@ -253,11 +261,15 @@ func (s *Store) CreateKey(ctx context.Context, accountID string, typ KeyType) (s
 		return "", nil, errors.New("create key: id collision, try again")
 	}
 	sum := sha256.Sum256([]byte(value))
-	pipe := s.rdb.TxPipeline()
-	pipe.HSet(ctx, apiKeyKey(id), "type", string(typ), "hash", hex.EncodeToString(sum[:]), "revoked", 0,
-		"created_at", k.CreatedAt.Unix())
-	pipe.SAdd(ctx, AccountKeysKey(accountID), id)
-	if _, err := pipe.Exec(ctx); err != nil {
+	// The key's record and the account's key list are in different hash
+	// slots (no MULTI spans both on Redis Cluster). The list is written
+	// first and the hash that makes the key work last, so a key that
+	// authenticates is always listed (and can be found and revoked).
+	if err := s.rdb.SAdd(ctx, AccountKeysKey(accountID), id).Err(); err != nil {
+		return "", nil, fmt.Errorf("create key: %w", err)
+	}
+	if err := s.rdb.HSet(ctx, apiKeyKey(id), "type", string(typ), "hash", hex.EncodeToString(sum[:]), "revoked", 0,
+		"created_at", k.CreatedAt.Unix()).Err(); err != nil {
 		return "", nil, fmt.Errorf("create key: %w", err)
 	}
 	return value, k, nil
@@ -284,38 +296,99 @@ type Principal struct {
 	Account Account
 }
 
-// authScript fetches a key and its account in one round trip.
-var authScript = redis.NewScript(`
-local k = redis.call('HMGET', KEYS[1], 'account', 'type', 'hash', 'revoked', 'created_at')
-if not k[1] then return false end
-local a = redis.call('HMGET', ARGV[1] .. 'acct:{' .. k[1] .. '}', 'id', 'name', 'balance', 'plan', 'plan_state', 'period_end', 'created_at')
-return {k[1], k[2] or '', k[3] or '', k[4] or '0', k[5] or '0', a[1] or '', a[2] or '', a[3] or '0', a[4] or '', a[5] or '', a[6] or '0', a[7] or '0'}
-`)
+// keyFields and accountFields are what authentication reads.
+var (
+	keyFields     = []string{"account", "type", "hash", "revoked", "created_at"}
+	accountFields = []string{"id", "name", "balance", "plan", "plan_state", "period_end", "created_at"}
+)
 
 // Authenticate checks a presented key. It returns ErrInvalidKey for any
 // unknown, malformed, revoked or wrong value, without saying which.
+//
+// The key's record and its account's hash are in different hash slots
+// (the key id is all a request carries), so no one script may read both on
+// Redis Cluster. A key's account never changes, so the store remembers it:
+// a key seen before costs one pipelined round trip that reads the key and
+// the account together; a key seen for the first time costs two.
+// Revocation is read from the key's record on every call, so it still
+// takes effect at once.
 func (s *Store) Authenticate(ctx context.Context, value string) (*Principal, error) {
 	id := KeyIDOf(value)
 	if id == "" {
 		return nil, ErrInvalidKey
 	}
-	res, err := authScript.Run(ctx, s.rdb, []string{apiKeyKey(id)}, prefix).StringSlice()
-	if errors.Is(err, redis.Nil) {
+	var k, a []any
+	acct, known := s.owners.get(id)
+	if known {
+		pipe := s.rdb.Pipeline()
+		kc := pipe.HMGet(ctx, apiKeyKey(id), keyFields...)
+		ac := pipe.HMGet(ctx, AccountKey(acct), accountFields...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("authenticate: %w", err)
+		}
+		k, a = kc.Val(), ac.Val()
+	} else {
+		var err error
+		if k, err = s.rdb.HMGet(ctx, apiKeyKey(id), keyFields...).Result(); err != nil {
+			return nil, fmt.Errorf("authenticate: %w", err)
+		}
+	}
+	str := func(v []any, i int, def string) string {
+		if x, ok := v[i].(string); ok {
+			return x
+		}
+		return def
+	}
+	owner := str(k, 0, "")
+	if owner == "" {
 		return nil, ErrInvalidKey
 	}
-	if err != nil {
-		return nil, fmt.Errorf("authenticate: %w", err)
+	if owner != acct { // first sight (or a cache that can only be wrong by a bug)
+		var err error
+		if a, err = s.rdb.HMGet(ctx, AccountKey(owner), accountFields...).Result(); err != nil {
+			return nil, fmt.Errorf("authenticate: %w", err)
+		}
 	}
 	sum := sha256.Sum256([]byte(value))
-	want, err := hex.DecodeString(res[2])
-	if err != nil || subtle.ConstantTimeCompare(sum[:], want) != 1 || res[3] != "0" || res[5] == "" {
+	want, err := hex.DecodeString(str(k, 2, ""))
+	if err != nil || subtle.ConstantTimeCompare(sum[:], want) != 1 || str(k, 3, "0") != "0" || str(a, 0, "") == "" {
 		return nil, ErrInvalidKey
 	}
-	ca, _ := strconv.ParseInt(res[4], 10, 64)
-	p := &Principal{Key: Key{ID: id, AccountID: res[0], Type: KeyType(res[1]), Prefix: "bkd_" + id, CreatedAt: time.Unix(ca, 0).UTC()}}
-	p.Account = *accountFromMap(map[string]string{"id": res[5], "name": res[6], "balance": res[7], "plan": res[8],
-		"plan_state": res[9], "period_end": res[10], "created_at": res[11]})
+	s.owners.put(id, owner)
+	ca, _ := strconv.ParseInt(str(k, 4, "0"), 10, 64)
+	p := &Principal{Key: Key{ID: id, AccountID: owner, Type: KeyType(str(k, 1, "")), Prefix: "bkd_" + id, CreatedAt: time.Unix(ca, 0).UTC()}}
+	m := make(map[string]string, len(accountFields))
+	for i, f := range accountFields {
+		m[f] = str(a, i, "")
+	}
+	p.Account = *accountFromMap(m)
 	return p, nil
+}
+
+// keyOwners remembers the account of authenticated key ids (never
+// changes once a key exists). Bounded: when full it starts over, which
+// only costs the next request of each key one more round trip.
+type keyOwners struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxKeyOwners = 100_000
+
+func (o *keyOwners) get(id string) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a, ok := o.m[id]
+	return a, ok
+}
+
+func (o *keyOwners) put(id, account string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil || len(o.m) >= maxKeyOwners {
+		o.m = make(map[string]string)
+	}
+	o.m[id] = account
 }
 
 // RevokeKey revokes a key by id or display prefix; it stops working at once.

@@ -21,6 +21,7 @@ import (
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/redisconn"
 )
 
 // Env is what commands run against.
@@ -49,7 +50,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-` + CompaniesUsage + ListsUsage
+` + LedgerUsage + CompaniesUsage + ListsUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -75,11 +76,13 @@ func Main(ctx context.Context, args []string, env Env) error {
 		}
 		return nil
 	}
-	opt, err := redis.ParseURL(redisURL)
+	// A server, a Cluster or a Sentinel-managed master (internal/redisconn);
+	// nothing is dialled until the first command.
+	rcfg, err := redisconn.Parse(redisURL)
 	if err != nil {
 		return fmt.Errorf("--redis-url: %w", err)
 	}
-	rdb := redis.NewClient(opt)
+	rdb := rcfg.NewClient()
 	defer rdb.Close()
 	if env.Now == nil {
 		env.Now = time.Now
@@ -142,6 +145,9 @@ func Run(ctx context.Context, rdb redis.UniversalClient, env Env, args []string)
 		return planSet(ctx, st, env, rest)
 	}
 	if args[0] == "ledger" {
+		if ok, err := ledgerSub(ctx, bl, env, args[1:]); ok {
+			return err
+		}
 		return ledger(ctx, bl, env, args[1:])
 	}
 	return fmt.Errorf("unknown command %q; see bulkd admin help", verb)

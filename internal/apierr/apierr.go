@@ -22,6 +22,10 @@ const (
 	CodeMonthlyQuotaExceeded = "monthly_quota_exceeded"
 	CodeBulkSearchesLimited  = "bulk_searches_limited"
 	CodeEngineUnavailable    = "engine_unavailable"
+	// CodeServerBusy: 503, the server is decoding as many request bodies
+	// as its memory bound allows; nothing was read or charged, retry after
+	// Retry-After (our addition: SPEC 7's only 503 is engine_unavailable).
+	CodeServerBusy = "server_busy"
 )
 
 // Validation item types (the type field of errors[]).

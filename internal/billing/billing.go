@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -135,22 +136,45 @@ func (b *Billing) Charge(ctx context.Context, c Charge) (credits.Amount, error) 
 }
 
 // reverseScript undoes a charge or a quota consumption once.
-// KEYS = account hash, charge record, ledger. ARGV = now ms, note, charge id.
-// Returns {status, amount, unit}: 1 reversed, 0 already reversed, -1 unknown.
+// KEYS = account hash, charge record, ledger, and for a quota consumption
+// the quota counter it took from (read from the record beforehand: a
+// script may only touch the keys it declares, which is what lets it run on
+// Redis Cluster; all of them carry the account's hash tag).
+// ARGV = now ms, note, charge id, charge ttl s.
+// Returns {status, amount, unit}: 1 reversed, 0 already reversed, -1 no
+// such charge (a tombstone is left), -4 the record names another quota
+// counter than KEYS[4] (it was written after the caller read it: read
+// again).
+//
+// A charge whose reply was lost (a timeout) may still be on its way to
+// Redis when the caller reverses it. Finding no record, the script leaves
+// a tombstone in its place, a record already marked refunded, so the late
+// charge finds its id taken and changes nothing.
+//
+// A credit charge whose job already had its uncharged outcomes refunded
+// (part_refunded, RefundPart) gives back only the rest.
 var reverseScript = redis.NewScript(`
-local c = redis.call('HMGET', KEYS[2], 'unit', 'amount', 'key', 'refunded', 'quota_key')
-if not c[1] then return {-1, 0, ''} end
+local c = redis.call('HMGET', KEYS[2], 'unit', 'amount', 'key', 'refunded', 'quota_key', 'part_refunded')
+if not c[1] then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('HSET', KEYS[2], 'refunded', 1, 'tombstone', 1, 'at', ARGV[1])
+    redis.call('EXPIRE', KEYS[2], ARGV[4])
+  end
+  return {-1, 0, ''}
+end
 if c[4] == '1' then return {0, tonumber(c[2]), c[1]} end
+if (c[5] or '') ~= (KEYS[4] or '') then return {-4, 0, ''} end
 local amt = tonumber(c[2])
 local after
 if c[1] == 'credits' then
+  amt = amt - tonumber(c[6] or '0')
   after = redis.call('HINCRBY', KEYS[1], 'balance', amt)
   redis.call('XADD', KEYS[3], '*', 'ts', ARGV[1], 'kind', 'refund', 'key', c[3], 'job', ARGV[3],
     'unit', 'credits', 'amount', amt, 'after', after, 'note', ARGV[2])
 else
-  local used = tonumber(redis.call('GET', c[5]) or '0')
+  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
   local back = math.min(used, amt)
-  if back > 0 then after = redis.call('DECRBY', c[5], back) else after = used end
+  if back > 0 then after = redis.call('DECRBY', KEYS[4], back) else after = used end
   redis.call('XADD', KEYS[3], '*', 'ts', ARGV[1], 'kind', 'quota_release', 'key', c[3], 'job', ARGV[3],
     'unit', c[1], 'amount', -back, 'after', after, 'note', ARGV[2])
 end
@@ -160,21 +184,80 @@ return {1, amt, c[1]}
 
 // Reverse refunds a credit charge or releases a quota consumption recorded
 // under chargeID. It is idempotent: the second call reverses nothing and
-// reports false.
+// reports false. A charge id with no record yet is ErrChargeNotFound, and
+// stays reversed: a charge that arrives later under it (a charge whose
+// reply was lost, run by Redis after this) is refused as a duplicate and
+// takes nothing.
 func (b *Billing) Reverse(ctx context.Context, accountID, chargeID, note string) (bool, error) {
+	ck := accounts.ChargeKey(accountID, chargeID)
+	// Two tries: the record can only change from absent to present (a
+	// charge landing between the read and the script), and never again.
+	for try := 0; try < 2; try++ {
+		qk, err := b.rdb.HGet(ctx, ck, "quota_key").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, fmt.Errorf("reverse %s: read charge: %w", chargeID, err)
+		}
+		keys := []string{accounts.AccountKey(accountID), ck, accounts.LedgerKey(accountID)}
+		if qk != "" {
+			if !strings.HasPrefix(qk, accounts.QuotaKey(accountID, "")) {
+				return false, fmt.Errorf("reverse %s: charge record names quota key %q of another account", chargeID, qk)
+			}
+			keys = append(keys, qk)
+		}
+		res, err := reverseScript.Run(ctx, b.rdb, keys, b.now().UnixMilli(), note, chargeID, int64(b.ChargeTTL/time.Second)).Slice()
+		if err != nil {
+			return false, fmt.Errorf("reverse %s: %w", chargeID, err)
+		}
+		switch res[0].(int64) {
+		case 1:
+			return true, nil
+		case 0:
+			return false, nil
+		case -1:
+			return false, ErrChargeNotFound
+		}
+	}
+	return false, fmt.Errorf("reverse %s: the charge record keeps changing", chargeID)
+}
+
+// refundPartScript gives back part of a credit charge once: what a job's
+// uncharged outcomes cost, when the job completes (email verification does
+// not charge unknown results). KEYS = account hash, charge record, ledger.
+// ARGV = amount, now ms, note, job id, key id, charge ttl s.
+// Returns {status, amount}: 1 refunded amount now; 0 refunded amount
+// before (0 when the whole charge was reversed instead); -2 no account.
+var refundPartScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-2, 0} end
+local c = redis.call('HMGET', KEYS[2], 'refunded', 'part_refunded')
+if c[2] then return {0, tonumber(c[2])} end
+if c[1] == '1' then return {0, 0} end
+local amt = tonumber(ARGV[1])
+local after = redis.call('HINCRBY', KEYS[1], 'balance', amt)
+redis.call('HSET', KEYS[2], 'part_refunded', amt)
+if redis.call('TTL', KEYS[2]) < 0 then redis.call('EXPIRE', KEYS[2], ARGV[6]) end
+redis.call('XADD', KEYS[3], '*', 'ts', ARGV[2], 'kind', 'refund', 'key', ARGV[5], 'job', ARGV[4],
+  'unit', 'credits', 'amount', amt, 'after', after, 'note', ARGV[3])
+return {1, amt}
+`)
+
+// RefundPart refunds amount of the credit charge chargeID with its ledger
+// entry, at most once per charge, unless the whole charge was reversed. It
+// returns what was part-refunded for the charge, now or by an earlier call
+// (whose amount wins), and 0 when the charge was reversed whole.
+func (b *Billing) RefundPart(ctx context.Context, accountID, keyID, chargeID string, amount credits.Amount, note string) (credits.Amount, error) {
+	if amount <= 0 {
+		return 0, nil
+	}
 	keys := []string{accounts.AccountKey(accountID), accounts.ChargeKey(accountID, chargeID), accounts.LedgerKey(accountID)}
-	res, err := reverseScript.Run(ctx, b.rdb, keys, b.now().UnixMilli(), note, chargeID).Slice()
+	res, err := refundPartScript.Run(ctx, b.rdb, keys, int64(amount), b.now().UnixMilli(), note, chargeID, keyID,
+		int64(b.ChargeTTL/time.Second)).Int64Slice()
 	if err != nil {
-		return false, fmt.Errorf("reverse %s: %w", chargeID, err)
+		return 0, fmt.Errorf("refund part of %s: %w", chargeID, err)
 	}
-	switch res[0].(int64) {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	default:
-		return false, ErrChargeNotFound
+	if res[0] == -2 {
+		return 0, ErrAccountNotFound
 	}
+	return credits.Amount(res[1]), nil
 }
 
 // adjustScript: KEYS = account hash, ledger. ARGV = delta, now ms, note.

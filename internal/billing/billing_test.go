@@ -35,7 +35,7 @@ func mustAccount(t *testing.T, st *accounts.Store, bal credits.Amount) *accounts
 // 200 parallel charges of 1 credit against a balance of 50 accept exactly 50
 // and leave exactly 0: the check and the debit are one atomic step.
 func TestConcurrentChargesNeverOverdraw(t *testing.T) {
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	ctx := context.Background()
 	st := accounts.NewStore(rdb, nil)
 	b := billing.New(rdb, nil)
@@ -77,7 +77,7 @@ func TestConcurrentChargesNeverOverdraw(t *testing.T) {
 }
 
 func TestChargeRefundIsExactAndOnce(t *testing.T) {
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	ctx := context.Background()
 	st := accounts.NewStore(rdb, nil)
 	b := billing.New(rdb, nil)
@@ -116,7 +116,7 @@ func TestChargeRefundIsExactAndOnce(t *testing.T) {
 }
 
 func TestAdjustNeverGoesNegative(t *testing.T) {
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	ctx := context.Background()
 	b := billing.New(rdb, nil)
 	acct := mustAccount(t, accounts.NewStore(rdb, nil), credits.Whole(1))
@@ -134,7 +134,7 @@ func TestAdjustNeverGoesNegative(t *testing.T) {
 // The daily quota window aligns to UTC midnight: use in one day does not
 // count against the next.
 func TestDailyQuotaRollsOverAtUTCMidnight(t *testing.T) {
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	ctx := context.Background()
 	clk := newClock("2026-03-09T23:59:58Z")
 	b := billing.New(rdb, clk.Now)
@@ -179,7 +179,7 @@ func TestDailyQuotaRollsOverAtUTCMidnight(t *testing.T) {
 }
 
 func TestConcurrentQuotaNeverExceeds(t *testing.T) {
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	ctx := context.Background()
 	b := billing.New(rdb, nil)
 	acct := mustAccount(t, accounts.NewStore(rdb, nil), 0)

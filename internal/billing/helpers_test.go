@@ -3,8 +3,11 @@ package billing_test
 import (
 	"context"
 	"sync/atomic"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/testredis"
 )
 
 func redisClient(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
@@ -20,3 +23,6 @@ func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
 }
+
+// TestMain stops the shared Redis Cluster of BULKD_TEST_REDIS=cluster runs.
+func TestMain(m *testing.M) { testredis.Main(m) }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/bulkd/bulkd/internal/company/companytest"
@@ -21,21 +22,50 @@ var stubNorm companytest.Normalizer
 
 const testPrefix = "bulkd:"
 
-func newTestStore(t testing.TB) (*Store, *redis.Client) {
+func newTestStore(t testing.TB) (*Store, redis.UniversalClient) {
 	t.Helper()
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	return NewStore(rdb, testPrefix), rdb
+}
+
+// TestMain stops the shared Redis Cluster of BULKD_TEST_REDIS=cluster runs.
+func TestMain(m *testing.M) { testredis.Main(m) }
+
+// scanKeys lists the keys matching pattern on every master (SCAN on a
+// cluster client walks one node only).
+func scanKeys(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			out = append(out, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, scan)
+	} else {
+		err = scan(ctx, rdb.(*redis.Client))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // dumpKeys returns every key under prefix with a type-aware rendering of
 // its value (hash fields sorted), so two dumps compare the logical state.
-func dumpKeys(t testing.TB, rdb *redis.Client, prefix string) map[string]string {
+func dumpKeys(t testing.TB, rdb redis.UniversalClient, prefix string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	for _, k := range scanKeys(t, rdb, prefix+"*") {
 		typ, err := rdb.Type(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -62,27 +92,20 @@ func dumpKeys(t testing.TB, rdb *redis.Client, prefix string) map[string]string 
 			t.Fatalf("unexpected key type %s for %s", typ, k)
 		}
 	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
 	return out
 }
 
 // hashFieldCount sums HLEN over all keys matching pattern.
-func hashFieldCount(t testing.TB, rdb *redis.Client, pattern string) int64 {
+func hashFieldCount(t testing.TB, rdb redis.UniversalClient, pattern string) int64 {
 	t.Helper()
 	ctx := context.Background()
 	var n int64
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) {
-		l, err := rdb.HLen(ctx, iter.Val()).Result()
+	for _, k := range scanKeys(t, rdb, pattern) {
+		l, err := rdb.HLen(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		n += l
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return n
 }

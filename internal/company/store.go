@@ -41,9 +41,10 @@ type Normalizer interface {
 // anyway. SHA-1 is used because the Put script must recompute bucket and
 // field for stale entries and Redis exposes redis.sha1hex to Lua.
 //
-// The Put script builds key names from the prefix rather than receiving
-// them all in KEYS, so the Store supports a single Redis (standalone or
-// behind Sentinel), not Redis Cluster.
+// Records and index buckets spread over every hash slot, so a Put is not
+// one atomic step (Redis Cluster runs a script or a transaction on one
+// slot only): see putChunk for the order that keeps lookups right at every
+// point.
 const (
 	keyRecord   = "co:r:"
 	keyURLIdx   = "co:u:"
@@ -52,58 +53,36 @@ const (
 	idxFieldLen = 10
 )
 
-// MaxBatch is the largest number of records one Put script or one lookup
-// step handles; larger calls are split. It bounds how long a single script
-// blocks Redis (about ten milliseconds on a busy two-core machine) and how
-// big one request gets.
+// MaxBatch is the largest number of records one Put step or one lookup
+// step handles; larger calls are split. It bounds how big one request
+// gets (each record is its own command: none holds Redis for long).
 const MaxBatch = 1000
 
-// putScript upserts records and keeps the indexes consistent, atomically for
-// the whole batch. ARGV[1] is the key prefix; then 6 arguments per record:
-// id, value, URL index key, URL field, domain index key, domain field (the
-// last four empty when the record has no URL or domain). It writes each
-// record with SET ... GET (one call instead of GET then SET), reads the URL
-// and domain from the old value's header, and removes their index entries
-// if they changed and still point at this id. Index entries are then
-// (re)claimed unconditionally: when two records claim the same URL, the one
-// written last wins, and re-running the same import reaches the same state.
-// Rewriting an unchanged value stores the same bytes, so a re-import leaves
-// Redis as it was. Returns the number of new records.
-var putScript = redis.NewScript(putScriptSrc)
+// unindexScript removes an index entry only while it still points at the
+// record that gave up the URL or domain (another record may have claimed
+// it since). KEYS = the index bucket. ARGV = field, network id.
+var unindexScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+`)
 
-var putScriptSrc = `
-local prefix = ARGV[1]
-local added = 0
-local function header(v)
-  if not v or #v < 5 or v:byte(1) ~= 1 then return '', '' end
-  local ul = v:byte(2) * 256 + v:byte(3)
-  local p = 4 + ul
-  local dl = v:byte(p) * 256 + v:byte(p + 1)
-  return v:sub(4, 3 + ul), v:sub(p + 2, p + 1 + dl)
-end
-local function unindex(kind, s, id)
-  local h = redis.sha1hex(s)
-  local k = prefix .. kind .. h:sub(1, 4)
-  local f = h:sub(5, 4 + 2 * ` + strconv.Itoa(idxFieldLen) + `):gsub('..', function(c) return string.char(tonumber(c, 16)) end)
-  if redis.call('HGET', k, f) == id then redis.call('HDEL', k, f) end
-end
-for i = 2, #ARGV, 6 do
-  local id, v = ARGV[i], ARGV[i + 1]
-  local old = redis.call('SET', prefix .. '` + keyRecord + `' .. id, v, 'GET')
-  if not old then
-    added = added + 1
-  elseif old ~= v then
-    local ou, od = header(old)
-    local nu, nd = header(v)
-    if ou ~= '' and ou ~= nu then unindex('` + keyURLIdx + `', ou, id) end
-    if od ~= '' and od ~= nd then unindex('` + keyDomIdx + `', od, id) end
-  end
-  if ARGV[i + 2] ~= '' then redis.call('HSET', ARGV[i + 2], ARGV[i + 3], id) end
-  if ARGV[i + 4] ~= '' then redis.call('HSET', ARGV[i + 4], ARGV[i + 5], id) end
-end
-if added > 0 then redis.call('INCRBY', prefix .. '` + keyCount + `', added) end
-return added
-`
+// recordHeader reads the network URL and domain at the head of a stored
+// record (see codec.go), without decoding the rest.
+func recordHeader(v string) (url, domain string) {
+	if len(v) < 5 || v[0] != codecVersion {
+		return "", ""
+	}
+	ul := int(v[1])<<8 | int(v[2])
+	p := 3 + ul
+	if len(v) < p+2 {
+		return "", ""
+	}
+	dl := int(v[p])<<8 | int(v[p+1])
+	if len(v) < p+2+dl {
+		return "", ""
+	}
+	return v[3 : 3+ul], v[p+2 : p+2+dl]
+}
 
 // Store keeps company records in Redis. It is safe for concurrent use.
 type Store struct {
@@ -152,11 +131,11 @@ func validateForPut(r *Record) error {
 }
 
 // Put upserts recs, which must already carry canonical network_url and
-// domain values and a network_id. Each chunk of MaxBatch records is applied
-// atomically: records are replaced whole, index entries for a URL or domain
-// a record no longer has are removed, and putting the same records again
-// leaves Redis byte-for-byte unchanged. When several records claim the same
-// URL or domain, the index points at the one written last.
+// domain values and a network_id, in steps of MaxBatch records: records
+// are replaced whole, index entries for a URL or domain a record no longer
+// has are removed, and putting the same records again leaves Redis
+// byte-for-byte unchanged. When several records claim the same URL or
+// domain, the index points at the one written last.
 func (s *Store) Put(ctx context.Context, recs []Record) error {
 	for i := range recs {
 		if err := validateForPut(&recs[i]); err != nil {
@@ -172,16 +151,32 @@ func (s *Store) Put(ctx context.Context, recs []Record) error {
 	return nil
 }
 
-// putChunk runs putScript for up to MaxBatch records.
+// putChunk writes up to MaxBatch records in three steps, each a pipeline
+// of one-key commands (records and index buckets are in every hash slot):
 //
-// A WATCH/MULTI/EXEC version of the same logic (reads and stale-entry
-// logic in Go, plain MSET/HSET/HDEL in the transaction) was measured too and
-// used as much Redis CPU: Redis 7.0 checks each newly watched key against
-// the client's whole watch list, so one WATCH of 1,000 keys took about 12 ms.
+//  1. every record, with SET ... GET (one call, and the old value back);
+//  2. for a record whose URL or domain changed, the old index entry is
+//     removed if it still points at the record (unindexScript);
+//  3. the index entries of every record (re)claimed with HSET, and the
+//     count raised by the records that are new.
+//
+// Lookups stay right at every point: they go from an index entry to the
+// record and keep it only if the record still carries the URL or domain
+// looked up, so an entry not yet removed finds nothing, and one not yet
+// written finds nothing either, as just before the Put. A Put cut short
+// (a crash, a lost connection) is completed by running it again (imports
+// are idempotent), except for the count of the records that step 1 had
+// found new: it may then stay short by at most one chunk.
+//
+// An earlier version did all of it in one Lua script per chunk, atomic but
+// holding Redis for about ten milliseconds per 1,000 records, and not
+// possible on Redis Cluster.
 func (s *Store) putChunk(ctx context.Context, chunk []Record) error {
+	type entry struct{ uk, uf, dk, df, id string }
 	var buf []byte
-	args := make([]any, 0, 1+6*len(chunk))
-	args = append(args, s.prefix)
+	ents := make([]entry, len(chunk))
+	pipe := s.rdb.Pipeline()
+	olds := make([]*redis.StatusCmd, len(chunk)) // with GET: the old value, or redis.Nil
 	for i := range chunk {
 		r := &chunk[i]
 		// Each value gets its own sub-slice of buf. When append moves buf,
@@ -189,16 +184,62 @@ func (s *Store) putChunk(ctx context.Context, chunk []Record) error {
 		// never written again, so they stay valid.
 		off := len(buf)
 		buf = encodeRecord(buf, r)
-		uk, uf, dk, df := "", "", "", ""
+		e := &ents[i]
+		e.id = strconv.FormatInt(*r.NetworkID, 10)
 		if r.NetworkURL != nil {
-			uk, uf = s.indexKeyField(keyURLIdx, *r.NetworkURL)
+			e.uk, e.uf = s.indexKeyField(keyURLIdx, *r.NetworkURL)
 		}
 		if r.Domain != nil {
-			dk, df = s.indexKeyField(keyDomIdx, *r.Domain)
+			e.dk, e.df = s.indexKeyField(keyDomIdx, *r.Domain)
 		}
-		args = append(args, strconv.FormatInt(*r.NetworkID, 10), buf[off:len(buf):len(buf)], uk, uf, dk, df)
+		olds[i] = pipe.SetArgs(ctx, s.prefix+keyRecord+e.id, buf[off:len(buf):len(buf)], redis.SetArgs{Get: true})
 	}
-	return putScript.Run(ctx, s.rdb, nil, args...).Err()
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	added := 0
+	for i, c := range olds {
+		old, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			added++
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r := &chunk[i]
+		ou, od := recordHeader(old)
+		if ou != "" && (r.NetworkURL == nil || *r.NetworkURL != ou) {
+			k, f := s.indexKeyField(keyURLIdx, ou)
+			if err := unindexScript.Run(ctx, s.rdb, []string{k}, f, ents[i].id).Err(); err != nil {
+				return err
+			}
+		}
+		if od != "" && (r.Domain == nil || *r.Domain != od) {
+			k, f := s.indexKeyField(keyDomIdx, od)
+			if err := unindexScript.Run(ctx, s.rdb, []string{k}, f, ents[i].id).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	pipe = s.rdb.Pipeline()
+	for _, e := range ents {
+		if e.uk != "" {
+			pipe.HSet(ctx, e.uk, e.uf, e.id)
+		}
+		if e.dk != "" {
+			pipe.HSet(ctx, e.dk, e.df, e.id)
+		}
+	}
+	if added > 0 {
+		pipe.IncrBy(ctx, s.prefix+keyCount, int64(added))
+	}
+	if pipe.Len() > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ByNetworkURL looks up companies by canonical network URL. result[i] is

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -30,6 +31,10 @@ type Config struct {
 	IdleTimeout     time.Duration
 	ShutdownTimeout time.Duration
 	MaxBodyBytes    int64
+	// MaxDecodingBytes bounds the bytes of request bodies decoded at once
+	// across the process (admission control); 0: derived from the Go
+	// memory limit (apiserver.DefaultMaxDecodingBytes).
+	MaxDecodingBytes int64
 
 	RateLimit int // requests per second per key
 
@@ -74,6 +79,12 @@ type Config struct {
 	LookupTimeout      time.Duration // one single email lookup, end to end
 	UnlimitedLookupRPS int           // unlimited single lookups per second per account
 
+	// Content spam check (POST /v1/content-spam-check).
+	SpamdAddr           string        // SpamAssassin spamd host:port; empty: the check answers 503 engine_unavailable
+	SpamdTimeout        time.Duration // one check end to end, the wait for a free connection included
+	SpamdMaxConns       int           // checks sent to spamd at once (its --max-children), per process
+	SpamCheckAllowances string        // daily checks per account by plan, over the defaults: "payg=100,starter=250"
+
 	// Demo creates a demo account with credits and both key types on first
 	// start and writes the keys to DemoKeysFile (make run uses it).
 	Demo         bool
@@ -112,6 +123,9 @@ func Default() Config {
 
 		LookupTimeout:      45 * time.Second,
 		UnlimitedLookupRPS: 10,
+
+		SpamdTimeout:  10 * time.Second,
+		SpamdMaxConns: 5,
 	}
 }
 
@@ -129,6 +143,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	dur(fs, &c.IdleTimeout, "idle-timeout", "keep-alive idle timeout")
 	dur(fs, &c.ShutdownTimeout, "shutdown-timeout", "how long graceful shutdown waits for in-flight requests")
 	num64(fs, &c.MaxBodyBytes, "max-body-bytes", "largest request body accepted, in bytes")
+	num64(fs, &c.MaxDecodingBytes, "max-decoding-bytes", "bytes of request bodies decoded at once across the process; a body that does not fit within 2 s gets 503 server_busy (0: a quarter of the Go memory limit's worth, else 4 x --max-body-bytes)")
 	num(fs, &c.RateLimit, "rate-limit", "requests per second per API key (SPEC: 20)")
 	str(fs, &c.MonthlyLookupCaps, "monthly-lookup-caps", "monthly single-lookup caps per unlimited plan, e.g. starter=20000,standard=60000")
 	num(fs, &c.ShardSize, "shard-size", "distinct inputs per shard (the unit of work)")
@@ -150,6 +165,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address (bulk verification and bulk lookup); after the last it is unknown")
 	dur(fs, &c.LookupTimeout, "lookup-timeout", "time limit of one single email lookup (POST /v1/email-lookup and the unlimited one); past it: 502, nothing charged")
 	num(fs, &c.UnlimitedLookupRPS, "unlimited-lookup-rps", "POST /v1/unlimited/email-lookup requests per second per account (on top of the per-key rate limit)")
+	str(fs, &c.SpamdAddr, "spamd-addr", "SpamAssassin spamd host:port for POST /v1/content-spam-check (empty: it answers 503 engine_unavailable)")
+	dur(fs, &c.SpamdTimeout, "spamd-timeout", "time limit of one content spam check, waiting for a free spamd connection included; past it: 503 engine_unavailable")
+	num(fs, &c.SpamdMaxConns, "spamd-max-conns", "content spam checks sent to spamd at once per process (match spamd --max-children; more wait, up to 4x this many)")
+	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
 	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of loopback, private and link-local addresses (turn on in production)")
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
@@ -260,6 +279,9 @@ func (c *Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024")
 	}
+	if c.MaxDecodingBytes != 0 && c.MaxDecodingBytes < c.MaxBodyBytes {
+		return fmt.Errorf("--max-decoding-bytes must be 0 (automatic) or at least --max-body-bytes (%d), or a body of the largest size could never be admitted", c.MaxBodyBytes)
+	}
 	if c.ShardSize < 1 || c.ShardSize > 100_000 {
 		return fmt.Errorf("--shard-size must be 1..100000")
 	}
@@ -302,6 +324,17 @@ func (c *Config) Validate() error {
 	if c.UnlimitedLookupRPS < 1 {
 		return fmt.Errorf("--unlimited-lookup-rps must be at least 1")
 	}
+	if c.SpamdTimeout < 100*time.Millisecond || c.SpamdTimeout > 5*time.Minute {
+		return fmt.Errorf("--spamd-timeout must be 100ms..5m")
+	}
+	if c.SpamdMaxConns < 1 || c.SpamdMaxConns > 1000 {
+		return fmt.Errorf("--spamd-max-conns must be 1..1000")
+	}
+	if c.SpamdAddr != "" {
+		if _, _, err := net.SplitHostPort(c.SpamdAddr); err != nil {
+			return fmt.Errorf("--spamd-addr must be host:port: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -343,7 +376,16 @@ type Kube struct {
 	MaxFailedShards      int
 	JobTTL               time.Duration
 	ProcessorTimeout     time.Duration
-	Requeue              time.Duration
+	// Requeue is the safety-net resync of a running BulkJob: progress
+	// normally wakes the controller through the processors'
+	// announcements (Redis pub/sub).
+	Requeue time.Duration
+	// ProgressInterval is the least time between two status writes of one
+	// BulkJob that only report progress; ProgressWrites caps such writes
+	// over all BulkJobs per second (0: no cap). Phase changes are written
+	// at once.
+	ProgressInterval time.Duration
+	ProgressWrites   int
 }
 
 // DefaultKube returns the defaults.
@@ -362,7 +404,9 @@ func DefaultKube() Kube {
 		BackoffLimitPerShard: 3,
 		JobTTL:               time.Hour,
 		ProcessorTimeout:     30 * time.Minute,
-		Requeue:              2 * time.Second,
+		Requeue:              time.Minute,
+		ProgressInterval:     10 * time.Second,
+		ProgressWrites:       20,
 	}
 }
 
@@ -397,7 +441,9 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	num(fs, &k.MaxFailedShards, "max-failed-shards", "shards of one job that may fail for good before the rest are stopped and answered as errors (0: never stop early)")
 	dur(fs, &k.JobTTL, "job-ttl", "how long a finished processor Job and its pods are kept")
 	dur(fs, &k.ProcessorTimeout, "processor-timeout", "time limit of one processor run (one attempt at one shard)")
-	dur(fs, &k.Requeue, "requeue", "how often a running BulkJob's progress is read from Redis")
+	dur(fs, &k.Requeue, "requeue", "safety-net resync of a running BulkJob (progress normally arrives as the processors announce it)")
+	dur(fs, &k.ProgressInterval, "progress-interval", "least time between two status writes of one BulkJob that only report progress (phase changes are written at once; 0: no such limit)")
+	num(fs, &k.ProgressWrites, "progress-writes", "status writes that only report progress, per second over all BulkJobs (0: no cap)")
 }
 
 // Validate checks the Kubernetes settings and fills the namespace from the
@@ -438,6 +484,9 @@ func (k *Kube) Validate() error {
 	// it must outlive at least a reconcile: no zero TTL.
 	if k.JobTTL <= 0 || k.ProcessorTimeout <= 0 || k.Requeue <= 0 {
 		return fmt.Errorf("--job-ttl, --processor-timeout and --requeue must be positive")
+	}
+	if k.ProgressInterval < 0 || k.ProgressWrites < 0 {
+		return fmt.Errorf("--progress-interval and --progress-writes cannot be negative")
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -28,9 +27,11 @@ const (
 	OutcomePending    = "pending"
 )
 
-// RedirectChecker tells whether a domain's website redirects elsewhere.
+// RedirectChecker tells whether the websites of a batch of domains redirect
+// elsewhere (redirect.Checker.CheckAll): errs[i] set means it could not
+// tell for domains[i]; at most concurrency websites are fetched at once.
 type RedirectChecker interface {
-	Check(ctx context.Context, domain string) (redirect.Result, error)
+	CheckAll(ctx context.Context, domains []string, concurrency int) ([]redirect.Result, []error)
 }
 
 // Answerer answers company inputs. Payloads are normalize.Input keys:
@@ -38,7 +39,9 @@ type RedirectChecker interface {
 type Answerer struct {
 	Store     *company.Store
 	Redirects RedirectChecker // nil: no redirect checks
-	// Concurrency bounds parallel redirect checks of one batch.
+	// Concurrency bounds the website fetches of one batch's redirect
+	// checks (default 32). The DNS questions that come first, and decide
+	// the domains that do not exist, have the checker's own, higher bound.
 	Concurrency int
 }
 
@@ -102,10 +105,10 @@ func (a *Answerer) Answer(ctx context.Context, payloads []string) ([]jobs.Answer
 	return out, nil
 }
 
-// checkRedirects runs the redirect checks of a batch with bounded
-// parallelism. A site that cannot be reached is reported as not redirecting:
-// the row still answers whether we know the company, and we do not claim a
-// redirect we did not see.
+// checkRedirects runs the redirect checks of a batch. A site that cannot be
+// reached (a domain that does not exist included) is reported as not
+// redirecting: the row still answers whether we know the company, and we do
+// not claim a redirect we did not see.
 func (a *Answerer) checkRedirects(ctx context.Context, doms []string) []redirect.Result {
 	res := make([]redirect.Result, len(doms))
 	if a.Redirects == nil {
@@ -115,20 +118,12 @@ func (a *Answerer) checkRedirects(ctx context.Context, doms []string) []redirect
 	if n <= 0 {
 		n = 32
 	}
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
-	for i, d := range doms {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if r, err := a.Redirects.Check(ctx, d); err == nil {
-				res[i] = r
-			}
-		}()
+	rs, errs := a.Redirects.CheckAll(ctx, doms, n)
+	for i := range res {
+		if errs[i] == nil {
+			res[i] = rs[i]
+		}
 	}
-	wg.Wait()
 	return res
 }
 

@@ -33,7 +33,11 @@ type Input struct {
 // key. It holds one small struct per row and one per distinct input, never
 // the request body.
 type Builder struct {
-	Family  string
+	Family string
+	// ID, when set, is the job's id (an Idempotency-Key's claim chose it
+	// and recorded it before the charge, so that a retry after a crash
+	// finds the job); otherwise Submit makes one.
+	ID      string
 	rows    []Row
 	inputs  []Input
 	index   map[string]int32

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,7 +123,7 @@ const (
 func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, m Metering) (*Job, error) {
 	now := e.Now().UTC()
 	j := &Job{
-		ID: uuid.NewString(), Family: b.Family, AccountID: p.Account.ID, KeyID: p.Key.ID, Status: StatusRunning,
+		ID: cmp.Or(b.ID, uuid.NewString()), Family: b.Family, AccountID: p.Account.ID, KeyID: p.Key.ID, Status: StatusRunning,
 		TotalRows: int64(b.Rows()), TotalInvalid: b.Invalid(), Distinct: int64(b.Distinct()),
 		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(e.Retention),
 	}
@@ -148,14 +149,23 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		return nil, fmt.Errorf("mark submission: %w", err)
 	}
 	charged := false
+	// enqueued: the executor may have heard of the job (Enqueue was called,
+	// whatever it returned: a Kubernetes create that timed out may still
+	// have made the BulkJob). Only then is there anything to cancel; a
+	// submission refused before (403 insufficient credits, 429 quota, a
+	// failed store) must not cost the executor a call, which in Kubernetes
+	// mode is a DELETE to the API server per rejection.
+	enqueued := false
 	rollback := func(cause error) error {
 		// Detach from the request: a client that hung up must not stop the
 		// refund.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		var errs []error
-		if err := e.Executor.Cancel(rctx, j.ID); err != nil {
-			errs = append(errs, err)
+		if enqueued {
+			if err := e.Executor.Cancel(rctx, j.ID); err != nil {
+				errs = append(errs, fmt.Errorf("cancel in executor: %w", err))
+			}
 		}
 		if err := e.Store.Delete(rctx, j.ID); err != nil {
 			errs = append(errs, err)
@@ -207,6 +217,7 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		return nil, rollback(err)
 	}
 	if j.Status == StatusRunning {
+		enqueued = true
 		if err := e.Executor.Enqueue(ctx, j); err != nil {
 			return nil, rollback(fmt.Errorf("executor refused the job: %w", err))
 		}
@@ -300,26 +311,65 @@ func (e *Engine) ReclaimAbandoned(ctx context.Context, olderThan time.Duration) 
 	n := 0
 	var errs []error // one job that keeps failing must not hold up the others' refunds
 	for _, c := range claimed {
-		jobID, accountID := c[0], c[1]
-		if err := e.Executor.Cancel(ctx, jobID); err != nil {
-			e.Log.Error("reclaim: cancel", "job", jobID, "err", err)
-		}
-		err := e.Store.Delete(ctx, jobID)
-		if err == nil {
-			_, err = e.Billing.Reverse(ctx, accountID, jobID, "submission abandoned")
-			if errors.Is(err, billing.ErrChargeNotFound) {
-				err = nil
-			}
-		}
-		if err == nil {
-			err = e.Store.doneReclaiming(ctx, jobID, accountID)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reclaim %s: %w", jobID, err))
+		if err := e.reclaimOne(ctx, c[0], c[1], "submission abandoned"); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		e.Log.Warn("reclaimed abandoned submission", "job", jobID, "account", accountID)
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// reclaimOne rolls back a submission whose mark is in the reclaiming set:
+// cancel, delete its data, reverse its charge, drop the mark. Every step is
+// idempotent.
+func (e *Engine) reclaimOne(ctx context.Context, jobID, accountID, note string) error {
+	if err := e.Executor.Cancel(ctx, jobID); err != nil {
+		e.Log.Error("reclaim: cancel", "job", jobID, "err", err)
+	}
+	err := e.Store.Delete(ctx, jobID)
+	if err == nil {
+		_, err = e.Billing.Reverse(ctx, accountID, jobID, note)
+		if errors.Is(err, billing.ErrChargeNotFound) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = e.Store.doneReclaiming(ctx, jobID, accountID)
+	}
+	if err != nil {
+		return fmt.Errorf("reclaim %s: %w", jobID, err)
+	}
+	e.Log.Warn("reclaimed abandoned submission", "job", jobID, "account", accountID, "why", note)
+	return nil
+}
+
+// Takeover settles a submission that a request recorded before charging
+// (an Idempotency-Key's claim) and whose process then stopped answering
+// (its claim's lease ran out): the retry of that request calls it with the
+// recorded id. It returns the job when the submission was committed (the
+// retry answers with it: the client pays once), or nil when it was not:
+// then a submission still pending is rolled back here and now, its mark
+// taken first so that a process that was only slow can no longer commit
+// it, and the retry runs anew.
+func (e *Engine) Takeover(ctx context.Context, accountID, keyID, jobID string) (*Job, error) {
+	taken, err := e.Store.claimMark(ctx, jobID, accountID, e.Now())
+	if err != nil {
+		return nil, err
+	}
+	if !taken {
+		// Not pending: committed, never marked, or already being rolled
+		// back (by the janitor or an earlier takeover: finish it).
+		if taken, err = e.Store.isReclaiming(ctx, jobID, accountID); err != nil {
+			return nil, err
+		}
+	}
+	if taken {
+		return nil, e.reclaimOne(ctx, jobID, accountID, "submission taken over by a retry with its Idempotency-Key")
+	}
+	j, err := e.Get(ctx, keyID, jobID)
+	if errors.Is(err, ErrJobNotFound) {
+		return nil, nil
+	}
+	return j, err
 }

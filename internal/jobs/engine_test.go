@@ -1,8 +1,10 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,7 +84,7 @@ func TestSubmitRollbackAtEachStep(t *testing.T) {
 			}
 			if id != "" {
 				e.checkNothingLeft(id)
-			} else if keys := e.rdb.Keys(e.ctx, prefix+"job:*").Val(); len(keys) != 0 {
+			} else if keys := e.keys(prefix + "job:*"); len(keys) != 0 {
 				t.Errorf("job keys left: %v", keys)
 			}
 			if n := e.rdb.ZCard(e.ctx, pendingKey).Val(); n != 0 {
@@ -207,4 +209,111 @@ func TestMaxShardsGrowsShardSize(t *testing.T) {
 	if got := e.get(j.ID); got.ShardSize != 26 || got.Shards != 4 {
 		t.Fatalf("stored: %+v", got)
 	}
+}
+
+// countingExecutor is a real Local executor that counts the calls the
+// engine makes to it.
+type countingExecutor struct {
+	*Local
+	mu       sync.Mutex
+	enqueues int
+	cancels  []string
+}
+
+func (c *countingExecutor) Enqueue(ctx context.Context, j *Job) error {
+	c.mu.Lock()
+	c.enqueues++
+	c.mu.Unlock()
+	return c.Local.Enqueue(ctx, j)
+}
+
+func (c *countingExecutor) Cancel(ctx context.Context, jobID string) error {
+	c.mu.Lock()
+	c.cancels = append(c.cancels, jobID)
+	c.mu.Unlock()
+	return c.Local.Cancel(ctx, jobID)
+}
+
+// A submission the account cannot pay for (403 insufficient credits, 429
+// quota), or one that fails before the executor was given the job, must not
+// call the executor at all: in Kubernetes mode every Cancel is a DELETE to
+// the API server. Before the fix every refused charge sent one (and Local
+// remembered every refused job id in its canceled set).
+func TestRejectedSubmissionNeverCallsExecutor(t *testing.T) {
+	e := newEnv(t)
+	ce := &countingExecutor{Local: e.local("w1", newMapAnswerer(nil), 1)}
+	e.eng.Executor = ce
+	calls := func() (int, int) {
+		ce.mu.Lock()
+		defer ce.mu.Unlock()
+		return ce.enqueues, len(ce.cancels)
+	}
+
+	// 403: more than the balance.
+	_, err := e.eng.Submit(e.ctx, e.p, slugs("a", "b"), Metering{Price: e.balance})
+	var ie *billing.InsufficientError
+	if !errors.As(err, &ie) {
+		t.Fatalf("submit over the balance: %v, want InsufficientError", err)
+	}
+	// 429: over the quota.
+	q := &Quota{Window: billing.DailyWindow(billing.BulkSearches, time.Now()), Limit: 1}
+	_, err = e.eng.Submit(e.ctx, e.p, slugs("a", "b"), Metering{Quota: q})
+	var qe *billing.QuotaError
+	if !errors.As(err, &qe) {
+		t.Fatalf("submit over the quota: %v, want QuotaError", err)
+	}
+	if enq, can := calls(); enq != 0 || can != 0 {
+		t.Fatalf("refused submissions called the executor: %d enqueues, %d cancels; want none", enq, can)
+	}
+	if n := e.rdb.ZCard(e.ctx, pendingKey).Val(); n != 0 {
+		t.Errorf("%d submission marks left", n)
+	}
+	if bal, _ := e.bl.Balance(e.ctx, e.p.Account.ID); bal != e.balance {
+		t.Errorf("balance %v, want %v", bal, e.balance)
+	}
+
+	// Failures before Enqueue: no call; failures at or after it: exactly one
+	// Cancel of the job that was enqueued.
+	for _, tc := range []struct {
+		step              string
+		enqueues, cancels int
+	}{{StepCharge, 0, 0}, {StepStore, 0, 0}, {StepEnqueue, 0, 0}, {StepCommit, 1, 1}} {
+		ce.mu.Lock()
+		ce.enqueues, ce.cancels = 0, nil
+		ce.mu.Unlock()
+		e.eng.SetFailpoint(func(s string) error {
+			if s == tc.step {
+				return errors.New("injected")
+			}
+			return nil
+		})
+		if _, err := e.eng.Submit(e.ctx, e.p, slugs("a", "b"), Metering{Price: credits.Whole(1)}); err == nil {
+			t.Fatalf("%s: submit succeeded", tc.step)
+		}
+		if enq, can := calls(); enq != tc.enqueues || can != tc.cancels {
+			t.Errorf("failure at %s: %d enqueues, %d cancels; want %d, %d", tc.step, enq, can, tc.enqueues, tc.cancels)
+		}
+	}
+	e.eng.SetFailpoint(nil)
+
+	// An executor that refuses the job may still have made it (a create
+	// whose reply was lost): it is canceled.
+	ce.mu.Lock()
+	ce.enqueues, ce.cancels = 0, nil
+	ce.mu.Unlock()
+	e.eng.Executor = refusingExecutor{ce}
+	if _, err := e.eng.Submit(e.ctx, e.p, slugs("a"), Metering{Price: credits.Whole(1)}); err == nil {
+		t.Fatal("submit to a refusing executor succeeded")
+	}
+	if _, can := calls(); can != 1 {
+		t.Errorf("refused Enqueue: %d cancels, want 1", can)
+	}
+}
+
+// refusingExecutor fails every Enqueue after passing it on.
+type refusingExecutor struct{ *countingExecutor }
+
+func (r refusingExecutor) Enqueue(ctx context.Context, j *Job) error {
+	_ = r.countingExecutor.Enqueue(ctx, j)
+	return errors.New("api server timeout")
 }

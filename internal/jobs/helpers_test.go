@@ -185,7 +185,7 @@ func (r *recExecutor) Cancel(ctx context.Context, jobID string) error {
 type env struct {
 	t       *testing.T
 	ctx     context.Context
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	st      *Store
 	bl      *billing.Billing
 	eng     *Engine
@@ -196,7 +196,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	rdb, _ := testredis.Client(t)
+	rdb := testredis.Universal(t)
 	ctx := context.Background()
 	st := NewStore(rdb)
 	bl := billing.New(rdb, nil)
@@ -299,12 +299,36 @@ func (e *env) answers(id string) map[int]Answer {
 // jobKeysLeft lists every key of a job still in Redis, leases included.
 func (e *env) jobKeysLeft(id string) []string {
 	e.t.Helper()
-	keys, err := e.rdb.Keys(e.ctx, prefix+"job:{"+id+"}*").Result()
+	return e.keys(prefix + "job:{" + id + "}*")
+}
+
+// keys lists the keys matching pattern on every master (KEYS on a
+// cluster client asks one node only).
+func (e *env) keys(pattern string) []string {
+	e.t.Helper()
+	var mu sync.Mutex
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, pattern).Result()
+		mu.Lock()
+		out = append(out, ks...)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if cc, ok := e.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(e.ctx, scan)
+	} else {
+		err = scan(e.ctx, e.rdb.(*redis.Client))
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return keys
+	return out
 }
+
+// TestMain stops the shared Redis Cluster of BULKD_TEST_REDIS=cluster runs.
+func TestMain(m *testing.M) { testredis.Main(m) }
 
 // expectCounts checks a job's counters against what its builder implies
 // when every distinct input has been answered with outcome(index).

@@ -28,6 +28,11 @@ const (
 	// when the last provisional answer is replaced by a final one.
 	StatusRetrying  = "retrying"
 	StatusCompleted = "completed"
+
+	// statusSettling is stored while a job whose last input was answered
+	// settles what it owes outside its own keys (Store.settle); it reads
+	// as running, with Settling set.
+	statusSettling = "settling"
 )
 
 // Outcome names shared by the families. A family may add its own.
@@ -74,6 +79,10 @@ type Job struct {
 	QuotaUnits    int64  // quota units taken upfront (unlimited plans)
 	QuotaWindow   string // which quota
 
+	// Settling: every input is answered and the job is being completed
+	// (Status reads running until it is).
+	Settling bool
+
 	CreatedAt   time.Time
 	CompletedAt time.Time // zero while running
 	ExpiresAt   time.Time
@@ -114,11 +123,20 @@ func jobKeys(id string) []string {
 	return append(dataKeys(id), retryKey(id), triesKey(id))
 }
 
+// The engine's own sets. The pending and reclaiming sets share a hash tag
+// because one script moves marks from one to the other (Redis Cluster runs
+// a script only on keys of one slot); the others are only ever touched one
+// command at a time.
 const (
-	activeKey     = prefix + "jobs:active"     // set of running job ids (for resume)
-	pendingKey    = prefix + "jobs:pending"    // zset of submissions not yet committed: "job|account" by start time (ms)
-	reclaimingKey = prefix + "jobs:reclaiming" // zset of abandoned submissions being rolled back
-	retryingKey   = prefix + "jobs:retrying"   // zset of jobs with provisional answers, by earliest due retry (ms)
+	activeKey     = prefix + "jobs:active"       // set of running job ids (for resume)
+	pendingKey    = prefix + "{jobs}:pending"    // zset of submissions not yet committed: "job|account" by start time (ms)
+	reclaimingKey = prefix + "{jobs}:reclaiming" // zset of abandoned submissions being rolled back
+	retryingKey   = prefix + "jobs:retrying"     // zset of jobs with provisional answers, by earliest due retry (ms)
+
+	// Where the pending and reclaiming sets were before they shared a hash
+	// tag: the janitor moves what an older version left there.
+	legacyPendingKey    = prefix + "jobs:pending"
+	legacyReclaimingKey = prefix + "jobs:reclaiming"
 )
 
 // RowChunk is how many rows one field of the row map holds: a results page

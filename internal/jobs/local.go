@@ -155,6 +155,14 @@ func (l *Local) Resume(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("resume %s: %w", id, err)
 		}
+		if j.Settling || j.Status == StatusCompleted {
+			// Every input answered, but completing the job (its refund,
+			// leaving the active set) was cut short.
+			if err := l.Proc.Store.settleJob(ctx, j); err != nil {
+				return fmt.Errorf("resume %s: %w", id, err)
+			}
+			continue
+		}
 		shards, err := l.Proc.Store.UnfinishedShards(ctx, j)
 		if err != nil {
 			return err
@@ -264,10 +272,18 @@ func (l *Local) run(ctx context.Context, t task) {
 	if t.shard == retryTask {
 		// A failure leaves the claimed retries to come due again (the
 		// processor's RetryHold): nothing is lost by not retrying here.
-		if _, err := l.Proc.RetryDue(ctx, t.job); err != nil && !errors.Is(err, ErrJobNotFound) && ctx.Err() == nil {
-			l.Log.Warn("retrying provisional answers failed", "job", t.job, "err", err)
+		// Redis being away is waited out first: the next retry scan would
+		// only fail the same way.
+		for {
+			_, err := l.Proc.RetryDue(ctx, t.job)
+			if err != nil && l.Proc.Store.unavailable(ctx, err) && l.Proc.Store.awaitRedis(ctx, 0, l.Log, "retries of "+t.job) == nil {
+				continue
+			}
+			if err != nil && !errors.Is(err, ErrJobNotFound) && ctx.Err() == nil {
+				l.Log.Warn("retrying provisional answers failed", "job", t.job, "err", err)
+			}
+			return
 		}
-		return
 	}
 	delay := l.Backoff
 	for attempt := 1; ; attempt++ {
@@ -277,6 +293,18 @@ func (l *Local) run(ctx context.Context, t task) {
 			return
 		case ctx.Err() != nil:
 			return // shutting down: the shard resumes on the next start
+		}
+		// Redis away (restarting, failing over, loading its file) is no
+		// fault of the shard's: it does not use up an attempt, or the
+		// shard's rows would be answered as errors once Redis is back.
+		// Wait for Redis, then try again.
+		if l.Proc.Store.unavailable(ctx, err) {
+			l.Log.Warn("shard attempt failed: redis unavailable", "job", t.job, "shard", t.shard, "err", err)
+			if l.Proc.Store.awaitRedis(ctx, 0, l.Log, fmt.Sprintf("shard %d of %s", t.shard, t.job)) != nil {
+				return // shutting down: the shard resumes on the next start
+			}
+			attempt--
+			continue
 		}
 		l.Log.Warn("shard attempt failed", "job", t.job, "shard", t.shard, "attempt", attempt, "err", err)
 		if attempt >= l.Attempts {

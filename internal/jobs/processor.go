@@ -46,6 +46,9 @@ type Processor struct {
 	RetryHold time.Duration
 	LeaseTTL  time.Duration // how long a shard stays claimed without a heartbeat
 	Owner     string        // lease owner id (process)
+	// Announce, when set, tells the Kubernetes controller as answers are
+	// recorded (progress.go); nil announces nothing (standalone mode).
+	Announce *Announcer
 }
 
 // NewProcessor returns a processor with defaults.
@@ -93,8 +96,13 @@ func (p *Processor) ProcessShard(ctx context.Context, jobID string, shard int) e
 		if err := p.answerBatch(ctx, j, fam, inputs[start:end], base+start); err != nil {
 			return err
 		}
+		p.announceProgress(ctx, jobID, shard)
 	}
-	return p.Store.MarkShardDone(ctx, j, shard)
+	if err := p.Store.MarkShardDone(ctx, j, shard); err != nil {
+		return err
+	}
+	p.announceDone(ctx, jobID, shard)
+	return nil
 }
 
 func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch []Input, first int) error {
@@ -128,8 +136,13 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 	for k, i := range todo {
 		rec[k] = Recorded{Index: idx[i], Rows: batch[i].Rows, Outcome: answers[k].Outcome, Data: answers[k].Data, RetryAt: answers[k].RetryAt}
 	}
-	_, err = p.Store.Record(ctx, j, p.Now(), rec)
-	return err
+	// The answers are in hand: a Redis restart must cost a pause, not
+	// answering them again (Record writes only answers not yet recorded,
+	// so writing again is safe).
+	return p.withStore(ctx, "record answers of "+j.ID, func() error {
+		_, err := p.Store.Record(ctx, j, p.Now(), rec)
+		return err
+	})
 }
 
 func (p *Processor) batchSize(family string) int {
@@ -197,11 +210,22 @@ func (p *Processor) RetryDue(ctx context.Context, jobID string) (time.Time, erro
 		for k := range idx {
 			rec[k] = Recorded{Index: idx[k], Rows: rows[k], Outcome: answers[k].Outcome, Data: answers[k].Data, RetryAt: answers[k].RetryAt}
 		}
-		if _, err := p.Store.Replace(ctx, j, p.Now(), rec); err != nil {
+		// These retries are claimed (held away from every runner for
+		// RetryHold): their answers must be recorded now, Redis restart or
+		// not (Replace replaces only provisional answers: safe to repeat).
+		if err := p.withStore(ctx, "record retry answers of "+j.ID, func() error {
+			_, err := p.Store.Replace(ctx, j, p.Now(), rec)
+			return err
+		}); err != nil {
 			return time.Time{}, err
 		}
+		p.announceProgress(ctx, jobID, -1)
 	}
-	return p.Store.syncRetrying(ctx, jobID)
+	next, err := p.Store.syncRetrying(ctx, jobID)
+	if err == nil {
+		p.announceDone(ctx, jobID, -1)
+	}
+	return next, err
 }
 
 // FailShard answers every still-unanswered input of a shard with the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
@@ -19,13 +19,36 @@ import (
 // each one atomic.
 type Store struct {
 	rdb redis.UniversalClient
+	// billing pays what a completed job's uncharged outcome gives back
+	// (settle).
+	billing *billing.Billing
 }
 
 // NewStore returns a store on rdb.
-func NewStore(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+func NewStore(rdb redis.UniversalClient) *Store {
+	return &Store{rdb: rdb, billing: billing.New(rdb, nil)}
+}
 
-// create writes a whole job in one MULTI/EXEC: metadata, row map, shard
-// inputs, membership of the active set. Every key expires with the job.
+// Writes of a job's bulk data are cut so that no single command, and no
+// transaction, holds Redis for long: each command carries one field (a
+// 500-row chunk of the row map, or one shard's inputs), and a pipeline is
+// sent once it holds createPipeBytes or createPipeCmds commands. A
+// 100,000-row job used to be one MULTI/EXEC that kept every other client
+// waiting for tens of milliseconds (docs/reliability.md has the numbers).
+const (
+	createPipeBytes = 1 << 20
+	createPipeCmds  = 64
+)
+
+// create writes a whole job: first its row map and shard inputs, in
+// pipelines of single-field writes (not transactional: nothing reads them
+// before the job exists), then, in one MULTI on the job's hash slot, its
+// metadata hash, which is what makes the job exist (Get, results, the
+// processors), with the expiry of every key; then its membership of the
+// active set (another slot). A process that dies part-way leaves keys
+// that no job points at, which expire with the job and which the janitor
+// deletes when it rolls the submission back (the pending mark is still
+// there: commit comes after create).
 func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	rows, err := b.rowChunks()
 	if err != nil {
@@ -36,7 +59,39 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		return err
 	}
 	exp := j.ExpiresAt
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
+	queued, cmds := 0, 0
+	flush := func() error {
+		if cmds == 0 {
+			return nil
+		}
+		_, err := pipe.Exec(ctx)
+		queued, cmds = 0, 0
+		return err
+	}
+	for _, part := range []struct {
+		key    string
+		chunks [][]byte
+	}{{rowsKey(j.ID), rows}, {inputsKey(j.ID), shards}} {
+		for c, chunk := range part.chunks {
+			pipe.HSet(ctx, part.key, strconv.Itoa(c), chunk)
+			if c == 0 {
+				// Expire from the first write on, so a crash right after
+				// it leaves nothing behind for good.
+				pipe.PExpireAt(ctx, part.key, exp)
+			}
+			queued += len(chunk)
+			cmds++
+			if queued >= createPipeBytes || cmds >= createPipeCmds {
+				if err := flush(); err != nil {
+					return fmt.Errorf("store job %s: %w", j.ID, err)
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("store job %s: %w", j.ID, err)
+	}
 	meta := map[string]any{
 		"id": j.ID, "family": j.Family, "account": j.AccountID, "key": j.KeyID, "status": j.Status,
 		"total_rows": j.TotalRows, "total_invalid": j.TotalInvalid, "distinct": j.Distinct,
@@ -49,41 +104,37 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	if j.Status == StatusCompleted {
 		meta["completed_at"] = j.CompletedAt.UnixMilli()
 	}
-	pipe.HSet(ctx, metaKey(j.ID), meta)
-	hsetChunks(ctx, pipe, rowsKey(j.ID), rows)
-	hsetChunks(ctx, pipe, inputsKey(j.ID), shards)
+	tx := s.rdb.TxPipeline() // every key here carries the job's hash tag
+	tx.HSet(ctx, metaKey(j.ID), meta)
 	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
-		pipe.PExpireAt(ctx, k, exp)
+		tx.PExpireAt(ctx, k, exp)
+	}
+	if _, err := tx.Exec(ctx); err != nil {
+		return fmt.Errorf("store job %s: %w", j.ID, err)
 	}
 	if j.Status == StatusRunning {
-		pipe.SAdd(ctx, activeKey, j.ID)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("store job %s: %w", j.ID, err)
+		if err := s.rdb.SAdd(ctx, activeKey, j.ID).Err(); err != nil {
+			return fmt.Errorf("store job %s: active set: %w", j.ID, err)
+		}
 	}
 	return nil
 }
 
-// hsetChunks queues chunks as fields "0", "1", … of a hash, 20 per HSET,
-// so no single command carries a whole job.
-func hsetChunks(ctx context.Context, pipe redis.Pipeliner, key string, chunks [][]byte) {
-	for start := 0; start < len(chunks); start += 20 {
-		args := make([]any, 0, 40)
-		for c := start; c < min(start+20, len(chunks)); c++ {
-			args = append(args, strconv.Itoa(c), chunks[c])
-		}
-		pipe.HSet(ctx, key, args...)
-	}
-}
-
-// Delete removes every key of a job.
+// Delete takes a job out of the engine's sets, then removes every key of
+// it (other hash slots: not one transaction on Redis Cluster). In that
+// order a job whose keys are gone is in no set; one that a crash left with
+// its keys but out of the sets is deleted again by whoever retries the
+// deletion (the janitor's rollback, the controller's finalizer), and
+// expires with the job otherwise.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	pipe := s.rdb.TxPipeline()
-	pipe.Del(ctx, jobKeys(id)...)
+	pipe := s.rdb.Pipeline()
 	pipe.SRem(ctx, activeKey, id)
 	pipe.ZRem(ctx, retryingKey, id)
-	_, err := pipe.Exec(ctx)
-	if err != nil {
+	pipe.ZRem(ctx, settlingKey, id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	if err := s.rdb.Del(ctx, jobKeys(id)...).Err(); err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
 	return nil
@@ -117,6 +168,7 @@ func jobFromMap(m map[string]string) *Job {
 	}
 	j := &Job{
 		ID: m["id"], Family: m["family"], AccountID: m["account"], KeyID: m["key"], Status: m["status"],
+		Settling:  m["status"] == statusSettling,
 		TotalRows: i("total_rows"), TotalInvalid: i("total_invalid"), Distinct: i("distinct"),
 		RowsProcessed: i("rows_processed"), DistinctProcessed: i("distinct_processed"),
 		Shards: int(i("shards")), ShardSize: int(i("shard_size")), ShardsDone: i("shards_done"),
@@ -125,6 +177,11 @@ func jobFromMap(m map[string]string) *Job {
 		Charge:   credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
 		CreatedAt: t("created_at"), CompletedAt: t("completed_at"), ExpiresAt: t("expires_at"),
 		Outcomes: map[string]int64{},
+	}
+	if j.Settling {
+		// Completed once settled (settle): until then it is running, and a
+		// running job has no completion time.
+		j.Status, j.CompletedAt = StatusRunning, time.Time{}
 	}
 	for k, v := range m {
 		if name, ok := strings.CutPrefix(k, "out:"); ok {
@@ -191,15 +248,28 @@ type Recorded struct {
 // job's retry zset, scored by when it is due. The job is completed when
 // every input has an answer and none is provisional; it is "retrying" when
 // every input has one but some are provisional.
-// Completing a job whose metering names an uncharged outcome refunds it.
-// KEYS = meta, answers, active set, retry zset, retrying-jobs zset,
-// account hash, charge record, ledger.
+//
+// It touches only the job's own keys (one hash slot, so it runs on Redis
+// Cluster). What completing a job owes elsewhere, the refund of an
+// uncharged outcome and leaving the active and retrying-jobs sets, cannot
+// be in the same step, so the last answer makes the job "settling" (shown
+// as running), with the refund it owes noted (refund_due), and settle
+// pays it, leaves the sets and only then marks the job completed: whoever
+// sees a job completed sees its refund in the balance. Every step is
+// idempotent; a process that dies part-way leaves the job in the active
+// set or the settling set, where SettleActive (the janitor) finishes it.
+// KEYS = meta, answers, retry zset.
 // ARGV = job id, now ms, expires ms, mode, then (index, rows, outcome,
 // blob, retry-at ms or 0) per answer.
+// Returns {answers written, retry state, completed now, refund due}: retry
+// state -1 when the retry zset was not touched, else its earliest due time
+// (ms), 0 when it is empty; completed now 1 when this call answered the
+// job's last input (it is settling); refund due the credits (milli) its
+// uncharged outcome gives back.
 var recordScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, -1, 0, 0} end
 local replace = ARGV[4] == 'replace'
-local rows, fresh, changed, retrying = 0, 0, 0, 0
+local rows, fresh, changed, retrying, touched = 0, 0, 0, 0, false
 for i = 5, #ARGV, 5 do
   local idx, m, out, due = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2], tonumber(ARGV[i+4])
   local val = out .. '\n' .. ARGV[i+3]
@@ -209,11 +279,12 @@ for i = 5, #ARGV, 5 do
       fresh = fresh + 1
       redis.call('HINCRBY', KEYS[1], 'out:' .. out, m)
       if due > 0 then
-        redis.call('ZADD', KEYS[4], due, idx)
+        redis.call('ZADD', KEYS[3], due, idx)
         retrying = retrying + 1
+        touched = true
       end
     end
-  elseif redis.call('ZSCORE', KEYS[4], idx) then
+  elseif redis.call('ZSCORE', KEYS[3], idx) then
     local prev = redis.call('HGET', KEYS[2], idx)
     local pout = string.match(prev or '', '^([^\n]*)')
     redis.call('HSET', KEYS[2], idx, val)
@@ -222,12 +293,13 @@ for i = 5, #ARGV, 5 do
       redis.call('HINCRBY', KEYS[1], 'out:' .. out, m)
     end
     if due > 0 then
-      redis.call('ZADD', KEYS[4], due, idx)
+      redis.call('ZADD', KEYS[3], due, idx)
     else
-      redis.call('ZREM', KEYS[4], idx)
+      redis.call('ZREM', KEYS[3], idx)
       retrying = retrying - 1
     end
     changed = changed + 1
+    touched = true
   end
 end
 if fresh > 0 then
@@ -235,40 +307,37 @@ if fresh > 0 then
   redis.call('HINCRBY', KEYS[1], 'distinct_processed', fresh)
 end
 if retrying ~= 0 then redis.call('HINCRBY', KEYS[1], 'retrying', retrying) end
+local state, completed, due = -1, 0, 0
 if fresh > 0 or changed > 0 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[3])
-  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if first[2] then
-    redis.call('PEXPIREAT', KEYS[4], ARGV[3])
-    redis.call('ZADD', KEYS[5], first[2], ARGV[1])
-  else
-    redis.call('ZREM', KEYS[5], ARGV[1])
-  end
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if first[2] then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
+  if touched then state = tonumber(first[2] or '0') end
   local done = tonumber(redis.call('HGET', KEYS[1], 'distinct_processed'))
   if done >= tonumber(redis.call('HGET', KEYS[1], 'distinct')) then
     if first[2] then
       redis.call('HSET', KEYS[1], 'status', 'retrying')
-    elseif redis.call('HGET', KEYS[1], 'status') ~= 'completed' then
-      redis.call('HSET', KEYS[1], 'status', 'completed', 'completed_at', ARGV[2])
-      redis.call('SREM', KEYS[3], ARGV[1])
-      -- An outcome that is not charged is refunded with the completion,
-      -- in this same step: exactly once, whatever crashes afterwards.
-      local ro = redis.call('HGET', KEYS[1], 'refund_outcome')
-      if ro and ro ~= '' then
-        local n = tonumber(redis.call('HGET', KEYS[1], 'out:' .. ro) or '0')
-        local amt = math.min(n * tonumber(redis.call('HGET', KEYS[1], 'price') or '0'), tonumber(redis.call('HGET', KEYS[1], 'charge') or '0'))
-        if amt > 0 and redis.call('EXISTS', KEYS[6]) == 1 and redis.call('HGET', KEYS[7], 'refunded') ~= '1' then
-          local after = redis.call('HINCRBY', KEYS[6], 'balance', amt)
-          redis.call('HSET', KEYS[7], 'part_refunded', amt)
-          redis.call('HSET', KEYS[1], 'refunded', amt)
-          redis.call('XADD', KEYS[8], '*', 'ts', ARGV[2], 'kind', 'refund', 'key', redis.call('HGET', KEYS[1], 'key'), 'job', ARGV[1],
-            'unit', 'credits', 'amount', amt, 'after', after, 'note', n .. ' ' .. ro .. ' results are not charged')
+    else
+      local st = redis.call('HGET', KEYS[1], 'status')
+      if st ~= 'completed' and st ~= 'settling' then
+        redis.call('HSET', KEYS[1], 'status', 'settling', 'completed_at', ARGV[2])
+        completed = 1
+        -- An outcome that is not charged is refunded with the completion:
+        -- the amount is fixed here, in the same step, and settle pays it
+        -- exactly once (billing.RefundPart).
+        local ro = redis.call('HGET', KEYS[1], 'refund_outcome')
+        if ro and ro ~= '' then
+          local n = tonumber(redis.call('HGET', KEYS[1], 'out:' .. ro) or '0')
+          due = math.min(n * tonumber(redis.call('HGET', KEYS[1], 'price') or '0'), tonumber(redis.call('HGET', KEYS[1], 'charge') or '0'))
+          if due > 0 then
+            redis.call('HSET', KEYS[1], 'refund_due', due, 'refund_note', n .. ' ' .. ro .. ' results are not charged')
+          end
         end
       end
     end
   end
 end
-return fresh + changed
+return {fresh + changed, state, completed, due}
 `)
 
 // Record stores first answers exactly once (a provisional one included)
@@ -288,6 +357,31 @@ func (s *Store) record(ctx context.Context, j *Job, now time.Time, mode string, 
 	if len(answers) == 0 {
 		return 0, nil
 	}
+	res, err := s.writeAnswers(ctx, j, now, mode, answers)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case res[1] > 0:
+		err = s.rdb.ZAdd(ctx, retryingKey, redis.Z{Score: float64(res[1]), Member: j.ID}).Err()
+	case res[1] == 0:
+		_, err = s.dropRetrying(ctx, j.ID)
+	}
+	if err != nil {
+		// The answers are stored; SettleActive puts the job's place in the
+		// retrying-jobs set right.
+		return int(res[0]), fmt.Errorf("record answers of %s: retrying-jobs set: %w", j.ID, err)
+	}
+	if res[2] == 1 {
+		if err := s.settle(ctx, j.ID, j.AccountID, j.KeyID, credits.Amount(res[3])); err != nil {
+			return int(res[0]), err
+		}
+	}
+	return int(res[0]), nil
+}
+
+// writeAnswers runs recordScript: the job's own keys only. See its reply.
+func (s *Store) writeAnswers(ctx context.Context, j *Job, now time.Time, mode string, answers []Recorded) ([]int64, error) {
 	args := make([]any, 0, 4+5*len(answers))
 	args = append(args, j.ID, now.UnixMilli(), j.ExpiresAt.UnixMilli(), mode)
 	for _, a := range answers {
@@ -297,16 +391,172 @@ func (s *Store) record(ctx context.Context, j *Job, now time.Time, mode string, 
 		}
 		args = append(args, a.Index, a.Rows, a.Outcome, a.Data, due)
 	}
-	keys := []string{metaKey(j.ID), answersKey(j.ID), activeKey, retryKey(j.ID), retryingKey,
-		accounts.AccountKey(j.AccountID), accounts.ChargeKey(j.AccountID, j.ID), accounts.LedgerKey(j.AccountID)}
-	n, err := recordScript.Run(ctx, s.rdb, keys, args...).Int()
+	keys := []string{metaKey(j.ID), answersKey(j.ID), retryKey(j.ID)}
+	res, err := recordScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("record answers of %s: %w", j.ID, err)
+		return nil, fmt.Errorf("record answers of %s: %w", j.ID, err)
 	}
-	if n < 0 {
-		return 0, ErrJobNotFound
+	if len(res) != 4 {
+		return nil, fmt.Errorf("record answers of %s: unexpected reply %v", j.ID, res)
 	}
-	return n, nil
+	if res[0] < 0 {
+		return nil, ErrJobNotFound
+	}
+	return res, nil
+}
+
+// settlingKey lists jobs between their last answer and their completion
+// (settle), by when settling began (ms): a job leaves the active set before
+// it is marked completed, and this is where SettleActive finds one whose
+// process died in between.
+const settlingKey = prefix + "jobs:settling"
+
+// completeScript marks a settling job completed with what was refunded.
+// KEYS = meta. ARGV = refunded (milli-credits). A job in any other state
+// (deleted: no hash at all) is left alone.
+var completeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'settling' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'completed', 'refunded', ARGV[1])
+redis.call('HDEL', KEYS[1], 'refund_due')
+return 1
+`)
+
+// settle finishes a job whose last input was answered, each step
+// idempotent, in an order that lets SettleActive pick up after a crash at
+// any point: note it in the settling set; pay the refund noted as
+// refund_due (once per charge, whoever runs it); leave the retrying-jobs
+// and active sets; mark it completed; drop it from the settling set.
+func (s *Store) settle(ctx context.Context, jobID, accountID, keyID string, due credits.Amount) error {
+	if err := s.rdb.ZAdd(ctx, settlingKey, redis.Z{Score: float64(time.Now().UnixMilli()), Member: jobID}).Err(); err != nil {
+		return fmt.Errorf("settle %s: %w", jobID, err)
+	}
+	var paid credits.Amount
+	if due > 0 {
+		note, _ := s.rdb.HGet(ctx, metaKey(jobID), "refund_note").Result()
+		var err error
+		if paid, err = s.billing.RefundPart(ctx, accountID, keyID, jobID, due, note); err != nil {
+			return fmt.Errorf("settle %s: %w", jobID, err)
+		}
+	}
+	pipe := s.rdb.Pipeline()
+	pipe.ZRem(ctx, retryingKey, jobID)
+	pipe.SRem(ctx, activeKey, jobID)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("settle %s: %w", jobID, err)
+	}
+	if err := completeScript.Run(ctx, s.rdb, []string{metaKey(jobID)}, int64(paid)).Err(); err != nil {
+		return fmt.Errorf("settle %s: complete: %w", jobID, err)
+	}
+	if err := s.rdb.ZRem(ctx, settlingKey, jobID).Err(); err != nil {
+		return fmt.Errorf("settle %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// settleJob settles a job read with Get whose last input is answered.
+func (s *Store) settleJob(ctx context.Context, j *Job) error {
+	due, err := s.rdb.HGet(ctx, metaKey(j.ID), "refund_due").Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("settle %s: %w", j.ID, err)
+	}
+	return s.settle(ctx, j.ID, j.AccountID, j.KeyID, credits.Amount(due))
+}
+
+// dropRetrying takes a job out of the retrying-jobs set because its retry
+// zset looked empty, then looks again: a provisional answer recorded in
+// between (by another process, whose ZADD may have come before this ZREM)
+// puts it back. It returns the earliest due retry (zero: none).
+func (s *Store) dropRetrying(ctx context.Context, jobID string) (time.Time, error) {
+	if err := s.rdb.ZRem(ctx, retryingKey, jobID).Err(); err != nil {
+		return time.Time{}, fmt.Errorf("drop %s from the retrying jobs: %w", jobID, err)
+	}
+	next, err := s.nextRetry(ctx, jobID)
+	if err != nil || next.IsZero() {
+		return time.Time{}, err
+	}
+	if err := s.rdb.ZAdd(ctx, retryingKey, redis.Z{Score: float64(next.UnixMilli()), Member: jobID}).Err(); err != nil {
+		return time.Time{}, fmt.Errorf("re-add %s to the retrying jobs: %w", jobID, err)
+	}
+	return next, nil
+}
+
+// SettleActive finishes what processes left half done among the jobs of
+// the active and settling sets: a job whose last input was answered but
+// that was not settled (refund, set updates, completion), a job gone
+// (expired, deleted) that is still listed, and a job whose place in the
+// retrying-jobs set disagrees with its retry zset. It runs with the
+// janitor and returns how many jobs it repaired.
+func (s *Store) SettleActive(ctx context.Context) (int, error) {
+	ids, err := s.ActiveJobs(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
+	settling, err := s.rdb.ZRange(ctx, settlingKey, 0, -1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("settle: %w", err)
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		seen[id] = true
+	}
+	for _, id := range settling {
+		if !seen[id] {
+			ids = append(ids, id)
+		}
+	}
+	n := 0
+	var errs []error
+	for start := 0; start < len(ids); start += 500 {
+		batch := ids[start:min(start+500, len(ids))]
+		pipe := s.rdb.Pipeline()
+		metas := make([]*redis.SliceCmd, len(batch))
+		firsts := make([]*redis.ZSliceCmd, len(batch))
+		scores := make([]*redis.FloatCmd, len(batch))
+		for i, id := range batch {
+			metas[i] = pipe.HMGet(ctx, metaKey(id), "id", "status", "account", "key", "refund_due")
+			firsts[i] = pipe.ZRangeWithScores(ctx, retryKey(id), 0, 0)
+			scores[i] = pipe.ZScore(ctx, retryingKey, id)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return n, fmt.Errorf("settle: %w", err)
+		}
+		for i, id := range batch {
+			v := metas[i].Val()
+			str := func(k int) string { x, _ := v[k].(string); return x }
+			if len(v) < 5 || str(0) == "" { // gone
+				p := s.rdb.Pipeline()
+				p.SRem(ctx, activeKey, id)
+				p.ZRem(ctx, settlingKey, id)
+				if _, err := p.Exec(ctx); err != nil {
+					errs = append(errs, err)
+				}
+				n++
+				continue
+			}
+			if st := str(1); st == statusSettling || st == StatusCompleted {
+				due, _ := strconv.ParseInt(str(4), 10, 64)
+				if err := s.settle(ctx, id, str(2), str(3), credits.Amount(due)); err != nil {
+					errs = append(errs, err)
+				}
+				n++
+				continue
+			}
+			first, indexed := firsts[i].Val(), scores[i].Err() == nil
+			switch {
+			case len(first) > 0 && (!indexed || scores[i].Val() > first[0].Score):
+				if err := s.rdb.ZAdd(ctx, retryingKey, redis.Z{Score: first[0].Score, Member: id}).Err(); err != nil {
+					errs = append(errs, err)
+				}
+				n++
+			case len(first) == 0 && indexed:
+				if _, err := s.dropRetrying(ctx, id); err != nil {
+					errs = append(errs, err)
+				}
+				n++
+			}
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // claimRetriesScript takes up to ARGV[2] retries due at ARGV[1] (ms) and
@@ -355,31 +605,26 @@ func (s *Store) nextRetry(ctx context.Context, jobID string) (time.Time, error) 
 	return time.UnixMilli(int64(zs[0].Score)).UTC(), nil
 }
 
-// syncRetryingScript sets a job's score in the retrying-jobs zset to its
-// earliest due retry (claims move retries later without touching it), or
-// drops the job when it has none. KEYS = retry zset, retrying-jobs zset.
-// ARGV = job id. Returns the earliest due time (ms) or 0.
-var syncRetryingScript = redis.NewScript(`
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then
-  redis.call('ZADD', KEYS[2], first[2], ARGV[1])
-  return tonumber(first[2])
-end
-redis.call('ZREM', KEYS[2], ARGV[1])
-return 0
-`)
-
-// syncRetrying re-scores jobID in the retrying-jobs zset and returns when
-// its next retry is due (zero: none).
+// syncRetrying sets jobID's score in the retrying-jobs set to its earliest
+// due retry (claims move retries later without touching it), or drops the
+// job when it has none, and returns when its next retry is due (zero:
+// none). Two steps, the retry zset and the set of jobs being in different
+// hash slots: a score read here can be overtaken by a concurrent record of
+// an earlier retry and written after it, which only delays that retry
+// until this score comes due (the runner then finds it due and answers it
+// too); a job is never dropped while it has retries (dropRetrying).
 func (s *Store) syncRetrying(ctx context.Context, jobID string) (time.Time, error) {
-	ms, err := syncRetryingScript.Run(ctx, s.rdb, []string{retryKey(jobID), retryingKey}, jobID).Int64()
+	next, err := s.nextRetry(ctx, jobID)
 	if err != nil {
+		return time.Time{}, err
+	}
+	if next.IsZero() {
+		return s.dropRetrying(ctx, jobID)
+	}
+	if err := s.rdb.ZAdd(ctx, retryingKey, redis.Z{Score: float64(next.UnixMilli()), Member: jobID}).Err(); err != nil {
 		return time.Time{}, fmt.Errorf("sync retries of %s: %w", jobID, err)
 	}
-	if ms == 0 {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(ms).UTC(), nil
+	return next, nil
 }
 
 // DueRetryJobs lists up to n jobs with a retry due at now.
@@ -613,11 +858,45 @@ return #marks
 // claimStale moves up to 1,000 marks made before cutoff into the reclaiming
 // set.
 func (s *Store) claimStale(ctx context.Context, cutoff, now time.Time) (int, error) {
+	if err := s.adoptLegacyMarks(ctx, cutoff); err != nil {
+		return 0, err
+	}
 	n, err := claimScript.Run(ctx, s.rdb, []string{pendingKey, reclaimingKey}, cutoff.UnixMilli(), now.UnixMilli(), 1000).Int()
 	if err != nil {
 		return 0, fmt.Errorf("claim abandoned submissions: %w", err)
 	}
 	return n, nil
+}
+
+// adoptLegacyMarks moves marks that a version before the hash-tagged keys
+// left in the old pending set (only those older than cutoff: a live old
+// process still commits the others there) and old reclaiming set into the
+// new ones. Each mark is added to the new set before it leaves the old
+// one, so a crash in between leaves it in both, and rolling a submission
+// back twice is harmless. Costs two empty reads once the old sets are
+// gone.
+func (s *Store) adoptLegacyMarks(ctx context.Context, cutoff time.Time) error {
+	for _, m := range []struct {
+		from, to string
+		stop     string
+	}{
+		{legacyPendingKey, pendingKey, strconv.FormatInt(cutoff.UnixMilli(), 10)},
+		{legacyReclaimingKey, reclaimingKey, "+inf"},
+	} {
+		zs, err := s.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: m.from, Start: "-inf", Stop: m.stop, ByScore: true, Count: 1000}).Result()
+		if err != nil {
+			return fmt.Errorf("adopt marks of %s: %w", m.from, err)
+		}
+		for _, z := range zs {
+			if err := s.rdb.ZAdd(ctx, m.to, z).Err(); err != nil {
+				return fmt.Errorf("adopt mark %v: %w", z.Member, err)
+			}
+			if err := s.rdb.ZRem(ctx, m.from, z.Member).Err(); err != nil {
+				return fmt.Errorf("adopt mark %v: %w", z.Member, err)
+			}
+		}
+	}
+	return nil
 }
 
 // reclaiming lists marks whose rollback is not finished.
@@ -633,6 +912,39 @@ func (s *Store) reclaiming(ctx context.Context) ([][2]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// claimMarkScript moves one submission's mark from the pending set to the
+// reclaiming set if it is pending. KEYS = pending, reclaiming.
+// ARGV = mark, now ms. Returns 1 when moved.
+var claimMarkScript = redis.NewScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  return 1
+end
+return 0
+`)
+
+// claimMark takes one pending submission for rollback; true when it was
+// pending (its commit can no longer succeed).
+func (s *Store) claimMark(ctx context.Context, jobID, accountID string, now time.Time) (bool, error) {
+	n, err := claimMarkScript.Run(ctx, s.rdb, []string{pendingKey, reclaimingKey}, mark(jobID, accountID), now.UnixMilli()).Int()
+	if err != nil {
+		return false, fmt.Errorf("claim submission %s: %w", jobID, err)
+	}
+	return n == 1, nil
+}
+
+// isReclaiming reports whether a submission's rollback is under way.
+func (s *Store) isReclaiming(ctx context.Context, jobID, accountID string) (bool, error) {
+	err := s.rdb.ZScore(ctx, reclaimingKey, mark(jobID, accountID)).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read reclaiming mark %s: %w", jobID, err)
+	}
+	return true, nil
 }
 
 func (s *Store) doneReclaiming(ctx context.Context, jobID, accountID string) error {

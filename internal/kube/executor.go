@@ -138,8 +138,11 @@ func (e *Executor) Cancel(ctx context.Context, jobID string) error {
 // ReadStatus implements jobs.StatusReader: a job's status, progress and
 // outcome counts are its BulkJob's. A BulkJob the controller has not
 // reported on yet, or a Failed one, leaves the stored job as it is. The
-// BulkJob follows Redis by up to one reconcile (2 s): for that long the
-// status may still say running while every row already reads answered.
+// BulkJob's progress follows Redis by up to the controller's paced
+// progress write (--progress-interval, 10 s, longer when more BulkJobs run
+// than --progress-writes per second serve); its phase follows at once
+// (seconds), and meanwhile the status may still say running while every
+// row already reads answered.
 func (e *Executor) ReadStatus(ctx context.Context, j *jobs.Job) (bool, error) {
 	var bj v1alpha1.BulkJob
 	err := e.Client.Get(ctx, client.ObjectKey{Namespace: e.Namespace, Name: j.ID}, &bj)

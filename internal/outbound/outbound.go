@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.org/x/net/http/httpproxy"
 )
 
@@ -114,6 +115,32 @@ func (c Config) Resolver() *net.Resolver {
 	return r
 }
 
+// resolvConf is the system resolver configuration read by DNSServers.
+var resolvConf = "/etc/resolv.conf"
+
+// DNSServers returns the "host:port" addresses of the DNS servers Resolver
+// asks: DNSServer when set, otherwise the nameservers of /etc/resolv.conf in
+// their order. It is for callers that send their own DNS questions (the
+// redirect checker's existence probe) and must ask the same servers as the
+// dialer does.
+func (c Config) DNSServers() ([]string, error) {
+	if c.DNSServer != "" {
+		return []string{c.dnsServer()}, nil
+	}
+	cc, err := dns.ClientConfigFromFile(resolvConf)
+	if err != nil {
+		return nil, fmt.Errorf("outbound: no DNS server configured and %s unreadable: %w", resolvConf, err)
+	}
+	if len(cc.Servers) == 0 {
+		return nil, fmt.Errorf("outbound: no DNS server configured and none in %s", resolvConf)
+	}
+	out := make([]string, len(cc.Servers))
+	for i, s := range cc.Servers {
+		out[i] = net.JoinHostPort(s, cc.Port)
+	}
+	return out, nil
+}
+
 // Dialer returns a dialer that resolves names with Resolver and gives up
 // after Timeout.
 func (c Config) Dialer() *net.Dialer {
@@ -155,6 +182,19 @@ func (c Config) HTTPClient() *http.Client {
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// NoProxy reports whether HTTPClient sends every request without a proxy:
+// no HTTPProxy and no HTTP_PROXY/HTTPS_PROXY in the environment (read now,
+// as HTTPClient reads it when it builds the client). Callers that resolve
+// names themselves ahead of a request use it: without a proxy, this
+// process's resolver is the one the request will use.
+func (c Config) NoProxy() bool {
+	if c.HTTPProxy != "" {
+		return false
+	}
+	env := httpproxy.FromEnvironment()
+	return env.HTTPProxy == "" && env.HTTPSProxy == ""
 }
 
 func (c Config) proxyURL() (*url.URL, error) {

@@ -31,7 +31,10 @@ import (
 	"github.com/bulkd/bulkd/internal/lookup"
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
+	"github.com/bulkd/bulkd/internal/redisconn"
 	"github.com/bulkd/bulkd/internal/rowcache"
+	"github.com/bulkd/bulkd/internal/spamc"
+	"github.com/bulkd/bulkd/internal/spamcheck"
 	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/verify"
 )
@@ -105,13 +108,36 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		eng.RowCache = rowcache.New(cfg.ResultsCacheBytes)
 	}
 	bl.ChargeTTL = cfg.Retention + 24*time.Hour
+	spam, err := SpamCheck(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
-		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Jobs: eng,
+		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
-		Plans: o.Plans, Now: o.Now,
+		Plans: o.Plans, Now: o.Now, Spam: spam,
 	})
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer}, nil
+}
+
+// SpamCheck builds the content spam check: the daily allowances (defaults
+// with --spam-check-allowances applied) and, when --spamd-addr is set, the
+// spamd client. Without an address the route answers 503
+// engine_unavailable, as SPEC 4.6 allows, and the rest of the API is
+// unaffected.
+func SpamCheck(cfg config.Config, log *slog.Logger) (*apiserver.SpamCheck, error) {
+	al := spamcheck.DefaultAllowances()
+	if err := spamcheck.ParseAllowances(al, cfg.SpamCheckAllowances); err != nil {
+		return nil, err
+	}
+	sc := &apiserver.SpamCheck{Allowances: al}
+	if cfg.SpamdAddr == "" {
+		log.Info("no --spamd-addr: POST /v1/content-spam-check answers 503 engine_unavailable")
+		return sc, nil
+	}
+	sc.Engine = &spamc.Client{Addr: cfg.SpamdAddr, Timeout: cfg.SpamdTimeout, MaxConns: cfg.SpamdMaxConns}
+	return sc, nil
 }
 
 // NewProcessor builds the shard processor alone, with every family's
@@ -245,6 +271,12 @@ func janitor(ctx context.Context, e *jobs.Engine, log *slog.Logger) {
 		} else if n > 0 {
 			log.Warn("janitor reclaimed abandoned submissions", "count", n)
 		}
+		// Completions whose refund or set updates a dead process cut short.
+		if n, err := e.Store.SettleActive(ctx); err != nil && ctx.Err() == nil {
+			log.Error("janitor: settle active jobs", "err", err)
+		} else if n > 0 {
+			log.Warn("janitor settled active jobs", "count", n)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -284,43 +316,21 @@ func NewLogger(w io.Writer, format, level string) *slog.Logger {
 		lvl = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	var log *slog.Logger
 	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		log = slog.New(slog.NewTextHandler(w, opts))
+	} else {
+		log = slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	redis.SetLogger(redisLogger{log}) // go-redis's own messages, in the same format
+	return log
 }
 
-// NewRedis connects to the configured Redis with bounded timeouts on every
-// call, and checks it answers.
-func NewRedis(ctx context.Context, url string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
-	opt.DialTimeout = 5 * time.Second
-	opt.ReadTimeout = 5 * time.Second
-	opt.WriteTimeout = 5 * time.Second
-	if opt.PoolSize == 0 {
-		opt.PoolSize = 128
-	}
-	rdb := redis.NewClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s does not answer: %w", redactURL(url), err)
-	}
-	return rdb, nil
-}
-
-// redactURL hides a password in a Redis URL before it is logged.
-func redactURL(u string) string {
-	at := strings.LastIndexByte(u, '@')
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 {
-		return u
-	}
-	return u[:scheme+3] + "***" + u[at:]
+// NewRedis connects to the configured Redis (a server, a Cluster or a
+// Sentinel-managed master: internal/redisconn) with bounded timeouts on
+// every call, and checks it answers.
+func NewRedis(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return redisconn.Open(ctx, url)
 }
 
 // ParseCaps reads --monthly-lookup-caps into plans.
@@ -360,6 +370,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 		return err
 	}
 	defer rdb.Close()
+	warnIfNotDurable(ctx, rdb, log)
 	c, err := BuildWith(cfg, rdb, log, o)
 	if err != nil {
 		return err

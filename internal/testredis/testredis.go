@@ -63,7 +63,7 @@ func StartProcess(dir string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := launch(bin, dir, port)
+		s, err := launch(bin, dir, port, nil)
 		if err == nil {
 			return s, nil
 		}
@@ -72,10 +72,12 @@ func StartProcess(dir string) (*Server, error) {
 	return nil, lastErr
 }
 
-func launch(bin, dir string, port int) (*Server, error) {
+// launch starts redis-server on port with extra arguments appended (cluster
+// mode) and waits until it answers PING.
+func launch(bin, dir string, port int, extra []string) (*Server, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
-	cmd := exec.Command(bin,
+	args := []string{
 		"--bind", "127.0.0.1",
 		"--port", fmt.Sprint(port),
 		"--save", "",
@@ -84,7 +86,8 @@ func launch(bin, dir string, port int) (*Server, error) {
 		"--logfile", logPath,
 		"--daemonize", "no",
 		"--protected-mode", "yes",
-	)
+	}
+	cmd := exec.Command(bin, append(args, extra...)...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}

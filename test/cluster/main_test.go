@@ -20,6 +20,8 @@
 //	                suite creates (default bulkd-lookup-e2e)
 //	E2E_NODE_IP     the node's address, where hostNetwork pods are
 //	                (default 10.254.0.1)
+//	E2E_SPAMD_PIDFILE  the pid file of the spamd the chart's API uses
+//	                (spam_test.go freezes and thaws it)
 package cluster_test
 
 import (

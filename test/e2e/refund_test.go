@@ -124,8 +124,8 @@ func (e *refundEnv) checkRolledBack(t *testing.T, charged bool) string {
 	if n := e.Redis.SCard(ctx, "bulkd:jobs:active").Val(); n != 0 {
 		t.Errorf("%d jobs left in the active set", n)
 	}
-	if n := e.Redis.ZCard(ctx, "bulkd:jobs:pending").Val(); n != 0 {
-		t.Errorf("%d submission marks left pending: %v", n, e.Redis.ZRange(ctx, "bulkd:jobs:pending", 0, -1).Val())
+	if n := e.Redis.ZCard(ctx, "bulkd:{jobs}:pending").Val(); n != 0 {
+		t.Errorf("%d submission marks left pending: %v", n, e.Redis.ZRange(ctx, "bulkd:{jobs}:pending", 0, -1).Val())
 	}
 	es := e.ledger(t)
 	if !charged {
@@ -281,7 +281,7 @@ func isJobMetaHSet(args []any) bool {
 }
 
 // isScriptOn matches a billing script run by its key count, keys and
-// argument count: the charge script takes 6 arguments, the reverse one 3.
+// argument count: the charge script takes 6 arguments, the reverse one 4.
 func isScriptOn(nargs int) func(args []any) bool {
 	return func(args []any) bool {
 		name := strings.ToLower(argString(args, 0))
@@ -330,7 +330,7 @@ func TestRefundRedisFailures(t *testing.T) {
 func TestRefundRollbackFinishedByJanitor(t *testing.T) {
 	e := refundStart(t)
 	ctx := context.Background()
-	reverseFault := &redisFault{match: isScriptOn(3)}
+	reverseFault := &redisFault{match: isScriptOn(4)}
 	e.Redis.AddHook(reverseFault)
 	reverseFault.armed.Store(true)
 	e.Parts.Engine.SetFailpoint(func(step string) error {
@@ -348,7 +348,7 @@ func TestRefundRollbackFinishedByJanitor(t *testing.T) {
 	if bal := e.Balance(e.acct); bal != e.opening-credits.Whole(refundCharge) {
 		t.Fatalf("balance %s: the refund failed, the charge should still be held", bal)
 	}
-	if n := e.Redis.ZCard(ctx, "bulkd:jobs:pending").Val(); n != 1 {
+	if n := e.Redis.ZCard(ctx, "bulkd:{jobs}:pending").Val(); n != 1 {
 		t.Fatalf("%d pending marks, want the incomplete rollback's mark kept", n)
 	}
 	n, err := e.Parts.Engine.ReclaimAbandoned(ctx, 0)
@@ -420,7 +420,7 @@ func TestRefundAbandonedSubmissionReclaimed(t *testing.T) {
 	if bal := e.Balance(e.acct); bal != afterCommitted-credits.Whole(refundCharge) {
 		t.Fatalf("balance %s while the submission hangs, want both charges taken", bal)
 	}
-	if n := e.Redis.ZCard(ctx, "bulkd:jobs:pending").Val(); n != 1 {
+	if n := e.Redis.ZCard(ctx, "bulkd:{jobs}:pending").Val(); n != 1 {
 		t.Fatalf("%d pending marks while the submission hangs, want 1", n)
 	}
 	es := e.ledger(t)
@@ -440,7 +440,7 @@ func TestRefundAbandonedSubmissionReclaimed(t *testing.T) {
 	if bal := e.Balance(e.acct); bal != afterCommitted {
 		t.Errorf("balance %s after the reclaim, want %s", bal, afterCommitted)
 	}
-	if n := e.Redis.ZCard(ctx, "bulkd:jobs:pending").Val(); n != 0 {
+	if n := e.Redis.ZCard(ctx, "bulkd:{jobs}:pending").Val(); n != 0 {
 		t.Errorf("%d pending marks after the reclaim", n)
 	}
 	checkGone := func() {

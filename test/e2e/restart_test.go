@@ -617,7 +617,7 @@ func restartRun(t *testing.T, bin string, sameInstance bool) {
 	if len(es) != 1 || es[0].Kind != billing.KindCharge || es[0].JobID != sub.JobID || es[0].Amount != fmt.Sprint(-distinct) {
 		t.Errorf("ledger %+v, want exactly one charge of %d for the job", es, distinct)
 	}
-	if n := rdb.ZCard(ctx, "bulkd:jobs:pending").Val(); n != 0 {
+	if n := rdb.ZCard(ctx, "bulkd:{jobs}:pending").Val(); n != 0 {
 		t.Errorf("%d submission marks pending", n)
 	}
 }

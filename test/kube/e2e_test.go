@@ -329,7 +329,7 @@ func TestFailedBulkJobCreateRefunds(t *testing.T) {
 			if n := h.bulkJobCount(t); n != bjsBefore {
 				t.Fatalf("%d BulkJobs, had %d", n, bjsBefore)
 			}
-			pending, err := h.rdb.ZRange(context.Background(), "bulkd:jobs:pending", 0, -1).Result()
+			pending, err := h.rdb.ZRange(context.Background(), "bulkd:{jobs}:pending", 0, -1).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

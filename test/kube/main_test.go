@@ -282,7 +282,9 @@ func (h *harness) startController(ctx context.Context) (func(), error) {
 	opts.BackoffLimitPerIndex = 2
 	opts.ProcessorTimeout = time.Minute
 	opts.Retention = retention
-	opts.RequeueInterval = 250 * time.Millisecond
+	// No fast polling: the default resync (a minute) is longer than any
+	// test here, so BulkJobs move on the processors' progress
+	// announcements and their Jobs' events, as in production.
 	// Email verification pods get their own settings: one pod per job at
 	// once, SMTP egress nodes, short retry delays, and the mail world's
 	// address from a ConfigMap of their own (verification_test.go).

@@ -87,8 +87,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- required "redis.secretKey is required" .Values.redis.secretKey }}
 {{- end }}
 
+{{/*
+The password of the chart's own Redis (redis.server.enabled): the value
+given, else the one the release's Secret already holds (so an upgrade keeps
+it), else a new random one. helm template cannot look the Secret up: set
+redis.server.password there, or every render makes a new password.
+*/}}
+{{- define "bulkd.redisPassword" -}}
+{{- if .Values.redis.server.password }}
+{{- .Values.redis.server.password }}
+{{- else }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "bulkd.redisSecretName" .) }}
+{{- if and $old $old.data (index $old.data "redis-password") }}
+{{- index $old.data "redis-password" | b64dec }}
+{{- else }}
+{{- randAlphaNum 32 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "bulkd.validate" -}}
-{{- if and (not .Values.redis.existingSecret) (not .Values.redis.url) }}
+{{- if and .Values.redis.server.enabled .Values.redis.existingSecret }}
+{{- fail "redis.server.enabled: the chart's Redis gets its URL and password from the chart's own Secret; unset redis.existingSecret" }}
+{{- end }}
+{{- if and (not .Values.redis.existingSecret) (not .Values.redis.url) (not .Values.redis.server.enabled) }}
 {{- fail "set redis.existingSecret (a Secret holding the Redis URL) or redis.url" }}
 {{- end }}
 {{- range $k, $v := .Values.config }}

@@ -48,12 +48,20 @@ func (c *cache) get(key string) (Result, bool) {
 }
 
 func (c *cache) put(key string, r Result) {
-	if c == nil {
+	if c != nil {
+		c.putFor(key, r, c.ttl)
+	}
+}
+
+// putFor stores r for ttl instead of the cache's own time to live; a ttl of
+// zero or less stores nothing.
+func (c *cache) putFor(key string, r Result, ttl time.Duration) {
+	if c == nil || ttl <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	exp := c.now().Add(c.ttl)
+	exp := c.now().Add(ttl)
 	if el, ok := c.m[key]; ok {
 		e := el.Value.(*cacheEntry)
 		e.r, e.expires = r, exp

@@ -7,7 +7,14 @@
 // hop, so it sees where the chain ends even when the last hop cannot be
 // fetched. Everything is bounded: hops (Options.MaxHops), bytes read from any
 // body (maxBodyBytes), time (Options.Timeout for the whole check, plus the
-// outbound per-call timeouts), and the result cache (Options.CacheSize).
+// outbound per-call timeouts), and the caches (Options.CacheSize).
+//
+// When the website would be reached directly (no proxy), one DNS question
+// comes first (probe.go): a domain that does not exist (NXDOMAIN) is decided
+// by it, without any HTTP request, and remembered for its negative TTL.
+// CheckAll runs those cheap questions for a whole batch with a high
+// concurrency and sends only the remaining domains to the HTTP stage, under
+// its own bound.
 package redirect
 
 import (
@@ -15,8 +22,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -35,6 +44,20 @@ const (
 	DefaultCacheTTL = 24 * time.Hour
 	// DefaultTimeout bounds one whole check, all hops included.
 	DefaultTimeout = 10 * time.Second
+	// DefaultResolveConcurrency bounds the DNS questions a Checker has in
+	// flight, all batches together. A question costs the resolver
+	// microseconds to a few hundred milliseconds of waiting and us almost
+	// nothing, so many run at once; the HTTP stage keeps its own, lower
+	// bound per batch. The bound is per process rather than per batch so
+	// that more workers do not mean a bigger burst at the resolver, whose
+	// socket buffer drops what it cannot hold (a lost question costs a
+	// one-second retry).
+	DefaultResolveConcurrency = 256
+	// DefaultNegativeTTL caps how long a domain that does not exist is
+	// remembered (the zone's own negative TTL applies when shorter), so a
+	// domain registered or fixed by its owner is seen within minutes. The
+	// email verifier keeps negative DNS answers as long.
+	DefaultNegativeTTL = 5 * time.Minute
 
 	// maxBodyBytes is the most read from any response body. We only need
 	// status and headers; draining a little lets the connection be reused,
@@ -43,6 +66,10 @@ const (
 
 	userAgent = "Mozilla/5.0 (compatible; bulkd-redirect-check/1.0)"
 )
+
+// ErrNoSuchDomain is the error of a check whose domain does not exist in DNS
+// (NXDOMAIN): it has no website to follow.
+var ErrNoSuchDomain = errors.New("no such domain")
 
 // Result is the outcome of a check.
 type Result struct {
@@ -65,6 +92,13 @@ type Options struct {
 	CacheTTL time.Duration
 	// Timeout bounds one whole check (default 10s).
 	Timeout time.Duration
+	// ResolveConcurrency bounds the DNS questions the Checker has in
+	// flight (default 256).
+	ResolveConcurrency int
+	// NegativeTTL caps how long a domain found not to exist is
+	// remembered (default 5m). Those domains are kept apart from the
+	// results, in a cache of CacheSize entries of its own.
+	NegativeTTL time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -80,6 +114,12 @@ func (o Options) withDefaults() Options {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
+	if o.ResolveConcurrency <= 0 {
+		o.ResolveConcurrency = DefaultResolveConcurrency
+	}
+	if o.NegativeTTL <= 0 {
+		o.NegativeTTL = DefaultNegativeTTL
+	}
 	return o
 }
 
@@ -88,17 +128,31 @@ func (o Options) withDefaults() Options {
 type Checker struct {
 	client *http.Client
 	opts   Options
-	cache  *cache // nil when disabled
-	group  singleflight.Group
+	cache  *cache // results; nil when disabled
+	dead   *cache // domains that do not exist; nil when disabled
+	probe  *prober
+	dnsSem chan struct{} // bounds the probes in flight, process-wide
+	// noProxy: no request goes through a proxy (outbound.Config.NoProxy),
+	// so direct need not ask the transport host by host.
+	noProxy bool
+	group  singleflight.Group // HTTP stage, by domain
 }
 
 // NewChecker returns a Checker whose requests go through cfg's HTTP client
-// (proxy, resolver, per-call timeouts; redirects are not auto-followed).
+// (proxy, resolver, per-call timeouts; redirects are not auto-followed) and
+// whose existence probes ask cfg's DNS servers. Without a DNS server to ask
+// (no --dns-server and no usable resolv.conf) every domain goes to the HTTP
+// stage, as before the probe existed.
 func NewChecker(cfg outbound.Config, opts Options) *Checker {
+	cfg = cfg.WithDefaults()
 	opts = opts.withDefaults()
-	c := &Checker{client: cfg.HTTPClient(), opts: opts}
+	c := &Checker{client: cfg.HTTPClient(), opts: opts, dnsSem: make(chan struct{}, opts.ResolveConcurrency), noProxy: cfg.NoProxy()}
 	if opts.CacheSize > 0 {
 		c.cache = newCache(opts.CacheSize, opts.CacheTTL, time.Now)
+		c.dead = newCache(opts.CacheSize, opts.NegativeTTL, time.Now)
+	}
+	if servers, err := cfg.DNSServers(); err == nil {
+		c.probe = newProber(servers, cfg.Timeout, opts.ResolveConcurrency)
 	}
 	return c
 }
@@ -121,24 +175,154 @@ func NewChecker(cfg outbound.Config, opts Options) *Checker {
 //   - A final host that is not a domain (an IP address) names no website:
 //     not a redirect.
 //   - The first hop is http://<domain>/, or https://<domain>/ when http
-//     gets no HTTP answer or a gateway error (502/504).
+//     gets no HTTP answer or a gateway error (502/504), unless the name
+//     does not resolve: https cannot reach a host http could not find.
 //   - If neither first request gets an HTTP answer, Check returns an
-//     error and the caller decides. Errors are not cached.
+//     error and the caller decides. Errors are not cached, except that a
+//     domain that does not exist (NXDOMAIN, error ErrNoSuchDomain) is
+//     remembered for its negative TTL (at most Options.NegativeTTL).
 //
 // If ctx ends first, Check returns ctx's error, but a check already started
 // keeps running (bounded by Options.Timeout) for other callers and the cache.
 func (c *Checker) Check(ctx context.Context, domain string) (Result, error) {
-	d, err := normalize.CanonicalDomain(domain)
-	if err != nil {
-		return Result{}, fmt.Errorf("redirect check %q: %w", domain, err)
+	rs, errs := c.CheckAll(ctx, []string{domain}, 1)
+	return rs[0], errs[0]
+}
+
+// CheckAll checks a batch of domains as Check does, in two stages: the
+// caches and the DNS existence probe for every domain (at most
+// Options.ResolveConcurrency questions at once in the whole Checker, all
+// batches together), then the HTTP stage for the domains still undecided,
+// at most concurrency at once for this batch. A domain goes on to the HTTP
+// stage as soon as its probe is answered. errs[i] is the error Check would
+// return for domains[i].
+func (c *Checker) CheckAll(ctx context.Context, domains []string, concurrency int) ([]Result, []error) {
+	res := make([]Result, len(domains))
+	errs := make([]error, len(domains))
+	canon := make([]string, len(domains))
+	var probe, fetch []int // indexes of the domains for each stage
+	for i, domain := range domains {
+		d, err := normalize.CanonicalDomain(domain)
+		if err != nil {
+			errs[i] = fmt.Errorf("redirect check %q: %w", domain, err)
+			continue
+		}
+		canon[i] = d
+		if r, ok := c.cache.get(d); ok {
+			res[i] = r
+			continue
+		}
+		if _, ok := c.dead.get(d); ok {
+			errs[i] = fmt.Errorf("redirect check %s: %w (cached)", d, ErrNoSuchDomain)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			// Do not start upstream work for a caller that has already gone.
+			errs[i] = fmt.Errorf("redirect check %s: %w", d, err)
+			continue
+		}
+		if c.probe.probeable(d) && c.direct(d) {
+			probe = append(probe, i)
+		} else {
+			fetch = append(fetch, i)
+		}
 	}
-	if r, ok := c.cache.get(d); ok {
-		return r, nil
+	if len(probe)+len(fetch) == 0 {
+		return res, errs
+	}
+
+	// Each stage is a pool of workers, so a batch of 500 costs a few
+	// hundred goroutines whose stacks have grown once, not one per domain.
+	spent := make([]time.Duration, len(domains)) // the probe's share of Options.Timeout
+	toFetch := make(chan int, len(probe)+len(fetch))
+	for _, i := range fetch {
+		toFetch <- i
+	}
+	var fetchers sync.WaitGroup
+	for range min(max(concurrency, 1), len(probe)+len(fetch)) {
+		fetchers.Go(func() {
+			for i := range toFetch {
+				if err := ctx.Err(); err != nil {
+					errs[i] = fmt.Errorf("redirect check %s: %w", canon[i], err)
+					continue
+				}
+				res[i], errs[i] = c.fetchChain(ctx, canon[i], c.opts.Timeout-spent[i])
+			}
+		})
+	}
+	toProbe := make(chan int, len(probe))
+	for _, i := range probe {
+		toProbe <- i
+	}
+	close(toProbe)
+	var probers sync.WaitGroup
+	for range min(c.opts.ResolveConcurrency, len(probe)) {
+		probers.Go(func() {
+			for i := range toProbe {
+				c.dnsSem <- struct{}{}
+				t0 := time.Now()
+				err := c.resolve(ctx, canon[i])
+				spent[i] = time.Since(t0)
+				<-c.dnsSem
+				if err != nil { // no such domain, or the caller has gone
+					errs[i] = err
+					continue
+				}
+				toFetch <- i
+			}
+		})
+	}
+	probers.Wait()
+	close(toFetch)
+	fetchers.Wait()
+	return res, errs
+}
+
+// direct reports whether the HTTP stage would reach d's website without a
+// proxy, both over http and https. Only then does this process's DNS
+// decide where the website is: a proxy resolves names itself, with its own
+// view of DNS.
+func (c *Checker) direct(d string) bool {
+	if c.noProxy {
+		return true
+	}
+	tr, ok := c.client.Transport.(*http.Transport)
+	if !ok {
+		return false
+	}
+	if tr.Proxy == nil {
+		return true
+	}
+	for _, scheme := range []string{"http", "https"} {
+		u, err := tr.Proxy(&http.Request{URL: &url.URL{Scheme: scheme, Host: d, Path: "/"}})
+		if err != nil || u != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// resolve probes d. When d does not exist it is remembered and the error
+// wraps ErrNoSuchDomain; when ctx ends first the error is ctx's. Otherwise
+// (the name exists, or the probe got no usable answer) it returns nil: the
+// HTTP stage decides. Concurrent probes of one domain are not coalesced as
+// the HTTP stage is: the domains of a batch are distinct, and a duplicate
+// question costs less than coordinating it would.
+func (c *Checker) resolve(ctx context.Context, d string) error {
+	v, ttl, _ := c.probe.probe(ctx, d, time.Now().Add(c.opts.Timeout))
+	if v == probeNXDomain {
+		c.dead.putFor(d, Result{}, min(ttl, c.opts.NegativeTTL))
+		return fmt.Errorf("redirect check %s: %w", d, ErrNoSuchDomain)
 	}
 	if err := ctx.Err(); err != nil {
-		// Do not start upstream work for a caller that has already gone.
-		return Result{}, fmt.Errorf("redirect check %s: %w", d, err)
+		return fmt.Errorf("redirect check %s: %w", d, err)
 	}
+	return nil
+}
+
+// fetchChain runs the HTTP stage for canonical domain d, shared with
+// concurrent callers for the same domain, within budget.
+func (c *Checker) fetchChain(ctx context.Context, d string, budget time.Duration) (Result, error) {
 	ch := c.group.DoChan(d, func() (any, error) {
 		// A flight that finished between our cache miss and joining may
 		// have just stored the answer.
@@ -147,7 +331,7 @@ func (c *Checker) Check(ctx context.Context, domain string) (Result, error) {
 		}
 		// Detached from the first caller's cancellation: the result is
 		// shared with every caller waiting on this domain and cached.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.Timeout)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, time.Second))
 		defer cancel()
 		r, err := c.check(fctx, d)
 		if err != nil {
@@ -216,6 +400,11 @@ func (c *Checker) firstHop(ctx context.Context, d string) (*url.URL, *url.URL, e
 		// The check's time is up; there is none left for a second try.
 		return nil, nil, err
 	}
+	if notFound(err) && c.direct(d) {
+		// The name does not resolve here, and https would resolve it the
+		// same way: nothing to try.
+		return nil, nil, err
+	}
 	secure := &url.URL{Scheme: "https", Host: d, Path: "/"}
 	sloc, _, serr := c.fetch(ctx, secure)
 	switch {
@@ -226,6 +415,14 @@ func (c *Checker) firstHop(ctx context.Context, d string) (*url.URL, *url.URL, e
 	default:
 		return nil, nil, errors.Join(err, serr)
 	}
+}
+
+// notFound reports whether err is the resolver finding no address for the
+// host (NXDOMAIN, or no A nor AAAA record), as opposed to a lookup that
+// failed (SERVFAIL, timeout) and might succeed on another try.
+func notFound(err error) bool {
+	var de *net.DNSError
+	return errors.As(err, &de) && de.IsNotFound
 }
 
 // judge compares the final host with the input's registrable domain.

@@ -1,0 +1,559 @@
+package apiserver
+
+// Idempotency-Key (docs/api.md, "Idempotent requests"): a client that retries
+// a charging request after a timeout or a dropped connection sends the same
+// key and gets the first answer back instead of paying again.
+//
+// One Redis hash per (API key, Idempotency-Key) holds the request's state:
+//
+//	st=run  own=<token> t0=<ms> lease=<ms>                   a request is running
+//	st=done own t0 fp=<sha256> code=<status> ct=<type> body  its stored answer
+//
+// Every transition is one Lua script on that one key, so two replicas (or
+// two goroutines) never both run the same key: the claim is "create unless
+// a live record exists" in one step. The owner heartbeats its lease while
+// the handler runs, so a long request keeps its claim and a crashed
+// process's claim frees itself within Lease. Only a 2xx answer is stored:
+// every other answer of the charging endpoints (400, 403, 422, 429, 5xx)
+// means nothing stayed charged, so running the request again is safe and
+// lets the retry succeed (after a top-up, a quota reset, a transient 500).
+//
+// The request's fingerprint (method, path, query, body) is hashed as the
+// handler streams the body, so a 64 MiB submission is never held twice;
+// a retry's body is hashed the same way (streamed, bounded) before it is
+// compared with the stored one.
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// Idempotency-Key error codes and the replay header.
+const (
+	// CodeIdempotencyKeyReused: the key was used with another request (422).
+	CodeIdempotencyKeyReused = "idempotency_key_reused"
+	// CodeIdempotencyInProgress: a request with the key is still running (409).
+	CodeIdempotencyInProgress = "idempotency_in_progress"
+
+	idempotencyHeader = "Idempotency-Key"
+	replayedHeader    = "Idempotent-Replayed"
+	// maxIdempotencyKey is the longest key accepted, in characters.
+	maxIdempotencyKey = 255
+	// maxStoredAnswer bounds a stored answer; the charging endpoints answer
+	// with well under 4 KiB.
+	maxStoredAnswer = 1 << 20
+	// idemRedisTimeout bounds each Redis call of the idempotency layer.
+	idemRedisTimeout = 3 * time.Second
+)
+
+// IdempotencyOptions tune the Idempotency-Key store.
+type IdempotencyOptions struct {
+	// TTL is how long a stored answer is replayed, counted from the first
+	// request (default 24 h).
+	TTL time.Duration
+	// Lease is how long a running request's claim lasts without a
+	// heartbeat (default 30 s; the owner renews it every Lease/3). It is
+	// how long a key stays "in progress" after the process that ran it
+	// died.
+	Lease time.Duration
+}
+
+func (o *IdempotencyOptions) defaults() {
+	if o.TTL <= 0 {
+		o.TTL = 24 * time.Hour
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+}
+
+// idemMetrics counts Idempotency-Key outcomes.
+type idemMetrics struct {
+	outcomes *prometheus.CounterVec
+}
+
+func newIdemMetrics(reg *prometheus.Registry) *idemMetrics {
+	m := &idemMetrics{outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bulkd_idempotency_requests_total",
+		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (a non-2xx answer, not kept), replayed, in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
+	}, []string{"outcome"})}
+	reg.MustRegister(m.outcomes)
+	return m
+}
+
+func (m *idemMetrics) inc(outcome string) { m.outcomes.WithLabelValues(outcome).Inc() }
+
+// idemKey is the Redis key of one (API key, Idempotency-Key): hash-tagged
+// with the API key id (Cluster-safe; all of a key's records on one slot),
+// the client's value hashed so that any printable key makes a fixed-length,
+// harmless Redis key.
+func idemKey(apiKeyID, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "bulkd:idem:{" + apiKeyID + "}:" + hex.EncodeToString(sum[:])
+}
+
+// idemClaimScript claims a key or returns its live record.
+// KEYS = record. ARGV = now ms, ttl ms, lease ms, owner token.
+// Returns {"new", job, fp}, or {st, fp, code, ct, body}. A record past its
+// TTL (done) or its lease (run) is dead: it is replaced. The TTL and lease
+// are also checked here, against the server's clock, and not only left to
+// Redis expiry, so that the clock the API runs on (injected in tests)
+// decides.
+//
+// A dead running claim's job and fp (what a bulk submission recorded before
+// charging, idemPrepareScript) carry over to the new claim and come back
+// to its owner: the process that died may have committed that job, and
+// the retry must answer with it instead of charging again (submitBulk).
+// They stay on the record until a new submission is prepared, so a retry
+// that dies too hands them on.
+var idemClaimScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'st', 't0', 'lease', 'fp', 'code', 'ct', 'body', 'job')
+local now = tonumber(ARGV[1])
+local live = false
+if r[1] == 'done' then
+  live = now - tonumber(r[2]) < tonumber(ARGV[2])
+elseif r[1] == 'run' then
+  live = now < tonumber(r[3])
+end
+if live then return {r[1], r[4] or '', r[5] or '', r[6] or '', r[7] or ''} end
+local job, fp = '', ''
+if r[1] == 'run' and r[8] then job, fp = r[8], r[4] or '' end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'st', 'run', 'own', ARGV[4], 't0', ARGV[1], 'lease', now + tonumber(ARGV[3]))
+if job ~= '' then
+  redis.call('HSET', KEYS[1], 'job', job, 'fp', fp)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return {'new', job, fp}
+`)
+
+// idemPrepareScript records, on a claim we own, the job a bulk submission
+// is about to create and the request's fingerprint, before anything is
+// charged. From then on the record lives for the TTL, not the lease: when
+// the process dies, Redis must not expire the only link between the key
+// and the job it may have committed (the lease field still ends the
+// claim). KEYS = record. ARGV = owner, job id, fp, ttl ms. Returns 1, or 0
+// when the claim was lost.
+var idemPrepareScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'st', 'own')
+if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'job', ARGV[2], 'fp', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+`)
+
+// idemRenewScript extends a running claim's lease if we still own it (and
+// the record's expiry with it, unless a job is recorded: then the record
+// already lives for the TTL).
+// KEYS = record. ARGV = owner, now ms, lease ms. Returns 1, or 0 when lost.
+var idemRenewScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'job')
+if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease', tonumber(ARGV[2]) + tonumber(ARGV[3]))
+if not r[3] then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 1
+`)
+
+// idemStoreScript stores a claim's answer if we still own it; the record
+// then lives until TTL after the first request.
+// KEYS = record. ARGV = owner, fp, code, ct, body, ttl ms, now ms.
+// Returns 1, or 0 when the claim was lost.
+var idemStoreScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'st', 'own', 't0')
+if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
+local left = tonumber(r[3]) + tonumber(ARGV[6]) - tonumber(ARGV[7])
+if left < 1000 then left = 1000 end
+redis.call('HSET', KEYS[1], 'st', 'done', 'fp', ARGV[2], 'code', ARGV[3], 'ct', ARGV[4], 'body', ARGV[5])
+redis.call('HDEL', KEYS[1], 'lease')
+redis.call('PEXPIRE', KEYS[1], left)
+return 1
+`)
+
+// idemReleaseScript drops a running claim if we own it (a non-2xx answer:
+// nothing was kept, the next request with the key runs anew). A claim that
+// carries a dead request's job this request did not settle (it answered
+// before looking: 422 another body, an error) keeps that job for the next
+// retry: its lease is ended instead.
+// KEYS = record. ARGV = owner, keep (1 or 0).
+var idemReleaseScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'st', 'own')
+if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'lease', 0)
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+`)
+
+// idempotencyKeyFrom reads and checks the header: absent ("", nil), one
+// value of 1..255 printable ASCII characters (the draft standard's quoted
+// form "..." is accepted and its quotes dropped), or a 422.
+func idempotencyKeyFrom(h http.Header) (string, *apierr.Error) {
+	vals := h.Values(idempotencyHeader)
+	if len(vals) == 0 {
+		return "", nil
+	}
+	const loc = "header." + idempotencyHeader
+	if len(vals) > 1 {
+		return "", apierr.Unprocessable(apierr.Item{Loc: loc, Type: apierr.TypeValueError,
+			Msg: "Send one Idempotency-Key header, not several."})
+	}
+	k := vals[0]
+	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
+		k = k[1 : len(k)-1]
+	}
+	if k == "" {
+		return "", apierr.Unprocessable(apierr.Item{Loc: loc, Type: apierr.TypeStringTooShort,
+			Msg: "String should have at least 1 character"})
+	}
+	if len(k) > maxIdempotencyKey {
+		return "", apierr.Unprocessable(apierr.Item{Loc: loc, Type: apierr.TypeStringTooLong,
+			Msg: fmt.Sprintf("String should have at most %d characters", maxIdempotencyKey)})
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return "", apierr.Unprocessable(apierr.Item{Loc: loc, Type: apierr.TypeValueError,
+				Msg: "Idempotency-Key must be printable ASCII (space to tilde); a UUID is a good choice."})
+		}
+	}
+	return k, nil
+}
+
+// idempotent is the middleware of every charging route. It runs after
+// authentication (the key's scope is the API key) and before the handler.
+func (s *Server) idempotent(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, e := idempotencyKeyFrom(r.Header)
+		if e != nil {
+			s.idem.inc("invalid")
+			apierr.Write(w, e)
+			return
+		}
+		if key == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p := PrincipalFrom(r.Context())
+		rk := idemKey(p.Key.ID, key)
+		var tok [16]byte
+		_, _ = rand.Read(tok[:])
+		owner := hex.EncodeToString(tok[:])
+
+		ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
+		res, err := idemClaimScript.Run(ctx, s.Redis, []string{rk}, s.Now().UnixMilli(),
+			s.Idempotency.TTL.Milliseconds(), s.Idempotency.Lease.Milliseconds(), owner).StringSlice()
+		cancel()
+		if err != nil {
+			s.idem.inc("error")
+			s.internalError(w, r, fmt.Errorf("idempotency claim: %w", err))
+			return
+		}
+		switch res[0] {
+		case "run":
+			s.idem.inc("in_progress")
+			e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress,
+				"A request with this Idempotency-Key is still being processed. Retry after a second to get its answer.")
+			e.RetryAfter = 1
+			apierr.Write(w, e)
+			return
+		case "done":
+			s.replay(w, r, res)
+			return
+		}
+		s.idem.inc("executed")
+		c := &idemClaim{rk: rk, owner: owner}
+		if len(res) == 3 {
+			c.priorJob, c.priorFP = res[1], res[2]
+		}
+		s.runClaimed(w, r, next, c)
+	})
+}
+
+// replay answers a request whose key has a stored answer: the same answer
+// when the request is the same, else 422.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, rec []string) {
+	fp, err := fingerprintRequest(r, s.MaxBodyBytes)
+	if err != nil {
+		apierr.Write(w, readError(err))
+		return
+	}
+	if fp != rec[1] {
+		s.idem.inc("reused")
+		apierr.Write(w, errIdemReused())
+		return
+	}
+	code, err := strconv.Atoi(rec[2])
+	if err != nil || code < 200 || code > 599 {
+		s.idem.inc("error")
+		s.internalError(w, r, fmt.Errorf("idempotency: stored status %q", rec[2]))
+		return
+	}
+	s.idem.inc("replayed")
+	h := w.Header()
+	if rec[3] != "" {
+		h.Set("Content-Type", rec[3])
+	}
+	h.Set(replayedHeader, "true")
+	h.Set("Content-Length", strconv.Itoa(len(rec[4])))
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, rec[4])
+}
+
+// runClaimed runs the handler under a claim: the lease is renewed while it
+// runs, the body is hashed as it is read, the answer is recorded as it is
+// written, and afterwards a 2xx answer is stored and anything else (or a
+// panic) releases the claim.
+func (s *Server) runClaimed(w http.ResponseWriter, r *http.Request, next http.Handler, c *idemClaim) {
+	rk, owner := c.rk, c.owner
+	hb := &hashingBody{rc: r.Body, h: newFingerprint(r)}
+	r.Body = hb
+	c.hb = hb
+	r = r.WithContext(context.WithValue(r.Context(), idemClaimKey{}, c))
+	rw := &recordingWriter{ResponseWriter: w, status: http.StatusOK}
+
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go s.renewLease(r.Context(), rk, owner, stop, renewed)
+	done := false
+	defer func() {
+		close(stop)
+		<-renewed
+		// Detached: a client that hung up must not leave the claim to
+		// expire (or the answer unstored) because its context ended.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idemRedisTimeout)
+		defer cancel()
+		if !done || rw.status < 200 || rw.status > 299 {
+			// A panic (the recoverer answers 500), or an answer that
+			// kept no charge: the next request with the key runs anew.
+			s.idem.inc("released")
+			if err := idemReleaseScript.Run(ctx, s.Redis, []string{rk}, owner, c.keep()).Err(); err != nil {
+				s.Logger.Error("idempotency: release failed; the key stays in progress until its lease ends",
+					"request_id", RequestIDFrom(r.Context()), "err", err)
+			}
+			return
+		}
+		if rw.overflow {
+			s.Logger.Error("idempotency: answer too large to store; a retry with this key will run again",
+				"request_id", RequestIDFrom(r.Context()), "bytes", rw.size)
+			_ = idemReleaseScript.Run(ctx, s.Redis, []string{rk}, owner, c.keep()).Err()
+			return
+		}
+		// Hash what the handler left unread (trailing bytes), bounded as
+		// a retry's body is, so both fingerprints cover the same bytes.
+		_, _ = io.Copy(io.Discard, io.LimitReader(hb, max(0, s.MaxBodyBytes+1-hb.n)))
+		ok, err := idemStoreScript.Run(ctx, s.Redis, []string{rk}, owner, hb.sum(), rw.status,
+			rw.Header().Get("Content-Type"), rw.buf, s.Idempotency.TTL.Milliseconds(), s.Now().UnixMilli()).Int()
+		switch {
+		case err != nil:
+			s.Logger.Error("idempotency: storing the answer failed; a retry with this key will run again after the lease",
+				"request_id", RequestIDFrom(r.Context()), "err", err)
+		case ok == 0:
+			s.Logger.Error("idempotency: claim lost before the answer was stored (lease expired)",
+				"request_id", RequestIDFrom(r.Context()))
+		default:
+			s.idem.inc("stored")
+		}
+	}()
+	next.ServeHTTP(rw, r)
+	done = true
+}
+
+// idemClaim is a request's claim on its Idempotency-Key, in its context.
+type idemClaim struct {
+	rk, owner string
+	hb        *hashingBody
+	// priorJob and priorFP: the job a request with this key recorded
+	// before it charged, and that request's fingerprint, when that
+	// request's process stopped before storing its answer.
+	priorJob, priorFP string
+	// settled: the prior job was looked at (committed: answered with it;
+	// not: rolled back, and this request's own job recorded instead).
+	settled bool
+}
+
+// keep is the release script's flag: 1 while the record holds a dead
+// request's job nobody has looked at yet.
+func (c *idemClaim) keep() int {
+	if c.priorJob != "" && !c.settled {
+		return 1
+	}
+	return 0
+}
+
+type idemClaimKey struct{}
+
+// errIdemClaimLost: the claim's lease ran out while the request decoded.
+var errIdemClaimLost = errors.New("idempotency claim lost before the submission")
+
+// idemSubmission prepares a bulk submission under an Idempotency-Key, after
+// its body is decoded and before anything is charged. Without a key it
+// returns ("", nil, nil). When a request with the key died before storing
+// its answer and had committed its job, it returns that job (answer with
+// it; nothing is charged again); another body than that request's is the
+// 422. Otherwise it records a new job id on the claim and returns it: the
+// submission must use it, so that a retry after a crash finds the job.
+func (s *Server) idemSubmission(r *http.Request, accountID, keyID string) (string, *jobs.Job, error) {
+	c, _ := r.Context().Value(idemClaimKey{}).(*idemClaim)
+	if c == nil {
+		return "", nil, nil
+	}
+	// Hash what the decoder left unread, bounded as a retry's body is.
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.hb, max(0, s.MaxBodyBytes+1-c.hb.n)))
+	fp := c.hb.sum()
+	if c.priorJob != "" {
+		if c.priorFP != "" && c.priorFP != fp {
+			return "", nil, errIdemReused()
+		}
+		j, err := s.Jobs.Takeover(r.Context(), accountID, keyID, c.priorJob)
+		if err != nil {
+			return "", nil, fmt.Errorf("idempotency: take over job %s: %w", c.priorJob, err)
+		}
+		c.settled = true
+		if j != nil {
+			s.idem.inc("recovered")
+			return "", j, nil
+		}
+	}
+	id := uuid.NewString()
+	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
+	defer cancel()
+	ok, err := idemPrepareScript.Run(ctx, s.Redis, []string{c.rk}, c.owner, id, fp, s.Idempotency.TTL.Milliseconds()).Int()
+	if err != nil {
+		return "", nil, fmt.Errorf("idempotency: record the job: %w", err)
+	}
+	if ok == 0 {
+		return "", nil, errIdemClaimLost
+	}
+	return id, nil, nil
+}
+
+func errIdemReused() *apierr.Error {
+	e := apierr.Unprocessable(apierr.Item{Loc: "header." + idempotencyHeader, Type: CodeIdempotencyKeyReused,
+		Msg: "This Idempotency-Key was already used with a different request (method, path, query or body) in the last 24 hours; use a new key for a new request."})
+	e.Code = CodeIdempotencyKeyReused
+	return e
+}
+
+// renewLease renews a claim every Lease/3 until stop is closed.
+func (s *Server) renewLease(ctx context.Context, rk, owner string, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	ctx = context.WithoutCancel(ctx)
+	t := time.NewTicker(s.Idempotency.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, idemRedisTimeout)
+			n, err := idemRenewScript.Run(rctx, s.Redis, []string{rk}, owner, s.Now().UnixMilli(), s.Idempotency.Lease.Milliseconds()).Int()
+			cancel()
+			if err != nil {
+				s.Logger.Warn("idempotency: lease renewal failed", "err", err)
+			} else if n == 0 {
+				s.Logger.Error("idempotency: claim lost while the request runs (lease expired)")
+				return
+			}
+		}
+	}
+}
+
+// newFingerprint starts a request's fingerprint: method, path and query
+// (GET /v1/verify and GET /v1/company-enrichment carry their input there).
+// The body follows.
+func newFingerprint(r *http.Request) hash.Hash {
+	h := sha256.New()
+	_, _ = fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, r.URL.Path, r.URL.Query().Encode())
+	return h
+}
+
+// fingerprintRequest hashes a whole request (a retry's), reading at most
+// maxBody+1 bytes of its body: as many as the first request's fingerprint
+// covers.
+func fingerprintRequest(r *http.Request, maxBody int64) (string, error) {
+	hb := &hashingBody{rc: r.Body, h: newFingerprint(r)}
+	if _, err := io.Copy(io.Discard, io.LimitReader(hb, maxBody+1)); err != nil {
+		return "", err
+	}
+	return hb.sum(), nil
+}
+
+// hashingBody hashes a request body as it is read.
+type hashingBody struct {
+	rc io.ReadCloser
+	h  hash.Hash
+	n  int64
+}
+
+func (b *hashingBody) Read(p []byte) (int, error) {
+	if b.rc == nil {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	b.h.Write(p[:n])
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *hashingBody) Close() error {
+	if b.rc == nil {
+		return nil
+	}
+	return b.rc.Close()
+}
+
+func (b *hashingBody) sum() string { return hex.EncodeToString(b.h.Sum(nil)) }
+
+// recordingWriter passes an answer through and keeps a copy of it (status
+// and up to maxStoredAnswer bytes).
+type recordingWriter struct {
+	http.ResponseWriter
+	status   int
+	wrote    bool
+	buf      []byte
+	size     int
+	overflow bool
+}
+
+func (w *recordingWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recordingWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	w.size += len(p)
+	if !w.overflow {
+		if len(w.buf)+len(p) > maxStoredAnswer {
+			w.overflow, w.buf = true, nil
+		} else {
+			w.buf = append(w.buf, p...)
+		}
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *recordingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
