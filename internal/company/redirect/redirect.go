@@ -135,7 +135,7 @@ type Checker struct {
 	// noProxy: no request goes through a proxy (outbound.Config.NoProxy),
 	// so direct need not ask the transport host by host.
 	noProxy bool
-	group  singleflight.Group // HTTP stage, by domain
+	group   singleflight.Group // HTTP stage, by domain
 }
 
 // NewChecker returns a Checker whose requests go through cfg's HTTP client
