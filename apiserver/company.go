@@ -69,7 +69,11 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 		}()
 		answers, err := s.Company.Answer(r.Context(), []string{in.Key})
 		if err != nil {
-			s.internalError(w, r, err)
+			// The company store failed (SPEC 2.10: 500, the credit
+			// refunded), not the service's own Redis: that would have
+			// failed the charge first. No temporarily_unavailable here.
+			s.Logger.Error("internal error", "request_id", RequestIDFrom(r.Context()), "err", err)
+			apierr.Write(w, apierr.ErrInternal)
 			return
 		}
 		answered = true
