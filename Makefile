@@ -26,8 +26,14 @@ run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 
 # envtest needs kube-apiserver and etcd: hack/envtest.sh builds them from the
 # Go module proxy once and caches them outside the repository.
-test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller)
+# The packages whose Redis scripts and keys must work on Redis Cluster run a
+# second time against a real three-master cluster the tests start
+# (internal/testredis, BULKD_TEST_REDIS=cluster).
+CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/
+
+test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller), then the Redis-facing packages on a 3-master Redis Cluster
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./...
+	BULKD_TEST_REDIS=cluster $(GO) test -count=1 $(CLUSTER_TEST_PKGS)
 
 test-race: deps ## all tests under the race detector
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 -race ./...

@@ -305,7 +305,7 @@ func (s *Store) lookup(ctx context.Context, kind string, canon []string, key fun
 		if len(keys) == 0 {
 			continue
 		}
-		vals, err := s.rdb.MGet(ctx, keys...).Result()
+		vals, err := s.mget(ctx, keys)
 		if err != nil {
 			return nil, fmt.Errorf("company: lookup %d records: %w", len(keys), err)
 		}
@@ -326,6 +326,34 @@ func (s *Store) lookup(ctx context.Context, kind string, canon []string, key fun
 				continue
 			}
 			out[start+i] = rec
+		}
+	}
+	return out, nil
+}
+
+// mget reads records: one MGET on a single Redis; on Redis Cluster, where
+// a multi-key command must stay on one slot and records spread over all of
+// them, a pipeline of GETs (the client sends each node its share at once).
+// A missing record is nil, as MGET reports it.
+func (s *Store) mget(ctx context.Context, keys []string) ([]any, error) {
+	if _, ok := s.rdb.(*redis.ClusterClient); !ok {
+		return s.rdb.MGet(ctx, keys...).Result()
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // each command is checked below
+	out := make([]any, len(keys))
+	for i, c := range cmds {
+		v, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return nil, err
+		default:
+			out[i] = v
 		}
 	}
 	return out, nil
