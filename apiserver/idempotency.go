@@ -91,7 +91,7 @@ type idemMetrics struct {
 func newIdemMetrics(reg *prometheus.Registry) *idemMetrics {
 	m := &idemMetrics{outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bulkd_idempotency_requests_total",
-		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (a non-2xx answer, not kept), replayed, in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
+		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (a non-2xx answer, not kept), replayed, recovered (a dead process's committed job answered), in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
 	}, []string{"outcome"})}
 	reg.MustRegister(m.outcomes)
 	return m
