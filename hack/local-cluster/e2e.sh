@@ -76,7 +76,18 @@ REDIS_URL="redis://${NODE_IP}:${REDIS_PORT}/0"
 # tests and make run; allowed: the pod and node addresses).
 "${ROOT}/hack/ensure-spamd.sh"
 mkdir -p "${LC_DIR}/spamd"
-setsid nsenter --net="/run/netns/${NS}" -- "$(command -v spamd || echo /usr/sbin/spamd)" \
+# spamd names each client (IO::Socket::IP's peerhostname) and drops the
+# connection when that reverse lookup fails for any reason but "no such
+# name"; this namespace has no DNS, so it failed for every API pod
+# ("getnameinfo - Temporary failure in name resolution"). spamd gets a hosts
+# file naming the pod and node addresses, bind-mounted over /etc/hosts in a
+# mount namespace of its own (the machine's /etc/hosts is not touched). In a
+# real cluster the cluster DNS answers these lookups.
+{ echo "127.0.0.1 localhost"; echo "${NODE_IP} node"
+  for i in $(seq 1 254); do echo "10.244.0.${i} pod-10-244-0-${i}"; done; } >"${LC_DIR}/spamd/hosts"
+setsid nsenter --net="/run/netns/${NS}" -- unshare --mount --propagation private \
+  sh -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "${LC_DIR}/spamd/hosts" \
+  "$(command -v spamd || echo /usr/sbin/spamd)" \
   --listen "${NODE_IP}:${SPAMD_PORT}" --allowed-ips "10.0.0.0/8,127.0.0.0/8" --max-children 2 --min-children 2 \
   --min-spare 0 --max-spare 2 --local --nouser-config --syslog stderr --cf 'use_bayes 0' --cf 'bayes_auto_learn 0' \
   --username nobody --pidfile "${LC_DIR}/spamd/spamd.pid" \
