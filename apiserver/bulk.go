@@ -121,10 +121,18 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		format, e := resultsFormat(r)
+		if e != nil {
+			apierr.Write(w, e)
+			return
+		}
 		limit, offset, e := pageParams(r)
 		if e != nil {
 			apierr.Write(w, e)
 			return
+		}
+		if format == "csv" {
+			limit = csvPage
 		}
 		// No job has more than MaxRows rows, so every offset past that reads
 		// the same empty page; clamping keeps offset+limit from overflowing
@@ -140,6 +148,10 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 		}
 		if e := m.Family.ResultsReady(j); e != nil {
 			apierr.Write(w, e)
+			return
+		}
+		if format == "csv" {
+			s.writeResultsCSV(w, r, m.Family, res, min(offset, m.Family.MaxRows()))
 			return
 		}
 		processed := j.RowsProcessed

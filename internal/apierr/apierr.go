@@ -43,6 +43,7 @@ const (
 	TypeObjectType       = "dict_type"
 	TypeValueError       = "value_error"
 	TypeUUIDParsing      = "uuid_parsing"
+	TypeLiteralError     = "literal_error"
 )
 
 // Item is one validation problem.

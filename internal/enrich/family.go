@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/apierr"
@@ -51,6 +52,23 @@ func (f *CompanyFamily) Price() credits.Amount { return Price }
 func (f *CompanyFamily) Profile() family.Profile { return family.Profile{} }
 
 // BadJobID implements family.Family: "invalid parameters give 422" (SPEC 4.1).
+// CSVColumns implements family.Family: the row's own fields, then the
+// company data's, in the order the JSON rows carry them.
+func (f *CompanyFamily) CSVColumns() []string { return companyCSVColumns }
+
+var companyCSVColumns = func() []string {
+	cols := []string{"result", "input", "input_url", "credits_consumed", "reason"}
+	dec := json.NewDecoder(strings.NewReader(emptyData))
+	_, _ = dec.Token() // {
+	for dec.More() {
+		k, _ := dec.Token()
+		cols = append(cols, k.(string))
+		var skip json.RawMessage
+		_ = dec.Decode(&skip)
+	}
+	return cols
+}()
+
 func (f *CompanyFamily) BadJobID() *apierr.Error {
 	return apierr.Unprocessable(apierr.Item{Loc: "path.job_id", Type: apierr.TypeUUIDParsing, Msg: "Input should be a valid UUID"})
 }

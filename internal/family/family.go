@@ -44,6 +44,9 @@ type Family interface {
 	// RenderRow writes one results row as a JSON object; ans is nil while
 	// the row is pending (and for a row skipped as invalid).
 	RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer)
+	// CSVColumns names the columns of the results as CSV (format=csv), in
+	// order: each is a top-level field of the rows RenderRow writes.
+	CSVColumns() []string
 	// BadJobID is the error for a job_id path parameter that is not a uuid
 	// (SPEC: 422 for the families that say so, 400 for verification).
 	BadJobID() *apierr.Error

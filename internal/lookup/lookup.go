@@ -90,6 +90,13 @@ func (f *LookupFamily) Profile() family.Profile { return family.Profile{BatchSiz
 // BadJobID implements family.Family: a job_id that is not a uuid is 400
 // (SPEC section 7's table; only company enrichment has its own rule that
 // invalid parameters are 422).
+// CSVColumns implements family.Family: the echoed person first, then the
+// single-lookup shape.
+func (f *LookupFamily) CSVColumns() []string {
+	return []string{"first_name", "last_name", "domain", "status", "substatus", "email", "email_provider",
+		"mx_record", "is_catch_all", "is_role", "is_free", "is_disposable", "confidence"}
+}
+
 func (f *LookupFamily) BadJobID() *apierr.Error {
 	return apierr.New(http.StatusBadRequest, "job_id is not a valid UUID.")
 }

@@ -91,6 +91,14 @@ func (f *VerificationFamily) Price() credits.Amount { return Price }
 func (f *VerificationFamily) Profile() family.Profile { return family.Profile{BatchSize: 100_000} }
 
 // BadJobID implements family.Family: SPEC 4.4 rule 3 says 400.
+// CSVColumns implements family.Family: the row's own fields, then the
+// verdict's (docs/api.md, "The verdict").
+func (f *VerificationFamily) CSVColumns() []string {
+	return []string{"input", "credits_consumed", "email", "status", "reason", "retrying", "attempts",
+		"is_valid_syntax", "domain", "mx_host", "provider", "is_catch_all", "is_disposable", "is_role",
+		"is_free", "is_disabled", "has_full_inbox", "suggestion", "score", "smtp_code", "checked_at"}
+}
+
 func (f *VerificationFamily) BadJobID() *apierr.Error {
 	return apierr.New(http.StatusBadRequest, "job_id is not a valid UUID.")
 }
