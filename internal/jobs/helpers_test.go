@@ -196,28 +196,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	rdb := testredis.Universal(t)
-	ctx := context.Background()
-	st := NewStore(rdb)
-	bl := billing.New(rdb, nil)
-	ex := &recExecutor{}
-	eng := NewEngine(st, bl, ex, discard)
-	eng.ShardSize = 10
-	as := accounts.NewStore(rdb, nil)
-	bal := credits.Whole(100_000)
-	a, err := as.CreateAccount(ctx, "jobs test", bal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := as.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, ctx: ctx, rdb: rdb, st: st, bl: bl, eng: eng, exec: ex, p: p, balance: bal}
+	return newEnvOn(t, testredis.Universal(t))
 }
 
 // processor returns a processor of the test family with small batches, so
