@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
 
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
@@ -52,7 +51,10 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 	var ans *jobs.StoredAnswer
 	if reason == "" {
 		row.Index, row.First = 0, true
-		chargeID := "single-" + uuid.NewString()
+		chargeID, ok := s.newChargeID(w, r, p.Account.ID, "single-")
+		if !ok {
+			return
+		}
 		_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 			Amount: enrich.Price, Note: "company_enrichment single"})
 		if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {

@@ -41,6 +41,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -117,13 +118,15 @@ func idemKey(apiKeyID, key string) string {
 // decides.
 //
 // A dead running claim's job and fp (what a bulk submission recorded before
-// charging, idemPrepareScript) carry over to the new claim and come back
-// to its owner: the process that died may have committed that job, and
-// the retry must answer with it instead of charging again (submitBulk).
+// charging, idemPrepareScript) and charge (a single request's,
+// idemChargeScript) carry over to the new claim and come back to its
+// owner: the process that died may have committed that job, and the retry
+// must answer with it instead of charging again (submitBulk); a single
+// request's charge is reversed (newChargeID).
 // They stay on the record until a new submission is prepared, so a retry
 // that dies too hands them on.
 var idemClaimScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 't0', 'lease', 'fp', 'code', 'ct', 'body', 'job')
+local r = redis.call('HMGET', KEYS[1], 'st', 't0', 'lease', 'fp', 'code', 'ct', 'body', 'job', 'charge')
 local now = tonumber(ARGV[1])
 local live = false
 if r[1] == 'done' then
@@ -132,17 +135,31 @@ elseif r[1] == 'run' then
   live = now < tonumber(r[3])
 end
 if live then return {r[1], r[4] or '', r[5] or '', r[6] or '', r[7] or ''} end
-local job, fp = '', ''
-if r[1] == 'run' and r[8] then job, fp = r[8], r[4] or '' end
+local job, fp, charge = '', '', ''
+if r[1] == 'run' then job, fp, charge = r[8] or '', r[4] or '', r[9] or '' end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'st', 'run', 'own', ARGV[4], 't0', ARGV[1], 'lease', now + tonumber(ARGV[3]))
-if job ~= '' then
-  redis.call('HSET', KEYS[1], 'job', job, 'fp', fp)
+if job ~= '' or charge ~= '' then
+  redis.call('HSET', KEYS[1], 'job', job, 'fp', fp, 'charge', charge)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
-return {'new', job, fp}
+return {'new', job, fp, charge}
+`)
+
+// idemChargeScript records, on a claim we own, the charge a single request
+// is about to take (its charge id), before it is taken, and keeps the
+// record for the TTL: a retry that takes the claim over after this process
+// died reverses that charge, since the client never got what it paid for.
+// KEYS = record. ARGV = owner, charge id, ttl ms. Returns 1, or 0 when the
+// claim was lost.
+var idemChargeScript = redis.NewScript(`
+local r = redis.call('HMGET', KEYS[1], 'st', 'own')
+if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'charge', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
 `)
 
 // idemPrepareScript records, on a claim we own, the job a bulk submission
@@ -281,8 +298,8 @@ func (s *Server) idempotent(next http.Handler) http.Handler {
 		}
 		s.idem.inc("executed")
 		c := &idemClaim{rk: rk, owner: owner}
-		if len(res) == 3 {
-			c.priorJob, c.priorFP = res[1], res[2]
+		if len(res) == 4 {
+			c.priorJob, c.priorFP, c.priorCharge = res[1], res[2], res[3]
 		}
 		s.runClaimed(w, r, next, c)
 	})
@@ -385,18 +402,63 @@ type idemClaim struct {
 	// before it charged, and that request's fingerprint, when that
 	// request's process stopped before storing its answer.
 	priorJob, priorFP string
-	// settled: the prior job was looked at (committed: answered with it;
-	// not: rolled back, and this request's own job recorded instead).
+	// priorCharge: the charge a single request with this key recorded
+	// before taking it, when that request's process stopped before
+	// storing its answer.
+	priorCharge string
+	// settled: the prior job or charge was dealt with (a job committed:
+	// answered with it; not: rolled back; a charge: reversed), and this
+	// request's own recorded instead.
 	settled bool
 }
 
 // keep is the release script's flag: 1 while the record holds a dead
-// request's job nobody has looked at yet.
+// request's job or charge nobody has dealt with yet.
 func (c *idemClaim) keep() int {
-	if c.priorJob != "" && !c.settled {
+	if (c.priorJob != "" || c.priorCharge != "") && !c.settled {
 		return 1
 	}
 	return 0
+}
+
+// newChargeID names the charge (or quota consumption) a single request is
+// about to take. Under an Idempotency-Key it first reverses the charge of
+// a request with the key whose process died before answering (the client
+// never got what that charge paid for; a charge still on its way finds the
+// reversal's tombstone), then records the new id on the claim before it is
+// taken. On false the answer is written.
+func (s *Server) newChargeID(w http.ResponseWriter, r *http.Request, accountID, prefix string) (string, bool) {
+	id := prefix + uuid.NewString()
+	c, _ := r.Context().Value(idemClaimKey{}).(*idemClaim)
+	if c == nil {
+		return id, true
+	}
+	if c.priorCharge != "" && !c.settled {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		_, err := s.Billing.Reverse(rctx, accountID, c.priorCharge, "request taken over by a retry with its Idempotency-Key")
+		cancel()
+		if err != nil && !errors.Is(err, billing.ErrChargeNotFound) {
+			s.internalError(w, r, fmt.Errorf("idempotency: reverse the dead request's charge %s: %w", c.priorCharge, err))
+			return "", false
+		}
+		s.idem.inc("recovered")
+	}
+	c.settled = true
+	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
+	defer cancel()
+	ok, err := idemChargeScript.Run(ctx, s.Redis, []string{c.rk}, c.owner, id, s.Idempotency.TTL.Milliseconds()).Int()
+	if err != nil {
+		s.internalError(w, r, fmt.Errorf("idempotency: record the charge: %w", err))
+		return "", false
+	}
+	if ok == 0 {
+		e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress,
+			"Another request with this Idempotency-Key took over while this one was read. Retry after a second to get its answer.")
+		e.RetryAfter = 1
+		apierr.Write(w, e)
+		return "", false
+	}
+	return id, true
 }
 
 type idemClaimKey struct{}

@@ -830,3 +830,38 @@ func TestIdempotentSubmissionTakesOverHungOne(t *testing.T) {
 		t.Errorf("the key now replays the retry's answer: %d %s", again.Status, again.Body)
 	}
 }
+
+// A single request (here a lookup) whose process died after its charge and
+// before storing its answer: the client never got what it paid for. The
+// claim recorded the charge id before the charge; the retry after the
+// lease reverses it and pays for its own answer, so the client pays once.
+// A retry that fails validation first leaves the dead charge for the next.
+func TestIdempotentSingleChargeOfDeadProcessReversed(t *testing.T) {
+	api := newTestAPI(t, withLookup(1000))
+	acct, key := api.account(credits.Whole(5), accounts.PayAsYouGo)
+	if r := api.postIdem("/v1/email-lookup", lookupFound, key, "s-crash"); r.Status != 200 {
+		t.Fatalf("first: %d %s", r.Status, r.Body)
+	}
+	if ttl := api.Redis.PTTL(context.Background(), idemRecord(key, "s-crash")).Val(); ttl < 23*time.Hour {
+		t.Fatalf("record expires in %v, want the 24 h TTL", ttl)
+	}
+	crashAfterCommit(t, api, key, "s-crash")
+
+	checkError(t, api.postIdem("/v1/email-lookup", `{"first_name":"x"}`, key, "s-crash"), 422, "")
+	if got := api.balance(acct); got != credits.Whole(4) {
+		t.Fatalf("balance %s after a 422 retry, want 4 (nothing moved)", got)
+	}
+	r := api.postIdem("/v1/email-lookup", lookupFound, key, "s-crash")
+	if r.Status != 200 || replayed(r) {
+		t.Fatalf("retry after the crash: %d replayed=%v %s", r.Status, replayed(r), r.Body)
+	}
+	if got := api.balance(acct); got != credits.Whole(4) {
+		t.Errorf("balance %s, want 4: the dead request's credit given back, the retry's taken", got)
+	}
+	if k := kinds(api.ledger(acct)); k != "charge,refund,charge" {
+		t.Errorf("ledger %s, want charge,refund,charge", k)
+	}
+	if again := api.postIdem("/v1/email-lookup", lookupFound, key, "s-crash"); !replayed(again) || string(again.Body) != string(r.Body) {
+		t.Errorf("the key now replays the retry's answer: %d %s", again.Status, again.Body)
+	}
+}

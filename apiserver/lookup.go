@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
@@ -53,7 +52,10 @@ func (s *Server) postEmailLookup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := PrincipalFrom(r.Context())
-	chargeID := "lookup-" + uuid.NewString()
+	chargeID, ok := s.newChargeID(w, r, p.Account.ID, "lookup-")
+	if !ok {
+		return
+	}
 	_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 		Amount: lookup.Price, Note: "email_lookup single"})
 	if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
@@ -83,7 +85,10 @@ func (s *Server) postUnlimitedEmailLookup(w http.ResponseWriter, r *http.Request
 			return
 		}
 	}
-	chargeID := "ulookup-" + uuid.NewString()
+	chargeID, ok := s.newChargeID(w, r, p.Account.ID, "ulookup-")
+	if !ok {
+		return
+	}
 	_, err := s.Billing.Consume(r.Context(), billing.Consumption{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 		Window: SingleLookupWindow(&p.Account, s.Now()), N: 1, Limit: s.Plans[p.Account.Plan].MonthlySingleLookups})
 	if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {

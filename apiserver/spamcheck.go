@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bulkd/bulkd/internal/apierr"
@@ -87,7 +86,10 @@ func (s *Server) contentSpamCheck(w http.ResponseWriter, r *http.Request) {
 	now := s.Now()
 	win := billing.DailyWindow(spamcheck.WindowName, now)
 	limit := s.Spam.Allowances.For(&p.Account, now)
-	chargeID := "spam-" + uuid.NewString()
+	chargeID, ok := s.newChargeID(w, r, p.Account.ID, "spam-")
+	if !ok {
+		return
+	}
 	used, err := s.Billing.Consume(r.Context(), billing.Consumption{AccountID: p.Account.ID, KeyID: p.Key.ID,
 		ChargeID: chargeID, Window: win, N: 1, Limit: limit})
 	var qe *billing.QuotaError

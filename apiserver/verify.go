@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
@@ -66,7 +65,10 @@ func (s *Server) getVerify(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := PrincipalFrom(r.Context())
-	chargeID := "verify-" + uuid.NewString()
+	chargeID, ok := s.newChargeID(w, r, p.Account.ID, "verify-")
+	if !ok {
+		return
+	}
 	_, err := s.Billing.Charge(r.Context(), billing.Charge{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
 		Amount: verification.Price, Note: "email_verification single"})
 	if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
