@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
