@@ -68,23 +68,11 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 				return
 			}
 		}
-		id, prior, err := s.idemSubmission(r, p.Account.ID, p.Key.ID)
-		var ae *apierr.Error
-		switch {
-		case errors.As(err, &ae):
-			s.idem.inc("reused")
-			apierr.Write(w, ae)
+		id, prior, ok := s.idemSubmission(w, r, p.Account.ID, p.Key.ID)
+		if !ok {
 			return
-		case errors.Is(err, errIdemClaimLost):
-			e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress,
-				"Another request with this Idempotency-Key took over while this one was read. Retry after a second to get its answer.")
-			e.RetryAfter = 1
-			apierr.Write(w, e)
-			return
-		case err != nil:
-			s.internalError(w, r, err)
-			return
-		case prior != nil:
+		}
+		if prior != nil {
 			// The first request with this key committed this job and
 			// died before answering: its answer, charged once.
 			w.Header().Set(replayedHeader, "true")

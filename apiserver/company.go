@@ -73,8 +73,7 @@ func (s *Server) getCompany(w http.ResponseWriter, r *http.Request) {
 			// The company store failed (SPEC 2.10: 500, the credit
 			// refunded), not the service's own Redis: that would have
 			// failed the charge first. No temporarily_unavailable here.
-			s.Logger.Error("internal error", "request_id", RequestIDFrom(r.Context()), "err", err)
-			apierr.Write(w, apierr.ErrInternal)
+			s.serverError(w, r, err)
 			return
 		}
 		answered = true

@@ -111,20 +111,19 @@ func idemKey(apiKeyID, key string) string {
 
 // idemClaimScript claims a key or returns its live record.
 // KEYS = record. ARGV = now ms, ttl ms, lease ms, owner token.
-// Returns {"new", job, fp}, or {st, fp, code, ct, body}. A record past its
+// Returns {"new", job, fp, charge}, or {st, fp, code, ct, body}. A record past its
 // TTL (done) or its lease (run) is dead: it is replaced. The TTL and lease
 // are also checked here, against the server's clock, and not only left to
 // Redis expiry, so that the clock the API runs on (injected in tests)
 // decides.
 //
 // A dead running claim's job and fp (what a bulk submission recorded before
-// charging, idemPrepareScript) and charge (a single request's,
-// idemChargeScript) carry over to the new claim and come back to its
-// owner: the process that died may have committed that job, and the retry
-// must answer with it instead of charging again (submitBulk); a single
-// request's charge is reversed (newChargeID).
-// They stay on the record until a new submission is prepared, so a retry
-// that dies too hands them on.
+// charging) and charge (a single request's; idemRecordScript) carry over to
+// the new claim and come back to its owner: the process that died may have
+// committed that job, and the retry must answer with it instead of
+// charging again (idemSubmission); a single request's charge is reversed
+// (newChargeID). They stay on the record until a retry settles them and
+// records its own, so a retry that dies too hands them on.
 var idemClaimScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'st', 't0', 'lease', 'fp', 'code', 'ct', 'body', 'job', 'charge')
 local now = tonumber(ARGV[1])
@@ -148,32 +147,22 @@ end
 return {'new', job, fp, charge}
 `)
 
-// idemChargeScript records, on a claim we own, the charge a single request
-// is about to take (its charge id), before it is taken, and keeps the
-// record for the TTL: a retry that takes the claim over after this process
-// died reverses that charge, since the client never got what it paid for.
-// KEYS = record. ARGV = owner, charge id, ttl ms. Returns 1, or 0 when the
-// claim was lost.
-var idemChargeScript = redis.NewScript(`
+// idemRecordScript records on a claim we own what a request is about to
+// take, before it takes it: a bulk submission's job id and request
+// fingerprint (fields job and fp), or a single request's charge id (field
+// charge). From then on the record lives for the TTL, not the lease: if
+// the process dies, Redis must not expire the only link between the key and
+// what it may have taken (the lease field still ends the claim). A retry
+// that takes the claim over settles it: it answers with the committed job,
+// or rolls the job back, or reverses the charge (idemSubmission,
+// newChargeID).
+// KEYS = record. ARGV = owner, ttl ms, field, value[, field, value].
+// Returns 1, or 0 when the claim was lost.
+var idemRecordScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'st', 'own')
 if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'charge', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-`)
-
-// idemPrepareScript records, on a claim we own, the job a bulk submission
-// is about to create and the request's fingerprint, before anything is
-// charged. From then on the record lives for the TTL, not the lease: when
-// the process dies, Redis must not expire the only link between the key
-// and the job it may have committed (the lease field still ends the
-// claim). KEYS = record. ARGV = owner, job id, fp, ttl ms. Returns 1, or 0
-// when the claim was lost.
-var idemPrepareScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 'own')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'job', ARGV[2], 'fp', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `)
 
@@ -287,10 +276,7 @@ func (s *Server) idempotent(next http.Handler) http.Handler {
 		switch res[0] {
 		case "run":
 			s.idem.inc("in_progress")
-			e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress,
-				"A request with this Idempotency-Key is still being processed. Retry after a second to get its answer.")
-			e.RetryAfter = 1
-			apierr.Write(w, e)
+			apierr.Write(w, errIdemInProgress("A request with this Idempotency-Key is still being processed."))
 			return
 		case "done":
 			s.replay(w, r, res)
@@ -374,10 +360,8 @@ func (s *Server) runClaimed(w http.ResponseWriter, r *http.Request, next http.Ha
 			_ = idemReleaseScript.Run(ctx, s.Redis, []string{rk}, owner, c.keep()).Err()
 			return
 		}
-		// Hash what the handler left unread (trailing bytes), bounded as
-		// a retry's body is, so both fingerprints cover the same bytes.
-		_, _ = io.Copy(io.Discard, io.LimitReader(hb, max(0, s.MaxBodyBytes+1-hb.n)))
-		ok, err := idemStoreScript.Run(ctx, s.Redis, []string{rk}, owner, hb.sum(), rw.status,
+		fp, _ := hb.drainSum(s.MaxBodyBytes)
+		ok, err := idemStoreScript.Run(ctx, s.Redis, []string{rk}, owner, fp, rw.status,
 			rw.Header().Get("Content-Type"), rw.buf, s.Idempotency.TTL.Milliseconds(), s.Now().UnixMilli()).Int()
 		switch {
 		case err != nil:
@@ -444,68 +428,75 @@ func (s *Server) newChargeID(w http.ResponseWriter, r *http.Request, accountID, 
 		s.idem.inc("recovered")
 	}
 	c.settled = true
-	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
-	defer cancel()
-	ok, err := idemChargeScript.Run(ctx, s.Redis, []string{c.rk}, c.owner, id, s.Idempotency.TTL.Milliseconds()).Int()
-	if err != nil {
-		s.internalError(w, r, fmt.Errorf("idempotency: record the charge: %w", err))
-		return "", false
-	}
-	if ok == 0 {
-		e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress,
-			"Another request with this Idempotency-Key took over while this one was read. Retry after a second to get its answer.")
-		e.RetryAfter = 1
-		apierr.Write(w, e)
+	if !s.record(w, r, c, "charge", id) {
 		return "", false
 	}
 	return id, true
 }
 
-type idemClaimKey struct{}
+// record runs idemRecordScript for c with field-value pairs; on false the
+// answer (500/503, or 409 when the claim was lost) is written.
+func (s *Server) record(w http.ResponseWriter, r *http.Request, c *idemClaim, fieldValues ...any) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
+	defer cancel()
+	args := append([]any{c.owner, s.Idempotency.TTL.Milliseconds()}, fieldValues...)
+	ok, err := idemRecordScript.Run(ctx, s.Redis, []string{c.rk}, args...).Int()
+	switch {
+	case err != nil:
+		s.internalError(w, r, fmt.Errorf("idempotency: record %v: %w", fieldValues[0], err))
+		return false
+	case ok == 0:
+		apierr.Write(w, errIdemInProgress("Another request with this Idempotency-Key took over while this one was read."))
+		return false
+	}
+	return true
+}
 
-// errIdemClaimLost: the claim's lease ran out while the request decoded.
-var errIdemClaimLost = errors.New("idempotency claim lost before the submission")
+// errIdemInProgress is the 409 of a key another request holds.
+func errIdemInProgress(why string) *apierr.Error {
+	e := apierr.WithCode(http.StatusConflict, CodeIdempotencyInProgress, why+" Retry after a second to get its answer.")
+	e.RetryAfter = 1
+	return e
+}
+
+type idemClaimKey struct{}
 
 // idemSubmission prepares a bulk submission under an Idempotency-Key, after
 // its body is decoded and before anything is charged. Without a key it
-// returns ("", nil, nil). When a request with the key died before storing
+// returns ("", nil, true). When a request with the key died before storing
 // its answer and had committed its job, it returns that job (answer with
 // it; nothing is charged again); another body than that request's is the
 // 422. Otherwise it records a new job id on the claim and returns it: the
-// submission must use it, so that a retry after a crash finds the job.
-func (s *Server) idemSubmission(r *http.Request, accountID, keyID string) (string, *jobs.Job, error) {
+// submission must use it, so that a retry after a crash finds the job. On
+// false the answer is written.
+func (s *Server) idemSubmission(w http.ResponseWriter, r *http.Request, accountID, keyID string) (string, *jobs.Job, bool) {
 	c, _ := r.Context().Value(idemClaimKey{}).(*idemClaim)
 	if c == nil {
-		return "", nil, nil
+		return "", nil, true
 	}
-	// Hash what the decoder left unread, bounded as a retry's body is.
-	_, _ = io.Copy(io.Discard, io.LimitReader(c.hb, max(0, s.MaxBodyBytes+1-c.hb.n)))
-	fp := c.hb.sum()
+	fp, _ := c.hb.drainSum(s.MaxBodyBytes) // a read error here: the decoder already saw the whole body
 	if c.priorJob != "" {
 		if c.priorFP != "" && c.priorFP != fp {
-			return "", nil, errIdemReused()
+			s.idem.inc("reused")
+			apierr.Write(w, errIdemReused())
+			return "", nil, false
 		}
 		j, err := s.Jobs.Takeover(r.Context(), accountID, keyID, c.priorJob)
 		if err != nil {
-			return "", nil, fmt.Errorf("idempotency: take over job %s: %w", c.priorJob, err)
+			s.internalError(w, r, fmt.Errorf("idempotency: take over job %s: %w", c.priorJob, err))
+			return "", nil, false
 		}
 		c.settled = true
 		if j != nil {
 			s.idem.inc("recovered")
-			return "", j, nil
+			return "", j, true
 		}
 	}
 	id := uuid.NewString()
-	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
-	defer cancel()
-	ok, err := idemPrepareScript.Run(ctx, s.Redis, []string{c.rk}, c.owner, id, fp, s.Idempotency.TTL.Milliseconds()).Int()
-	if err != nil {
-		return "", nil, fmt.Errorf("idempotency: record the job: %w", err)
+	if !s.record(w, r, c, "job", id, "fp", fp) {
+		return "", nil, false
 	}
-	if ok == 0 {
-		return "", nil, errIdemClaimLost
-	}
-	return id, nil, nil
+	return id, nil, true
 }
 
 func errIdemReused() *apierr.Error {
@@ -552,11 +543,7 @@ func newFingerprint(r *http.Request) hash.Hash {
 // maxBody+1 bytes of its body: as many as the first request's fingerprint
 // covers.
 func fingerprintRequest(r *http.Request, maxBody int64) (string, error) {
-	hb := &hashingBody{rc: r.Body, h: newFingerprint(r)}
-	if _, err := io.Copy(io.Discard, io.LimitReader(hb, maxBody+1)); err != nil {
-		return "", err
-	}
-	return hb.sum(), nil
+	return (&hashingBody{rc: r.Body, h: newFingerprint(r)}).drainSum(maxBody)
 }
 
 // hashingBody hashes a request body as it is read.
@@ -583,7 +570,13 @@ func (b *hashingBody) Close() error {
 	return b.rc.Close()
 }
 
-func (b *hashingBody) sum() string { return hex.EncodeToString(b.h.Sum(nil)) }
+// drainSum hashes what is left of the body, up to maxBody+1 bytes in all
+// (what a request's fingerprint covers, however far the handler read), and
+// returns the fingerprint.
+func (b *hashingBody) drainSum(maxBody int64) (string, error) {
+	_, err := io.Copy(io.Discard, io.LimitReader(b, max(0, maxBody+1-b.n)))
+	return hex.EncodeToString(b.h.Sum(nil)), err
+}
 
 // recordingWriter passes an answer through and keeps a copy of it (status
 // and up to maxStoredAnswer bytes).

@@ -241,6 +241,13 @@ func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error
 		apierr.Write(w, errTemporarilyUnavailable())
 		return
 	}
+	s.serverError(w, r, err)
+}
+
+// serverError logs err and answers the generic 500, whatever failed: for
+// failures that are not the service's own Redis (a downstream store), where
+// temporarily_unavailable would be the wrong answer.
+func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
 	s.Logger.Error("internal error", "request_id", RequestIDFrom(r.Context()), "err", err)
 	apierr.Write(w, apierr.ErrInternal)
 }
