@@ -119,8 +119,13 @@
 // RCPT each address. When the server offers PIPELINING (RFC 2920) all the
 // transactions the session will send, and QUIT when nothing is left, go in
 // ONE write and their replies are read in order, so a session costs three
-// round trips (banner, EHLO, the group) whatever it checks. Every reply is
-// bounded by CommandTimeout and the whole session by SessionTimeout.
+// round trips (banner, EHLO, the group) whatever it checks. QUIT joins the
+// group only when its RCPTs are within what the host is known to take (its
+// learned limit, or a session of the call answered in full); otherwise it
+// follows once the replies are read, so a one-slot host cannot hand its
+// slot to our next session before this one learned its limit from 452s.
+// Every reply is bounded by CommandTimeout and the whole session by
+// SessionTimeout.
 //
 // Addresses are grouped by their domain's first MX host: all addresses of
 // any domains whose primary MX is the same host share sessions, up to

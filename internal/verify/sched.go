@@ -84,8 +84,11 @@ type hostQ struct {
 	// sessionLimit is the concurrent sessions the host accepted before it
 	// answered a new one 421 (0: none seen).
 	sessionLimit int
-	ips          []netip.Addr
-	resolved     bool
+	// provenRcpts is the most RCPTs one session to the host had answered
+	// in this call without a "too many recipients".
+	provenRcpts int
+	ips         []netip.Addr
+	resolved    bool
 }
 
 // run is the state of one Verify call.

@@ -166,6 +166,11 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 				return
 			}
 		}
+		if !s.tooMany {
+			r.mu.Lock()
+			h.provenRcpts = max(h.provenRcpts, s.sent)
+			r.mu.Unlock()
+		}
 		if quit {
 			_, _ = g.read()
 			return
@@ -204,7 +209,18 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 		}
 	}
 	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
-	return txs, last && pipelining && len(txs) > 0
+	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
+}
+
+// quitSafe reports whether QUIT may go in the session's last group: only
+// when its RCPTs are within what the host is known to take (its learned
+// limit, or what a session of this call had answered in full). Otherwise
+// QUIT waits until the replies are read: a host that closes the session
+// on QUIT frees its connection slot at once, and a waiting session of
+// ours would take its group before this one learned the limit from its
+// 452s, and collect as many again.
+func (r *run) quitSafe(h *hostQ, s *sess) bool {
+	return (h.rcptLimit > 0 && s.sent <= h.rcptLimit) || s.sent <= h.provenRcpts
 }
 
 // quit ends the session politely (RFC 5321 4.1.1.10), without letting a
