@@ -268,12 +268,7 @@ func (e *Engine) Get(ctx context.Context, keyID, jobID string) (*Job, error) {
 	if j.KeyID != keyID {
 		return nil, ErrJobNotFound
 	}
-	if sr, ok := e.Executor.(StatusReader); ok {
-		// The stored job stays the answer when the executor cannot say.
-		if _, err := sr.ReadStatus(ctx, j); err != nil {
-			e.Log.Warn("job status from the executor unavailable; using the stored counters", "job", j.ID, "err", err)
-		}
-	}
+	e.readStatus(ctx, j)
 	return j, nil
 }
 

@@ -117,7 +117,7 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 			return fmt.Errorf("store job %s: active set: %w", j.ID, err)
 		}
 	}
-	return nil
+	return s.index(ctx, j)
 }
 
 // Delete takes a job out of the engine's sets, then removes every key of
