@@ -14,9 +14,10 @@ all: build
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-deps: ## install what tests and `run` need (redis-server, spamassassin and spamd from Debian)
+deps: ## install what tests and `run` need (redis-server, spamassassin and spamd, chromium from Debian)
 	@hack/ensure-redis.sh
 	@hack/ensure-spamd.sh
+	@hack/ensure-chromium.sh
 
 build: ## build bin/bulkd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bulkd ./cmd/bulkd
