@@ -19,8 +19,9 @@ deps: ## install what tests and `run` need (redis-server, spamassassin and spamd
 	@hack/ensure-spamd.sh
 	@hack/ensure-chromium.sh
 
-build: ## build bin/bulkd
+build: ## build bin/bulkd and bin/bulkctl
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bulkd ./cmd/bulkd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/bulkctl ./cmd/bulkctl
 
 run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 	hack/run-local.sh
@@ -30,7 +31,7 @@ run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 # The packages whose Redis scripts and keys must work on Redis Cluster run a
 # second time against a real three-master cluster the tests start
 # (internal/testredis, BULKD_TEST_REDIS=cluster).
-CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/
+CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/ ./internal/dashboard/users/ ./internal/webhook/
 
 test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller), then the Redis-facing packages on a 3-master Redis Cluster
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./...

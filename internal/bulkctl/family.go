@@ -1,0 +1,55 @@
+package bulkctl
+
+import "fmt"
+
+// Family is one bulk API of bulkd as bulkctl uses it.
+type Family struct {
+	// Kind is the family's name in job handles and manifests.
+	Kind string
+	// Path is the bulk mount: POST Path, GET Path/{job_id}[/results].
+	Path string
+	// ListField is the submission body's list property.
+	ListField string
+	// MaxRows is the most rows one submission takes (the server family's
+	// MaxRows()).
+	MaxRows int
+	// TotalField is the status field with the job's number of result
+	// rows.
+	TotalField string
+	// Final is the status of a finished job.
+	Final string
+	// Dedupe: the server answers one row per unique input (so bulkctl
+	// drops repeats before splitting, the same way), rather than one row
+	// per submitted row.
+	Dedupe bool
+}
+
+// The families (paths from apiserver/openapi.yaml, limits from each
+// family's MaxRows).
+var (
+	Company = &Family{Kind: "company", Path: "/v1/company-enrichment/bulk", ListField: "input",
+		MaxRows: 100_000, TotalField: "total_rows", Final: "completed"}
+	Verify = &Family{Kind: "verify", Path: "/v1/bulk", ListField: "emails",
+		MaxRows: 100_000, TotalField: "total_emails", Final: "complete", Dedupe: true}
+	Lookup = &Family{Kind: "lookup", Path: "/v1/bulk-lookup", ListField: "input",
+		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true}
+	UnlimitedLookup = &Family{Kind: "unlimited-lookup", Path: "/v1/unlimited/bulk-lookup", ListField: "input",
+		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true}
+)
+
+// Families in the order a bare job id is looked for.
+var Families = []*Family{Company, Verify, Lookup, UnlimitedLookup}
+
+// FamilyByKind finds a family by its handle name.
+func FamilyByKind(kind string) (*Family, error) {
+	for _, f := range Families {
+		if f.Kind == kind {
+			return f, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown family %q (want company, verify, lookup or unlimited-lookup)", kind)
+}
+
+// maxBodyBytes bounds one submission's body, well under the server's
+// default --max-body-bytes (64 MiB).
+const maxBodyBytes = 32 << 20

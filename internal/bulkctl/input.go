@@ -1,0 +1,520 @@
+package bulkctl
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// table is an input file read into columns and rows: a CSV file's header
+// and records, or JSON Lines objects with their keys (in first-seen order)
+// as columns.
+type table struct {
+	cols []string
+	rows [][]string
+}
+
+// readTable reads CSV (with a header row) or JSON Lines. format is "csv",
+// "jsonl" or "" (from the file name's extension, else from the first byte:
+// '{' or '"' is JSON Lines).
+func readTable(r io.Reader, name, format string) (*table, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	if format == "" {
+		switch strings.ToLower(filepath.Ext(name)) {
+		case ".jsonl", ".ndjson", ".json":
+			format = "jsonl"
+		case ".csv", ".tsv", ".txt":
+			format = "csv"
+		default:
+			format = "csv"
+			if b, err := peekNonSpace(br); err == nil && (b == '{' || b == '"') {
+				format = "jsonl"
+			}
+		}
+	}
+	switch format {
+	case "csv":
+		return readCSV(br)
+	case "jsonl":
+		return readJSONL(br)
+	}
+	return nil, fmt.Errorf("unknown input format %q (want csv or jsonl)", format)
+}
+
+func peekNonSpace(br *bufio.Reader) (byte, error) {
+	for n := 1; n <= 4096; n++ {
+		b, err := br.Peek(n)
+		if len(b) < n {
+			return 0, err
+		}
+		c := b[n-1]
+		if c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == 0xEF || c == 0xBB || c == 0xBF {
+			continue
+		}
+		return c, nil
+	}
+	return 0, io.EOF
+}
+
+func readCSV(br *bufio.Reader) (*table, error) {
+	// The delimiter: a comma unless the header line has none and has
+	// semicolons or tabs (spreadsheets in many locales write ';').
+	first, _ := br.Peek(4096)
+	if i := bytes.IndexByte(first, '\n'); i >= 0 {
+		first = first[:i]
+	}
+	cr := csv.NewReader(br)
+	if !bytes.ContainsRune(first, ',') {
+		switch {
+		case bytes.ContainsRune(first, ';'):
+			cr.Comma = ';'
+		case bytes.ContainsRune(first, '\t'):
+			cr.Comma = '\t'
+		}
+	}
+	cr.FieldsPerRecord = -1
+	cr.LazyQuotes = true
+	cr.ReuseRecord = false
+	t := &table{}
+	head, err := cr.Read()
+	if err == io.EOF {
+		return t, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the CSV header: %w", err)
+	}
+	if len(head) > 0 {
+		head[0] = strings.TrimPrefix(head[0], "\ufeff")
+	}
+	t.cols = head
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return t, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the CSV: %w", err)
+		}
+		t.rows = append(t.rows, rec)
+	}
+}
+
+func readJSONL(br *bufio.Reader) (*table, error) {
+	t := &table{}
+	index := map[string]int{}
+	dec := json.NewDecoder(br)
+	dec.UseNumber()
+	line := 0
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if err == io.EOF {
+			return t, nil
+		}
+		line++
+		if err != nil {
+			return nil, fmt.Errorf("reading JSON Lines, record %d: %w", line, err)
+		}
+		switch o := v.(type) {
+		case map[string]any:
+			row := make([]string, len(t.cols))
+			for k, val := range o {
+				i, ok := index[k]
+				if !ok {
+					i = len(t.cols)
+					index[k] = i
+					t.cols = append(t.cols, k)
+				}
+				for len(row) <= i {
+					row = append(row, "")
+				}
+				row[i] = jsonText(val)
+			}
+			t.rows = append(t.rows, row)
+		case string:
+			// A bare string is a value of the column "value" (a list of
+			// addresses as JSON strings).
+			i, ok := index["value"]
+			if !ok {
+				i = len(t.cols)
+				index["value"] = i
+				t.cols = append(t.cols, "value")
+			}
+			row := make([]string, i+1)
+			row[i] = o
+			t.rows = append(t.rows, row)
+		default:
+			return nil, fmt.Errorf("reading JSON Lines, record %d: want an object or a string", line)
+		}
+	}
+}
+
+func jsonText(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case json.Number:
+		return x.String()
+	case bool:
+		return strconv.FormatBool(x)
+	default:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+}
+
+func (t *table) cell(row []string, col int) string {
+	if col < 0 || col >= len(row) {
+		return ""
+	}
+	return row[col]
+}
+
+// normName is a column name for guessing: lower case, blanks, dashes and
+// dots as underscores.
+func normName(s string) string {
+	s = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(s, "\ufeff")))
+	var b strings.Builder
+	under := false
+	for _, r := range s {
+		if r == ' ' || r == '-' || r == '.' || r == '_' || r == '\t' {
+			if !under && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			under = true
+			continue
+		}
+		under = false
+		b.WriteRune(r)
+	}
+	return strings.TrimSuffix(b.String(), "_")
+}
+
+// findColumn is the index of the column named name: exactly, then by its
+// normalized name; -1 when there is none.
+func (t *table) findColumn(name string) int {
+	for i, c := range t.cols {
+		if strings.TrimSpace(c) == strings.TrimSpace(name) {
+			return i
+		}
+	}
+	n := normName(name)
+	for i, c := range t.cols {
+		if normName(c) == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// guess is the first column whose normalized name is in names (in the
+// order of names); -1 when none.
+func (t *table) guess(names []string) int {
+	for _, n := range names {
+		for i, c := range t.cols {
+			if normName(c) == n {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// Column names bulkctl recognizes, normalized, best first.
+var (
+	companyColumns = []string{"network_url", "linkedin_url", "linkedin", "company_linkedin_url", "linkedin_company_url",
+		"company_url", "url", "domain", "company_domain", "website", "company_website", "website_url", "site", "homepage", "web"}
+	firstColumns  = []string{"first_name", "firstname", "first", "given_name", "givenname", "fname", "forename"}
+	lastColumns   = []string{"last_name", "lastname", "last", "surname", "family_name", "familyname", "lname"}
+	domainColumns = []string{"domain", "company_domain", "website", "company_website", "website_url", "url",
+		"company_url", "email_domain", "site"}
+	emailColumns = []string{"email", "e_mail", "email_address", "e_mail_address", "emailaddress", "address", "mail", "value"}
+)
+
+// Prepared is an input made into a family's submission rows.
+type Prepared struct {
+	Items      []json.RawMessage // one JSON value per row to submit, in input order
+	Read       int               // data rows read
+	Skipped    int               // rows left out (blank or over the API's length limits)
+	Duplicates int               // repeats left out (families that answer unique inputs)
+	Columns    []string          // the columns used
+	Warnings   []string
+}
+
+// UsageError is a problem with the command line or the input file.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error { return &UsageError{fmt.Errorf(format, args...)} }
+
+// Prepare reads an input file for family f. columns are the --column
+// names (comma separated in the flag), empty to guess.
+func Prepare(f *Family, r io.Reader, name, format string, columns []string) (*Prepared, error) {
+	t, err := readTable(r, name, format)
+	if err != nil {
+		return nil, &UsageError{err}
+	}
+	switch f.Kind {
+	case Company.Kind:
+		return prepareCompany(t, columns)
+	case Verify.Kind:
+		return prepareVerify(t, columns)
+	default:
+		return prepareLookup(t, columns)
+	}
+}
+
+func (t *table) pick(columns []string, want int, what string) ([]int, error) {
+	if len(columns) > 0 && (want > 0 && len(columns) != want) {
+		return nil, usagef("--column: %s takes %d column names, got %d", what, want, len(columns))
+	}
+	var idx []int
+	for _, c := range columns {
+		i := t.findColumn(c)
+		if i < 0 {
+			return nil, usagef("--column: no column %q in the input (columns: %s)", c, strings.Join(t.cols, ", "))
+		}
+		idx = append(idx, i)
+	}
+	return idx, nil
+}
+
+func (t *table) names(idx []int) []string {
+	var out []string
+	for _, i := range idx {
+		out = append(out, t.cols[i])
+	}
+	return out
+}
+
+// looksLikeNetworkURL: a professional-network company URL rather than a
+// website.
+func looksLikeNetworkURL(v string) bool {
+	return strings.Contains(strings.ToLower(v), "linkedin.com")
+}
+
+func prepareCompany(t *table, columns []string) (*Prepared, error) {
+	idx, err := t.pick(columns, 0, "company")
+	if err != nil {
+		return nil, err
+	}
+	if len(idx) == 0 {
+		seen := map[int]bool{}
+		for _, n := range companyColumns {
+			for i, c := range t.cols {
+				if normName(c) == n && !seen[i] {
+					seen[i] = true
+					idx = append(idx, i)
+				}
+			}
+		}
+		if len(idx) == 0 && len(t.cols) == 1 {
+			idx = []int{0}
+		}
+		if len(idx) == 0 {
+			return nil, usagef("no company column found (columns: %s); name it with --column (e.g. --column linkedin,website)", strings.Join(t.cols, ", "))
+		}
+	}
+	p := &Prepared{Columns: t.names(idx), Read: len(t.rows)}
+	type row struct {
+		NetworkURL string `json:"network_url,omitempty"`
+		Domain     string `json:"domain,omitempty"`
+	}
+	long := 0
+	for _, rec := range t.rows {
+		var r row
+		for _, i := range idx {
+			v := strings.TrimSpace(t.cell(rec, i))
+			if v == "" {
+				continue
+			}
+			if utf8.RuneCountInString(v) > 2048 {
+				long++
+				continue
+			}
+			if looksLikeNetworkURL(v) {
+				if r.NetworkURL == "" {
+					r.NetworkURL = v
+				}
+			} else if r.Domain == "" {
+				r.Domain = v
+			}
+		}
+		// A row with nothing usable is still sent (as {}): the server
+		// answers it invalid_url at no cost and the results stay one row
+		// per input row.
+		b, _ := json.Marshal(r)
+		p.Items = append(p.Items, b)
+	}
+	if long > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d values over 2,048 characters were left out (their rows are answered invalid_url)", long))
+	}
+	return p, nil
+}
+
+// verifyKey is the dedupe key of an address: trimmed, the domain in lower
+// case and the local part too unless it is quoted. The server merges
+// everything this merges (and more: IDN forms), so dropping these repeats
+// before a split changes neither the charge nor the results.
+func verifyKey(v string) string {
+	v = strings.TrimSpace(v)
+	at := strings.LastIndexByte(v, '@')
+	if at < 0 {
+		return strings.ToLower(v)
+	}
+	local, domain := v[:at], strings.ToLower(v[at+1:])
+	if !strings.HasPrefix(local, `"`) {
+		local = strings.ToLower(local)
+	}
+	return local + "@" + domain
+}
+
+func prepareVerify(t *table, columns []string) (*Prepared, error) {
+	idx, err := t.pick(columns, 1, "verify")
+	if err != nil {
+		return nil, err
+	}
+	if len(idx) == 0 {
+		if i := t.guess(emailColumns); i >= 0 {
+			idx = []int{i}
+		} else if len(t.cols) == 1 {
+			idx = []int{0}
+		} else {
+			// The first column whose first value looks like an address.
+			for i := range t.cols {
+				if len(t.rows) > 0 && strings.Contains(t.cell(t.rows[0], i), "@") {
+					idx = []int{i}
+					break
+				}
+			}
+		}
+		if len(idx) == 0 {
+			return nil, usagef("no email column found (columns: %s); name it with --column", strings.Join(t.cols, ", "))
+		}
+	}
+	col := idx[0]
+	rows := t.rows
+	// A one-column CSV whose "header" is an address has no header.
+	if len(t.cols) == 1 && strings.Contains(t.cols[0], "@") {
+		rows = append([][]string{{t.cols[0]}}, rows...)
+	}
+	p := &Prepared{Columns: t.names(idx), Read: len(rows)}
+	seen := make(map[string]struct{}, len(rows))
+	for _, rec := range rows {
+		v := strings.TrimSpace(t.cell(rec, col))
+		if n := utf8.RuneCountInString(v); n < 3 || n > 320 {
+			p.Skipped++
+			continue
+		}
+		k := verifyKey(v)
+		if _, dup := seen[k]; dup {
+			p.Duplicates++
+			continue
+		}
+		seen[k] = struct{}{}
+		b, _ := json.Marshal(v)
+		p.Items = append(p.Items, b)
+	}
+	if p.Skipped > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: blank, or shorter than 3 or longer than 320 characters", p.Skipped))
+	}
+	return p, nil
+}
+
+func prepareLookup(t *table, columns []string) (*Prepared, error) {
+	idx, err := t.pick(columns, 3, "lookup (first name, last name, domain)")
+	if err != nil {
+		return nil, err
+	}
+	if len(idx) == 0 {
+		idx = []int{t.guess(firstColumns), t.guess(lastColumns), t.guess(domainColumns)}
+		for k, what := range []string{"first name", "last name", "domain"} {
+			if idx[k] < 0 {
+				return nil, usagef("no %s column found (columns: %s); name the three with --column first,last,domain", what, strings.Join(t.cols, ", "))
+			}
+		}
+	}
+	p := &Prepared{Columns: t.names(idx), Read: len(t.rows)}
+	type row struct {
+		FirstName string `json:"first_name"`
+		LastName  string `json:"last_name"`
+		Domain    string `json:"domain"`
+	}
+	seen := make(map[string]struct{}, len(t.rows))
+	for _, rec := range t.rows {
+		r := row{t.cell(rec, idx[0]), t.cell(rec, idx[1]), t.cell(rec, idx[2])}
+		bad := false
+		for _, v := range []string{r.FirstName, r.LastName, r.Domain} {
+			if strings.TrimSpace(v) == "" || utf8.RuneCountInString(v) > 255 {
+				bad = true
+			}
+		}
+		if bad {
+			p.Skipped++
+			continue
+		}
+		// The server's rule exactly (docs/api.md): the three fields,
+		// trimmed and lower-cased.
+		k := strings.ToLower(strings.TrimSpace(r.FirstName)) + "\x00" + strings.ToLower(strings.TrimSpace(r.LastName)) +
+			"\x00" + strings.ToLower(strings.TrimSpace(r.Domain))
+		if _, dup := seen[k]; dup {
+			p.Duplicates++
+			continue
+		}
+		seen[k] = struct{}{}
+		b, _ := json.Marshal(r)
+		p.Items = append(p.Items, b)
+	}
+	if p.Skipped > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: a blank field, or one over 255 characters", p.Skipped))
+	}
+	return p, nil
+}
+
+// Chunks splits items into submissions of at most maxRows rows and
+// maxBodyBytes of body each. It returns the bounds [start, end) of each.
+func Chunks(items []json.RawMessage, maxRows int) [][2]int {
+	var out [][2]int
+	start, size := 0, 0
+	for i, it := range items {
+		if i > start && (i-start >= maxRows || size+len(it)+1 > maxBodyBytes-64) {
+			out = append(out, [2]int{start, i})
+			start, size = i, 0
+		}
+		size += len(it) + 1
+	}
+	if start < len(items) {
+		out = append(out, [2]int{start, len(items)})
+	}
+	return out
+}
+
+// body is the submission body of items.
+func body(f *Family, items []json.RawMessage) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"`)
+	b.WriteString(f.ListField)
+	b.WriteString(`":[`)
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}
+
+var errEmpty = errors.New("nothing to submit: the input has no usable rows")
