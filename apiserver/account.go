@@ -1,10 +1,12 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
 
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 )
@@ -25,7 +27,7 @@ type CreditsResponse struct {
 // authentication: one Redis round trip fewer on the hottest read.
 func (s *Server) getCredits(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
-	writeJSON(w, http.StatusOK, CreditsResponse{Credits: p.Account.Balance, UserID: p.Account.ID})
+	writeJSON(w, http.StatusOK, Credits(&p.Account))
 }
 
 // UsageResponse is GET /v1/unlimited/usage. SPEC 4.5 names two fields; the
@@ -45,17 +47,33 @@ type UsageResponse struct {
 
 func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 	p := PrincipalFrom(r.Context())
-	now := s.Now()
-	limits := s.Plans[p.Account.Plan]
-	day := billing.DailyWindow(billing.BulkSearches, now)
-	single := SingleLookupWindow(&p.Account, now)
-	used, err := s.Billing.UsedIn(r.Context(), p.Account.ID, day, single)
+	resp, err := s.Usage(r.Context(), &p.Account)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// Credits is GET /v1/credits's answer for an account (the dashboard shows
+// the same).
+func Credits(a *accounts.Account) CreditsResponse {
+	return CreditsResponse{Credits: a.Balance, UserID: a.ID}
+}
+
+// Usage is GET /v1/unlimited/usage's answer for an account at the
+// server's clock: the API and the dashboard show the same numbers.
+func (s *Server) Usage(ctx context.Context, a *accounts.Account) (UsageResponse, error) {
+	now := s.Now()
+	limits := s.Plans[a.Plan]
+	day := billing.DailyWindow(billing.BulkSearches, now)
+	single := SingleLookupWindow(a, now)
+	used, err := s.Billing.UsedIn(ctx, a.ID, day, single)
+	if err != nil {
+		return UsageResponse{}, err
+	}
 	resp := UsageResponse{
-		Plan: string(p.Account.Plan), PlanStatus: string(p.Account.PlanState),
+		Plan: string(a.Plan), PlanStatus: string(a.PlanState),
 		BulkSearchesUsed: used[0], BulkSearchesLimit: limits.DailyBulkSearches,
 		BulkSearchesRemaining: max(0, limits.DailyBulkSearches-used[0]),
 		BulkSearchesResetAt:   day.Reset,
@@ -63,9 +81,9 @@ func (s *Server) getUsage(w http.ResponseWriter, r *http.Request) {
 		SingleLookupsLimit:    limits.MonthlySingleLookups,
 		SingleLookupsResetAt:  single.Reset,
 	}
-	if !p.Account.PeriodEnd.IsZero() {
-		pe := p.Account.PeriodEnd
+	if !a.PeriodEnd.IsZero() {
+		pe := a.PeriodEnd
 		resp.CurrentPeriodEnd = &pe
 	}
-	writeJSON(w, http.StatusOK, resp)
+	return resp, nil
 }

@@ -51,22 +51,10 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 		if r.ContentLength > 0 {
 			hint = int(min(r.ContentLength/24, int64(m.Family.MaxRows())))
 		}
-		b := jobs.NewBuilder(m.Family.Name(), hint)
-		body := http.MaxBytesReader(w, r.Body, s.MaxBodyBytes)
-		if e := m.Family.Decode(body, b); e != nil {
+		b, met, e := s.decodeBulk(p, m, http.MaxBytesReader(w, r.Body, s.MaxBodyBytes), hint)
+		if e != nil {
 			apierr.Write(w, e)
 			return
-		}
-		met := jobs.Metering{Price: m.Family.Price()}
-		if m.Keys == UnlimitedPlan {
-			met = s.bulkSearches(p)
-		}
-		if m.Metering != nil {
-			var e *apierr.Error
-			if met, e = m.Metering(p); e != nil {
-				apierr.Write(w, e)
-				return
-			}
 		}
 		id, prior, ok := s.idemSubmission(w, r, p.Account.ID, p.Key.ID)
 		if !ok {
@@ -87,6 +75,31 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 		s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
 		writeJSON(w, http.StatusOK, m.Family.Submitted(j))
 	}
+}
+
+// decodeBulk decodes a submission body with m's family and says how p
+// pays for it: the submission's first two steps, shared by the API's
+// handler and the dashboard (SubmitAs, dashboard.go). Nothing is charged.
+func (s *Server) decodeBulk(p *accounts.Principal, m Bulk, body io.Reader, hint int) (*jobs.Builder, jobs.Metering, *apierr.Error) {
+	b := jobs.NewBuilder(m.Family.Name(), hint)
+	wb := &webhookBody{Reader: body, b: b} // the optional webhook_url (webhook.go)
+	if e := m.Family.Decode(wb, b); e != nil {
+		return nil, jobs.Metering{}, e
+	}
+	if e := wb.check(s.Webhooks); e != nil {
+		return nil, jobs.Metering{}, e
+	}
+	met := jobs.Metering{Price: m.Family.Price()}
+	if m.Keys == UnlimitedPlan {
+		met = s.bulkSearches(p)
+	}
+	if m.Metering != nil {
+		var e *apierr.Error
+		if met, e = m.Metering(p); e != nil {
+			return nil, jobs.Metering{}, e
+		}
+	}
+	return b, met, nil
 }
 
 func (s *Server) getBulkJob(m Bulk) http.HandlerFunc {
@@ -178,21 +191,29 @@ func (s *Server) chargeFailed(w http.ResponseWriter, r *http.Request, err error)
 		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
 		return false
 	}
-	var ie *billing.InsufficientError
-	if errors.As(err, &ie) {
-		s.Metrics.ChargesByOutcome.WithLabelValues("insufficient").Inc()
-		apierr.Write(w, apierr.New(http.StatusForbidden, ie.Error()))
-		return true
-	}
-	var qe *billing.QuotaError
-	if errors.As(err, &qe) {
-		s.Metrics.ChargesByOutcome.WithLabelValues("quota").Inc()
-		apierr.Write(w, quotaExceeded(qe))
+	if e := s.chargeRefused(err); e != nil {
+		apierr.Write(w, e)
 		return true
 	}
 	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
 	s.internalError(w, r, err)
 	return true
+}
+
+// chargeRefused is the answer to a charge the account cannot pay (403
+// insufficient credits, 429 quota), counted; nil for any other error.
+func (s *Server) chargeRefused(err error) *apierr.Error {
+	var ie *billing.InsufficientError
+	if errors.As(err, &ie) {
+		s.Metrics.ChargesByOutcome.WithLabelValues("insufficient").Inc()
+		return apierr.New(http.StatusForbidden, ie.Error())
+	}
+	var qe *billing.QuotaError
+	if errors.As(err, &qe) {
+		s.Metrics.ChargesByOutcome.WithLabelValues("quota").Inc()
+		return quotaExceeded(qe)
+	}
+	return nil
 }
 
 // pageParams validates limit (1..500, default 50) and offset (>= 0).

@@ -69,18 +69,12 @@ func (s *Server) writeResultsCSV(w http.ResponseWriter, r *http.Request, f famil
 				return
 			}
 		}
-		buf.Reset()
-		buf.WriteByte('[')
-		_, _ = res.WriteTo(&buf)
-		buf.WriteByte(']')
+		rows, err := decodeRows(&buf, res)
 		if res != first { // the caller releases the first page
 			res.Release()
 		}
 		res = nil
-		var rows []map[string]json.RawMessage
-		dec := json.NewDecoder(&buf)
-		dec.UseNumber()
-		if err := dec.Decode(&rows); err != nil {
+		if err != nil {
 			s.Logger.Error("csv results: rendered rows are not JSON; the download is cut short", "request_id", RequestIDFrom(r.Context()), "job", first.Job.ID, "err", err)
 			return
 		}
@@ -97,6 +91,19 @@ func (s *Server) writeResultsCSV(w http.ResponseWriter, r *http.Request, f famil
 			return
 		}
 	}
+}
+
+// decodeRows parses a window of rendered rows (buf is scratch space).
+func decodeRows(buf *bytes.Buffer, res *jobs.Results) ([]map[string]json.RawMessage, error) {
+	buf.Reset()
+	buf.WriteByte('[')
+	_, _ = res.WriteTo(buf)
+	buf.WriteByte(']')
+	var rows []map[string]json.RawMessage
+	dec := json.NewDecoder(buf)
+	dec.UseNumber()
+	err := dec.Decode(&rows)
+	return rows, err
 }
 
 // csvCell writes one JSON value as a CSV field: null as empty, a string as

@@ -157,23 +157,32 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 				return
 			}
 
-			switch {
-			case f == Metered && p.Key.Type != accounts.PayAsYouGo:
-				apierr.Write(w, apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
-					"This endpoint takes a pay-as-you-go API key; unlimited-plan keys work only on /v1/unlimited/* endpoints."))
-				return
-			case f == UnlimitedPlan && p.Key.Type != accounts.Unlimited:
-				apierr.Write(w, apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
-					"This endpoint takes an unlimited-plan API key; pay-as-you-go keys work only on the credit-metered /v1 endpoints."))
-				return
-			case f == UnlimitedPlan && !p.Account.PlanActive(s.Now()):
-				apierr.Write(w, apierr.WithCode(http.StatusPaymentRequired, apierr.CodeSubscriptionInactive,
-					"The unlimited plan of this account is not active. Renew the subscription to use /v1/unlimited/* endpoints."))
+			if e := s.keyFamilyError(f, p); e != nil {
+				apierr.Write(w, e)
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// keyFamilyError is SPEC 5's last two steps for an authenticated
+// principal: the key's family against the route's (403 wrong_key_plan)
+// and, for the unlimited family, an active plan (402
+// subscription_inactive); nil when p may use a route of family f.
+func (s *Server) keyFamilyError(f Family, p *accounts.Principal) *apierr.Error {
+	switch {
+	case f == Metered && p.Key.Type != accounts.PayAsYouGo:
+		return apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
+			"This endpoint takes a pay-as-you-go API key; unlimited-plan keys work only on /v1/unlimited/* endpoints.")
+	case f == UnlimitedPlan && p.Key.Type != accounts.Unlimited:
+		return apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
+			"This endpoint takes an unlimited-plan API key; pay-as-you-go keys work only on the credit-metered /v1 endpoints.")
+	case f == UnlimitedPlan && !p.Account.PlanActive(s.Now()):
+		return apierr.WithCode(http.StatusPaymentRequired, apierr.CodeSubscriptionInactive,
+			"The unlimited plan of this account is not active. Renew the subscription to use /v1/unlimited/* endpoints.")
+	}
+	return nil
 }
 
 // keyAndLimit is SPEC 5's first two steps: it authenticates the request's

@@ -23,6 +23,7 @@ import (
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/verification"
+	"github.com/bulkd/bulkd/internal/webhook"
 )
 
 // Deps are the parts the API is built from.
@@ -59,6 +60,12 @@ type Deps struct {
 	// Idempotency tunes the Idempotency-Key store of the charging
 	// requests (zero: 24 h answers, 30 s leases).
 	Idempotency IdempotencyOptions
+	// Dashboard, when set, is served under /dashboard (internal/dashboard:
+	// its own session sign-in; it never authenticates /v1/*).
+	Dashboard http.Handler
+	// Webhooks is the policy a submission's webhook_url must pass
+	// (webhook.go); nil: https to public addresses only.
+	Webhooks *webhook.Policy
 }
 
 // Server holds the API's state.
@@ -141,6 +148,9 @@ func (s *Server) routes() chi.Router {
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", serveOpenAPI)
+	if s.Dashboard != nil {
+		r.Mount("/dashboard", s.Dashboard)
+	}
 
 	// Every route that charges (credits or quota) takes an Idempotency-Key
 	// (s.idempotent, idempotency.go): the bulk submissions (mountBulk),

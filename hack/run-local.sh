@@ -131,5 +131,7 @@ if [ ! -s var/companies.jsonl ]; then
 fi
 # The sample companies live under the reserved .example TLD, so there are no
 # real websites to check for redirects: the checks are off here.
-"$BIN" serve --demo --company-data var/companies.jsonl --redirect-checks=false \
+# --dashboard-allow-http: the dashboard's session cookie without Secure, as
+# this serves plain HTTP on loopback (never in production).
+"$BIN" serve --demo --dashboard-allow-http --company-data var/companies.jsonl --redirect-checks=false \
   --log-format "${BULKD_LOG_FORMAT:-text}" "$@"

@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/bulkd/bulkd/controllers"
 	"github.com/bulkd/bulkd/internal/admin"
@@ -171,6 +172,13 @@ func runController(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Webhook events are swept and delivered here too (and by every API
+	// replica): claims are leased, so any number of deliverers share them.
+	wh, err := serve.NewWebhooks(cfg, rdb, log, ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	go wh.Run(ctx)
 	log.Info("bulkd controller starting", "namespace", kc.Namespace, "image", kc.Image, "leader_elect", kc.LeaderElect)
 	return mgr.Start(ctx)
 }

@@ -118,6 +118,8 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_REDIRECT_CHECKS=true \
   --set-string config.BULKD_HTTP_PROXY="http://${PROXY_ADDR}" \
   --set-string config.BULKD_LEASE_TTL=5s \
+  --set-string config.BULKD_WEBHOOK_ALLOW_CIDRS="${NODE_IP}/32" --set-string config.BULKD_WEBHOOK_BACKOFF=1s \
+  --set-string config.BULKD_DASHBOARD_ALLOW_HTTP=true \
   --set jobs.maxShards=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
   --set-json "processor.families={\"email_verification\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${VERIFY_CM}\"},\"email_lookup\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${LOOKUP_CM}\"}}" \

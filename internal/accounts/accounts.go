@@ -95,6 +95,9 @@ type Key struct {
 	Revoked   bool
 	CreatedAt time.Time
 	RevokedAt time.Time
+	// LastUsedAt is when the key last authenticated a request, to the
+	// minute (zero: never, or before last-use tracking); Keys reads it.
+	LastUsedAt time.Time
 }
 
 // Errors.
@@ -108,6 +111,7 @@ type Store struct {
 	rdb    redis.UniversalClient
 	now    func() time.Time
 	owners keyOwners
+	used   lastUse
 }
 
 // NewStore returns a store; now may be nil for time.Now.
@@ -362,7 +366,32 @@ func (s *Store) Authenticate(ctx context.Context, value string) (*Principal, err
 		m[f] = str(a, i, "")
 	}
 	p.Account = *accountFromMap(m)
+	s.touch(ctx, id)
 	return p, nil
+}
+
+// lastUse throttles the last-used writes: at most one per key per minute
+// per process. Bounded like keyOwners.
+type lastUse struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// touch records that key id authenticated a request, at most once a
+// minute (an HSET on the key's record); a failure only loses the mark.
+func (s *Store) touch(ctx context.Context, id string) {
+	now := s.now()
+	s.used.mu.Lock()
+	if s.used.m == nil || len(s.used.m) >= maxKeyOwners {
+		s.used.m = make(map[string]time.Time)
+	}
+	if last, ok := s.used.m[id]; ok && now.Sub(last) < time.Minute {
+		s.used.mu.Unlock()
+		return
+	}
+	s.used.m[id] = now
+	s.used.mu.Unlock()
+	_ = s.rdb.HSet(ctx, apiKeyKey(id), "last_used_at", now.UTC().Unix()).Err()
 }
 
 // keyOwners remembers the account of authenticated key ids (never
@@ -432,6 +461,9 @@ func (s *Store) Keys(ctx context.Context, accountID string) ([]Key, error) {
 			CreatedAt: time.Unix(ca, 0).UTC()}
 		if ra > 0 {
 			k.RevokedAt = time.Unix(ra, 0).UTC()
+		}
+		if lu, _ := strconv.ParseInt(m["last_used_at"], 10, 64); lu > 0 {
+			k.LastUsedAt = time.Unix(lu, 0).UTC()
 		}
 		out = append(out, k)
 	}

@@ -89,6 +89,15 @@ func ListBody(r io.Reader, field string, max int, tooMany func() *Error, item fu
 			return FromJSON(err)
 		}
 		if key, _ := kt.(string); key != field {
+			if of, ok := r.(OtherFields); ok {
+				handled, e := of.Field(key, dec)
+				if e != nil {
+					return e
+				}
+				if handled {
+					continue
+				}
+			}
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
 				return FromJSON(err)
@@ -128,6 +137,16 @@ func ListBody(r io.Reader, field string, max int, tooMany func() *Error, item fu
 		return Unprocessable(Item{Loc: loc, Type: TypeMissing, Msg: "Field required"})
 	}
 	return nil
+}
+
+// OtherFields is a body that reads some of the object's other top-level
+// fields itself (the API reads a submission's webhook_url this way, for
+// every family): ListBody offers each field that is not the list to
+// Field, the decoder positioned at its value. Field reports whether it
+// decoded the value (else ListBody skips it); an error is the answer.
+type OtherFields interface {
+	io.Reader
+	Field(name string, dec *json.Decoder) (handled bool, e *Error)
 }
 
 // DecodeItem decodes one list item of a ListBody into dst. A value of the

@@ -328,15 +328,39 @@ func (b *Billing) Entries(ctx context.Context, accountID, after string, limit in
 	}
 	out := make([]Entry, 0, len(msgs))
 	for _, m := range msgs {
-		s := func(k string) string { v, _ := m.Values[k].(string); return v }
-		ms, _ := strconv.ParseInt(s("ts"), 10, 64)
-		e := Entry{ID: m.ID, Time: time.UnixMilli(ms).UTC(), Kind: s("kind"), KeyID: s("key"), JobID: s("job"),
-			Unit: s("unit"), Amount: s("amount"), After: s("after"), Note: s("note")}
-		if e.Unit == "credits" {
-			e.Amount = milliString(e.Amount)
-			e.After = milliString(e.After)
-		}
-		out = append(out, e)
+		out = append(out, entryOf(m))
+	}
+	return out, nil
+}
+
+// entryOf reads one ledger stream message.
+func entryOf(m redis.XMessage) Entry {
+	s := func(k string) string { v, _ := m.Values[k].(string); return v }
+	ms, _ := strconv.ParseInt(s("ts"), 10, 64)
+	e := Entry{ID: m.ID, Time: time.UnixMilli(ms).UTC(), Kind: s("kind"), KeyID: s("key"), JobID: s("job"),
+		Unit: s("unit"), Amount: s("amount"), After: s("after"), Note: s("note")}
+	if e.Unit == "credits" {
+		e.Amount = milliString(e.Amount)
+		e.After = milliString(e.After)
+	}
+	return e
+}
+
+// EntriesBefore returns up to limit ledger entries of an account, newest
+// first, starting before the entry id `before` ("" for the newest): the
+// account dashboard's ledger pages.
+func (b *Billing) EntriesBefore(ctx context.Context, accountID, before string, limit int64) ([]Entry, error) {
+	end := "+"
+	if before != "" {
+		end = "(" + before
+	}
+	msgs, err := b.rdb.XRevRangeN(ctx, accounts.LedgerKey(accountID), end, "-", limit).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	out := make([]Entry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, entryOf(m))
 	}
 	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -85,10 +87,28 @@ type Config struct {
 	SpamdMaxConns       int           // checks sent to spamd at once (its --max-children), per process
 	SpamCheckAllowances string        // daily checks per account by plan, over the defaults: "payg=100,starter=250"
 
+	// Webhooks (internal/webhook, docs/webhooks.md).
+	PublicURL            string        // the API's public base URL: webhook events carry absolute links too
+	WebhookAllowLoopback bool          // tests/dev: webhook_url may be http(s) to loopback
+	WebhookAllowCIDRs    string        // ranges opened on purpose (receivers in the operator's network), comma-separated
+	WebhookTimeout       time.Duration // one delivery attempt, end to end
+	WebhookMaxAge        time.Duration // retry an event this long, then give up
+	WebhookBackoff       time.Duration // wait after the first failed attempt (doubled each time, jittered)
+	WebhookBackoffMax    time.Duration // longest wait between attempts
+
 	// Demo creates a demo account with credits and both key types on first
 	// start and writes the keys to DemoKeysFile (make run uses it).
 	Demo         bool
 	DemoKeysFile string
+
+	// DashboardAllowHTTP leaves the Secure attribute off the dashboard's
+	// session cookie, so that it works over plain HTTP (make run); never
+	// in production.
+	DashboardAllowHTTP bool
+	// DashboardOrigin is the dashboard's public origin (scheme://host[:port])
+	// that every dashboard POST's Origin must be; empty: the request's own
+	// Host (set it behind a proxy that rewrites Host).
+	DashboardOrigin string
 }
 
 // Default returns the defaults.
@@ -126,6 +146,11 @@ func Default() Config {
 
 		SpamdTimeout:  10 * time.Second,
 		SpamdMaxConns: 5,
+
+		WebhookTimeout:    10 * time.Second,
+		WebhookMaxAge:     24 * time.Hour,
+		WebhookBackoff:    10 * time.Second,
+		WebhookBackoffMax: time.Hour,
 	}
 }
 
@@ -171,8 +196,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
 	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of loopback, private and link-local addresses (turn on in production)")
+	c.registerWebhooks(fs)
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
+	str(fs, &c.DashboardOrigin, "dashboard-origin", "the dashboard's public origin, e.g. https://bulkd.example.com, that dashboard form posts must come from (default: the request's Host)")
+	boolean(fs, &c.DashboardAllowHTTP, "dashboard-allow-http", "send the dashboard's session cookie without Secure, for plain-HTTP local development (never in production)")
 }
 
 // EnvName is the environment variable of a flag: redis-url -> BULKD_REDIS_URL.
@@ -335,6 +363,44 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--spamd-addr must be host:port: %w", err)
 		}
 	}
+	return c.validateWebhooks()
+}
+
+// WebhookAllowPrefixes parses --webhook-allow-cidrs.
+func (c *Config) WebhookAllowPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(c.WebhookAllowCIDRs, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-allow-cidrs: %q is not a CIDR range: %w", f, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func (c *Config) validateWebhooks() error {
+	if _, err := c.WebhookAllowPrefixes(); err != nil {
+		return err
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("--public-url must be an absolute http(s) URL, not %q", c.PublicURL)
+		}
+	}
+	if c.WebhookTimeout < 100*time.Millisecond || c.WebhookTimeout > 5*time.Minute {
+		return fmt.Errorf("--webhook-timeout must be 100ms..5m")
+	}
+	if c.WebhookMaxAge < time.Second {
+		return fmt.Errorf("--webhook-max-age must be at least 1s")
+	}
+	if c.WebhookBackoff < 10*time.Millisecond || c.WebhookBackoffMax < c.WebhookBackoff {
+		return fmt.Errorf("--webhook-backoff must be at least 10ms and --webhook-backoff-max at least --webhook-backoff")
+	}
 	return nil
 }
 
@@ -345,6 +411,18 @@ func (c *Config) RegisterStore(fs *flag.FlagSet) {
 	str(fs, &c.LogFormat, "log-format", "log format: json or text")
 	str(fs, &c.LogLevel, "log-level", "log level: debug, info, warn or error")
 	dur(fs, &c.Retention, "retention", "how long a job (its BulkJob and its data) is kept after submission")
+	c.registerWebhooks(fs) // the controller delivers webhook events too
+}
+
+// registerWebhooks adds the webhook delivery flags (docs/webhooks.md).
+func (c *Config) registerWebhooks(fs *flag.FlagSet) {
+	str(fs, &c.PublicURL, "public-url", "the API's public base URL (https://api.example.com): webhook events then carry absolute status and results URLs besides the paths")
+	boolean(fs, &c.WebhookAllowLoopback, "webhook-allow-loopback", "tests and development only: a webhook_url may be http:// or https:// to a loopback address or localhost")
+	str(fs, &c.WebhookAllowCIDRs, "webhook-allow-cidrs", "comma-separated address ranges webhooks may reach although they are not public (receivers inside your own network, e.g. 10.20.0.0/16); http:// and IP literals are accepted there")
+	dur(fs, &c.WebhookTimeout, "webhook-timeout", "time limit of one webhook delivery attempt (connect, send, answer)")
+	dur(fs, &c.WebhookMaxAge, "webhook-max-age", "how long a webhook event is retried before it is given up")
+	dur(fs, &c.WebhookBackoff, "webhook-backoff", "wait after a webhook event's first failed attempt; doubled after each, with jitter")
+	dur(fs, &c.WebhookBackoffMax, "webhook-backoff-max", "longest wait between two attempts of a webhook event")
 }
 
 // Kube is what the Kubernetes modes add: `bulkd apiserver` (the API,

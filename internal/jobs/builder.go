@@ -45,6 +45,9 @@ type Builder struct {
 	// DropDuplicates keeps only the first row of each distinct input in the
 	// row map (bulk lookup counts and returns unique rows only).
 	DropDuplicates bool
+	// WebhookURL, when set, is where the job's transitions are announced
+	// (the submission's webhook_url, checked by the API).
+	WebhookURL string
 }
 
 // NewBuilder starts a submission of a family; sizeHint is the expected row

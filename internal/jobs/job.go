@@ -86,6 +86,14 @@ type Job struct {
 	CreatedAt   time.Time
 	CompletedAt time.Time // zero while running
 	ExpiresAt   time.Time
+
+	// WebhookURL is where the job's transitions are announced (empty:
+	// nowhere); WebhookRetryingAt is when it first entered the retrying
+	// state (zero: never), WebhookRetryingSent whether that event is
+	// enqueued (internal/webhook).
+	WebhookURL          string
+	WebhookRetryingAt   time.Time
+	WebhookRetryingSent bool
 }
 
 // Pending is the number of rows not answered yet.

@@ -104,6 +104,9 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	if j.Status == StatusCompleted {
 		meta["completed_at"] = j.CompletedAt.UnixMilli()
 	}
+	if j.WebhookURL = b.WebhookURL; j.WebhookURL != "" {
+		meta["webhook_url"] = j.WebhookURL
+	}
 	tx := s.rdb.TxPipeline() // every key here carries the job's hash tag
 	tx.HSet(ctx, metaKey(j.ID), meta)
 	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
@@ -116,6 +119,9 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		if err := s.rdb.SAdd(ctx, activeKey, j.ID).Err(); err != nil {
 			return fmt.Errorf("store job %s: active set: %w", j.ID, err)
 		}
+	}
+	if err := s.watchWebhook(ctx, j); err != nil { // webhook.go
+		return fmt.Errorf("store job %s: %w", j.ID, err)
 	}
 	return s.index(ctx, j)
 }
@@ -178,6 +184,7 @@ func jobFromMap(m map[string]string) *Job {
 		CreatedAt: t("created_at"), CompletedAt: t("completed_at"), ExpiresAt: t("expires_at"),
 		Outcomes: map[string]int64{},
 	}
+	webhookFromMap(j, m) // webhook.go
 	if j.Settling {
 		// Completed once settled (settle): until then it is running, and a
 		// running job has no completion time.
@@ -316,6 +323,10 @@ if fresh > 0 or changed > 0 then
   local done = tonumber(redis.call('HGET', KEYS[1], 'distinct_processed'))
   if done >= tonumber(redis.call('HGET', KEYS[1], 'distinct')) then
     if first[2] then
+      -- A job with a webhook notes when it first became retrying: the
+      -- event is built from this mark (internal/webhook), so it survives
+      -- any crash after this step.
+      if redis.call('HEXISTS', KEYS[1], 'webhook_url') == 1 then redis.call('HSETNX', KEYS[1], 'wh_retrying_at', ARGV[2]) end
       redis.call('HSET', KEYS[1], 'status', 'retrying')
     else
       local st = redis.call('HGET', KEYS[1], 'status')

@@ -37,6 +37,7 @@ import (
 	"github.com/bulkd/bulkd/internal/spamcheck"
 	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/verify"
+	"github.com/bulkd/bulkd/internal/webhook"
 )
 
 // Components are the parts of a configured bulkd, for `serve`, the
@@ -48,6 +49,9 @@ type Components struct {
 	Local     *jobs.Local // nil when Options.Executor replaces it
 	Companies *company.Store
 	Normalize *normalize.Normalizer
+	// Webhooks sweeps jobs for the events they owe and delivers them
+	// (webhooks.go); Run starts it.
+	Webhooks *webhook.Service
 }
 
 // Options are what the modes other than standalone wire differently.
@@ -112,13 +116,18 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	if err != nil {
 		return nil, err
 	}
+	whPolicy := WebhookPolicy(cfg)
+	dash := newDashboard(cfg, rdb, log, o.Now)
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
-		Plans: o.Plans, Now: o.Now, Spam: spam,
+		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
+		Dashboard: dash,
 	})
-	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer}, nil
+	dash.API = api
+	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
+		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
 }
 
 // SpamCheck builds the content spam check: the daily allowances (defaults
@@ -399,6 +408,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 		c.Local.Start(workCtx)
 	}
 	go janitor(workCtx, c.Engine, log)
+	go c.Webhooks.Run(workCtx) // webhook events: every replica sweeps and delivers
 
 	srv := &http.Server{
 		Handler:           c.API,
@@ -420,6 +430,9 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	log.Info("bulkd serving", "addr", ln.Addr().String(), "mode", mode)
 	if ready != nil {
 		ready <- ln.Addr().String()
+	}
+	if cfg.Demo {
+		demoDashboard(ctx, c, cfg, ln.Addr().String(), stdout, log)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

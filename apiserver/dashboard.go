@@ -1,0 +1,177 @@
+package apiserver
+
+// What the account dashboard (internal/dashboard) needs from the API so
+// that it charges, checks quotas, answers errors and renders results
+// exactly as the API does: the same decode, metering and submission path
+// as POST .../bulk (SubmitAs), the same usage numbers (Usage, account.go)
+// and the same CSV (WriteJobCSV).
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// MountAt returns the bulk mount at path (as in Bulk.Path, e.g.
+// "/bulk-lookup").
+func (s *Server) MountAt(path string) (Bulk, bool) {
+	for _, b := range s.Bulk {
+		if b.Path == path {
+			return b, true
+		}
+	}
+	return Bulk{}, false
+}
+
+// Quote is what a submission would cost, without charging anything.
+type Quote struct {
+	Rows     int64 // rows submitted, duplicates and invalid rows included
+	Invalid  int64
+	Distinct int64 // what is charged for
+	Metering jobs.Metering
+	// Credits is Price x Distinct (credit-metered mounts).
+	Credits credits.Amount
+}
+
+// QuoteAs decodes body as a submission of p to the bulk mount at
+// mountPath and says what it would cost; the errors are the API's (the
+// family's 4xx, 403 wrong_key_plan, 402 subscription_inactive). Nothing is
+// charged or stored.
+func (s *Server) QuoteAs(p *accounts.Principal, mountPath string, body io.Reader) (*Quote, *apierr.Error) {
+	_, b, met, e := s.prepareAs(p, mountPath, body)
+	if e != nil {
+		return nil, e
+	}
+	q := &Quote{Rows: int64(b.Rows()), Invalid: b.Invalid(), Distinct: int64(b.Distinct()), Metering: met}
+	if met.Quota == nil {
+		amt, err := met.Price.Mul(q.Distinct)
+		if err != nil {
+			return nil, apierr.New(http.StatusUnprocessableEntity, err.Error())
+		}
+		q.Credits = amt
+	}
+	return q, nil
+}
+
+func (s *Server) prepareAs(p *accounts.Principal, mountPath string, body io.Reader) (Bulk, *jobs.Builder, jobs.Metering, *apierr.Error) {
+	m, ok := s.MountAt(mountPath)
+	if !ok {
+		return Bulk{}, nil, jobs.Metering{}, apierr.ErrNotFound
+	}
+	if e := s.keyFamilyError(m.Keys, p); e != nil {
+		return Bulk{}, nil, jobs.Metering{}, e
+	}
+	// The API's body limit, failing the same way (a *http.MaxBytesError
+	// the family's decode answers as the API does).
+	body = http.MaxBytesReader(nil, io.NopCloser(body), s.MaxBodyBytes)
+	b, met, e := s.decodeBulk(p, m, body, 0)
+	if e != nil {
+		return Bulk{}, nil, jobs.Metering{}, e
+	}
+	return m, b, met, nil
+}
+
+// SubmitAs is POST /v1{mountPath} made by p without HTTP: the same key
+// family and plan checks, decode, metering, charge or quota check and
+// engine submission, with the API's errors. It takes no Idempotency-Key
+// (the dashboard guards against a double submission itself).
+func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, mountPath string, body io.Reader) (*jobs.Job, *apierr.Error) {
+	_, b, met, e := s.prepareAs(p, mountPath, body)
+	if e != nil {
+		return nil, e
+	}
+	j, err := s.Jobs.Submit(ctx, p, b, met)
+	if err == nil {
+		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
+		s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
+		return j, nil
+	}
+	if e := s.chargeRefused(err); e != nil {
+		return nil, e
+	}
+	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
+	return nil, s.internalAPIError(ctx, err)
+}
+
+// internalAPIError logs err and returns the error internalError would
+// answer.
+func (s *Server) internalAPIError(ctx context.Context, err error) *apierr.Error {
+	if s.redisUnavailable(ctx, err) {
+		s.Logger.Warn("redis unavailable", "request_id", RequestIDFrom(ctx), "err", err)
+		return errTemporarilyUnavailable()
+	}
+	s.Logger.Error("internal error", "request_id", RequestIDFrom(ctx), "err", err)
+	return apierr.ErrInternal
+}
+
+// FamilyOf returns the family of a job.
+func (s *Server) FamilyOf(j *jobs.Job) (family.Family, bool) {
+	for _, b := range s.Bulk {
+		if b.Family.Name() == j.Family {
+			return b.Family, true
+		}
+	}
+	return nil, false
+}
+
+// ResultCells reads rows [offset, offset+limit) of job j (already checked
+// to be the caller's) as the cells of its CSV download: the columns and
+// one record per row. A family whose results are not ready yet (email
+// verification in progress) answers its error.
+func (s *Server) ResultCells(ctx context.Context, j *jobs.Job, offset, limit int) ([]string, [][]string, *apierr.Error) {
+	f, ok := s.FamilyOf(j)
+	if !ok {
+		return nil, nil, apierr.ErrJobNotFound
+	}
+	res, err := s.Jobs.Results(ctx, j.KeyID, j.ID, min(offset, f.MaxRows()), limit, f.RenderRow)
+	if err != nil {
+		return nil, nil, s.internalAPIError(ctx, err)
+	}
+	defer res.Release()
+	if e := f.ResultsReady(res.Job); e != nil {
+		return nil, nil, e
+	}
+	var buf bytes.Buffer
+	rows, err := decodeRows(&buf, res)
+	if err != nil {
+		return nil, nil, s.internalAPIError(ctx, fmt.Errorf("rendered rows of job %s: %w", j.ID, err))
+	}
+	cols := f.CSVColumns()
+	out := make([][]string, len(rows))
+	for i, row := range rows {
+		rec := make([]string, len(cols))
+		for k, c := range cols {
+			rec[k] = csvCell(row[c])
+		}
+		out[i] = rec
+	}
+	return cols, out, nil
+}
+
+// WriteJobCSV answers GET .../results?format=csv for job j (already
+// checked to be the caller's): the same download, byte for byte, whoever
+// made the job. An error before the first byte is returned, not written.
+func (s *Server) WriteJobCSV(w http.ResponseWriter, r *http.Request, j *jobs.Job) *apierr.Error {
+	f, ok := s.FamilyOf(j)
+	if !ok {
+		return apierr.ErrJobNotFound
+	}
+	res, err := s.Jobs.Results(r.Context(), j.KeyID, j.ID, 0, csvPage, f.RenderRow)
+	if err != nil {
+		return s.internalAPIError(r.Context(), err)
+	}
+	defer res.Release()
+	if e := f.ResultsReady(res.Job); e != nil {
+		return e
+	}
+	s.writeResultsCSV(w, r, f, res, 0)
+	return nil
+}

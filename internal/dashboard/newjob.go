@@ -1,0 +1,754 @@
+package dashboard
+
+// New job: upload a CSV (or paste a list), pick the family and how to pay,
+// map columns, review the exact cost, confirm. The confirmed job is the
+// JSON body the API takes, built from the mapped columns and sent through
+// apiserver.Server.SubmitAs: the same decode, dedupe, metering, charge or
+// quota check and errors as POST /v1/....
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/apiserver"
+	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/dashboard/users"
+)
+
+// field is one input field of a family's rows.
+type field struct {
+	Name    string
+	Label   string
+	Aliases []string // header names that map to it (compared without case, spaces, _ or -)
+}
+
+// familySpec is how the dashboard builds a family's submission body.
+type familySpec struct {
+	Name   string
+	Label  string
+	Hint   string
+	Fields []field
+	// AllRequired: every field must be mapped (lookup); otherwise at least
+	// one (company: a network URL or a domain).
+	AllRequired bool
+}
+
+var specs = []familySpec{
+	{Name: "company_enrichment", Label: "Company enrichment",
+		Hint: "Companies by professional-network company URL or website domain. 1 credit per distinct company.",
+		Fields: []field{
+			{Name: "network_url", Label: "Company network URL", Aliases: []string{"networkurl", "linkedin", "linkedinurl", "linkedincompanyurl", "companyurl", "profileurl", "url", "companylinkedin"}},
+			{Name: "domain", Label: "Website or domain", Aliases: []string{"domain", "website", "site", "companydomain", "companywebsite", "web", "homepage"}},
+		}},
+	{Name: "email_lookup", Label: "Email lookup",
+		Hint: "Find addresses from first name, last name and company domain. 1 credit, or one daily search, per distinct person.",
+		Fields: []field{
+			{Name: "first_name", Label: "First name", Aliases: []string{"firstname", "first", "givenname", "forename"}},
+			{Name: "last_name", Label: "Last name", Aliases: []string{"lastname", "last", "surname", "familyname"}},
+			{Name: "domain", Label: "Domain", Aliases: []string{"domain", "companydomain", "website", "companywebsite", "site", "emaildomain"}},
+		}, AllRequired: true},
+	{Name: "email_verification", Label: "Email verification",
+		Hint: "Verify addresses. 0.2 credits per distinct address; unknown results are refunded when the job completes.",
+		Fields: []field{
+			{Name: "email", Label: "Email address", Aliases: []string{"email", "emailaddress", "mail", "address", "email1", "workemail"}},
+		}},
+}
+
+func specOf(name string) (familySpec, bool) {
+	for _, s := range specs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return familySpec{}, false
+}
+
+// payChoice is one way to pay for a family: the API mount it goes through.
+type payChoice struct {
+	Pay   string // "credits" or "quota"
+	Mount apiserver.Bulk
+}
+
+// mountFor finds the API mount of a family paid for with pay.
+func (d *Dashboard) mountFor(family, pay string) (apiserver.Bulk, bool) {
+	want := apiserver.Metered
+	if pay == "quota" {
+		want = apiserver.UnlimitedPlan
+	}
+	for _, b := range d.API.Bulk {
+		if b.Family.Name() == family && b.Keys == want {
+			return b, true
+		}
+	}
+	return apiserver.Bulk{}, false
+}
+
+type familyOption struct {
+	familySpec
+	Available bool // the API mounts the family
+	Quota     bool // it can be paid with the unlimited plan's quota
+}
+
+type newJobData struct {
+	Families   []familyOption
+	PlanActive bool
+	Family     string
+	Pay        string
+	Paste      string
+	MaxUpload  string
+}
+
+func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
+	a, err := d.account(r)
+	if err != nil {
+		return nil, err
+	}
+	data := &newJobData{PlanActive: a.PlanActive(d.API.Now()), Family: "company_enrichment", Pay: "credits",
+		MaxUpload: formatInt(d.MaxUploadBytes>>20) + " MB"}
+	for _, s := range specs {
+		_, ok := d.mountFor(s.Name, "credits")
+		_, q := d.mountFor(s.Name, "quota")
+		data.Families = append(data.Families, familyOption{familySpec: s, Available: ok || q, Quota: q})
+	}
+	return data, nil
+}
+
+func (d *Dashboard) newJobForm(w http.ResponseWriter, r *http.Request) {
+	data, err := d.newJobData(r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if f := r.URL.Query().Get("family"); f != "" {
+		if _, ok := specOf(f); ok {
+			data.Family = f
+		}
+	}
+	d.render(w, r, http.StatusOK, "newjob", view{Title: "New job", Nav: "new", Data: data})
+}
+
+// A draft is an upload between its steps, in Redis for draftTTL in the
+// account's slot.
+const draftTTL = 2 * time.Hour
+
+func draftKey(accountID, id string) string { return "bulkd:acct:{" + accountID + "}:dashdraft:" + id }
+
+var draftID = regexp.MustCompile(`^[A-Za-z0-9_-]{20,64}$`)
+
+type draft struct {
+	ID        string
+	Family    string
+	Pay       string
+	Name      string // file name, or "pasted list"
+	Data      string // the CSV text
+	HasHeader bool
+	Mapping   map[string]int // field -> column; absent: not mapped
+	Mapped    bool           // Mapping was chosen (review), not guessed
+	Job       string         // the job made from it
+}
+
+func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
+	data, err := d.newJobData(r)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	fail := func(msg string) {
+		d.render(w, r, http.StatusUnprocessableEntity, "newjob", view{Title: "New job", Nav: "new", Data: data, Error: msg})
+	}
+	data.Family, data.Pay = r.PostFormValue("family"), r.PostFormValue("pay")
+	data.Paste = r.PostFormValue("paste")
+	spec, ok := specOf(data.Family)
+	if !ok {
+		fail("Choose what to run.")
+		return
+	}
+	if data.Pay != "credits" && data.Pay != "quota" {
+		fail("Choose how to pay.")
+		return
+	}
+	if _, ok := d.mountFor(spec.Name, data.Pay); !ok {
+		if data.Pay == "quota" {
+			fail(spec.Label + " cannot be paid with the unlimited plan's quota; choose credits.")
+		} else {
+			fail(spec.Label + " is paid with the unlimited plan's quota only.")
+		}
+		return
+	}
+	var text, name string
+	if f, hdr, err := r.FormFile("file"); err == nil {
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, d.MaxUploadBytes+1))
+		if err != nil {
+			d.serverError(w, r, err)
+			return
+		}
+		if int64(len(b)) > d.MaxUploadBytes {
+			fail(fmt.Sprintf("The file is larger than %s; split it or use the API.", data.MaxUpload))
+			return
+		}
+		text, name = string(b), hdr.Filename
+	}
+	if strings.TrimSpace(text) == "" {
+		text, name = data.Paste, "pasted list"
+	}
+	text = strings.TrimPrefix(text, "\ufeff")
+	if strings.TrimSpace(text) == "" {
+		fail("Upload a CSV file or paste a list.")
+		return
+	}
+	table, err := parseTable(text)
+	if err != nil {
+		fail("The file could not be read as CSV: " + err.Error())
+		return
+	}
+	if len(table) == 0 {
+		fail("The list has no rows.")
+		return
+	}
+	dr := &draft{ID: users.Token()[:24], Family: spec.Name, Pay: data.Pay, Name: name, Data: text}
+	dr.HasHeader, dr.Mapping = guessMapping(spec, table)
+	if err := d.saveDraft(r, dr); err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	http.Redirect(w, r, Base+"/jobs/new/"+dr.ID, http.StatusSeeOther)
+}
+
+func (d *Dashboard) saveDraft(r *http.Request, dr *draft) error {
+	acct := sessionFrom(r.Context()).User.AccountID
+	m, _ := json.Marshal(dr.Mapping)
+	k := draftKey(acct, dr.ID)
+	pipe := d.API.Redis.Pipeline()
+	pipe.HSet(r.Context(), k, "family", dr.Family, "pay", dr.Pay, "name", dr.Name, "data", dr.Data,
+		"header", strconv.FormatBool(dr.HasHeader), "map", string(m), "mapped", strconv.FormatBool(dr.Mapped))
+	pipe.Expire(r.Context(), k, draftTTL)
+	_, err := pipe.Exec(r.Context())
+	return err
+}
+
+var errNoDraft = errors.New("no such draft")
+
+func (d *Dashboard) loadDraft(r *http.Request) (*draft, error) {
+	id := chi.URLParam(r, "draft")
+	if !draftID.MatchString(id) {
+		return nil, errNoDraft
+	}
+	m, err := d.API.Redis.HGetAll(r.Context(), draftKey(sessionFrom(r.Context()).User.AccountID, id)).Result()
+	if err != nil {
+		return nil, err
+	}
+	if m["family"] == "" {
+		return nil, errNoDraft
+	}
+	dr := &draft{ID: id, Family: m["family"], Pay: m["pay"], Name: m["name"], Data: m["data"], HasHeader: m["header"] == "true",
+		Mapped: m["mapped"] == "true", Job: m["job"]}
+	_ = json.Unmarshal([]byte(m["map"]), &dr.Mapping)
+	return dr, nil
+}
+
+func (d *Dashboard) draftMissing(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errNoDraft) {
+		d.errorPage(w, r, http.StatusNotFound, "Upload not found",
+			"This upload has expired (uploads are kept for 2 hours) or was never made. Start a new job.")
+		return
+	}
+	d.serverError(w, r, err)
+}
+
+// parseTable reads CSV text (or a pasted list: one row a line), with the
+// delimiter of its first line (comma, semicolon or tab). Rows whose cells
+// are all empty are dropped.
+func parseTable(text string) ([][]string, error) {
+	first, _, _ := strings.Cut(text, "\n")
+	cr := csv.NewReader(strings.NewReader(text))
+	cr.FieldsPerRecord = -1
+	cr.LazyQuotes = true
+	cr.ReuseRecord = false
+	switch {
+	case strings.Count(first, "\t") > strings.Count(first, ",") && strings.Count(first, "\t") >= strings.Count(first, ";"):
+		cr.Comma = '\t'
+	case strings.Count(first, ";") > strings.Count(first, ","):
+		cr.Comma = ';'
+	}
+	var out [][]string
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		blank := true
+		for i := range rec {
+			rec[i] = strings.TrimSpace(rec[i])
+			if rec[i] != "" {
+				blank = false
+			}
+		}
+		if !blank {
+			out = append(out, rec)
+		}
+	}
+}
+
+func normHeader(s string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(s) {
+		if unicode.IsLetter(c) || unicode.IsDigit(c) {
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// guessMapping guesses from the first row whether it is a header and
+// which column is which field: by header name when there is one, else by
+// what the values look like.
+func guessMapping(spec familySpec, table [][]string) (bool, map[string]int) {
+	m := map[string]int{}
+	if len(table) == 0 {
+		return false, m
+	}
+	head := table[0]
+	for _, f := range spec.Fields {
+		for i, h := range head {
+			n := normHeader(h)
+			for _, a := range append([]string{normHeader(f.Name)}, f.Aliases...) {
+				if n == a {
+					if _, taken := m[f.Name]; !taken {
+						m[f.Name] = i
+					}
+				}
+			}
+		}
+	}
+	if len(m) > 0 {
+		return true, m
+	}
+	// No header: guess from the first row's values.
+	row := head
+	switch spec.Name {
+	case "email_verification":
+		m["email"] = 0
+		for i, c := range row {
+			if strings.Contains(c, "@") {
+				m["email"] = i
+				break
+			}
+		}
+	case "company_enrichment":
+		for i, c := range row {
+			lc := strings.ToLower(c)
+			_, hasURL := m["network_url"]
+			_, hasDomain := m["domain"]
+			switch {
+			case !hasURL && (strings.Contains(lc, "/company/") || strings.Contains(lc, "linkedin.")):
+				m["network_url"] = i
+			case !hasDomain && strings.Contains(lc, ".") && !strings.Contains(lc, " "):
+				m["domain"] = i
+			}
+		}
+		if len(m) == 0 {
+			m["domain"] = 0
+		}
+	case "email_lookup":
+		for i, f := range spec.Fields {
+			if i < len(row) {
+				m[f.Name] = i
+			}
+		}
+	}
+	return false, m
+}
+
+// buildBody writes the API's submission body from the mapped columns:
+// {"input": [...]} or {"emails": [...]}. Rows whose mapped cells are all
+// empty are left out.
+func buildBody(spec familySpec, table [][]string, hasHeader bool, m map[string]int) []byte {
+	if hasHeader && len(table) > 0 {
+		table = table[1:]
+	}
+	cell := func(row []string, f string) (string, bool) {
+		i, ok := m[f]
+		if !ok || i < 0 || i >= len(row) {
+			return "", false
+		}
+		return row[i], row[i] != ""
+	}
+	var buf bytes.Buffer
+	if spec.Name == "email_verification" {
+		emails := make([]string, 0, len(table))
+		for _, row := range table {
+			if v, ok := cell(row, "email"); ok {
+				emails = append(emails, v)
+			}
+		}
+		_ = json.NewEncoder(&buf).Encode(map[string]any{"emails": emails})
+		return buf.Bytes()
+	}
+	in := make([]map[string]string, 0, len(table))
+	for _, row := range table {
+		o := map[string]string{}
+		any := false
+		for _, f := range spec.Fields {
+			v, ok := cell(row, f.Name)
+			any = any || ok
+			if _, mapped := m[f.Name]; mapped && (ok || spec.AllRequired) {
+				o[f.Name] = v
+			}
+		}
+		if any {
+			in = append(in, o)
+		}
+	}
+	_ = json.NewEncoder(&buf).Encode(map[string]any{"input": in})
+	return buf.Bytes()
+}
+
+type column struct {
+	Index int
+	Label string
+}
+
+type mapField struct {
+	field
+	Selected int // -1: none
+}
+
+type mappingData struct {
+	Draft     *draft
+	Spec      familySpec
+	Columns   []column
+	Fields    []mapField
+	Preview   [][]string // the first rows as uploaded
+	Rows      int        // data rows (after the header)
+	PayLabel  string
+	HeaderRow []string
+}
+
+const previewRows = 5
+
+func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
+	spec, _ := specOf(dr.Family)
+	table, err := parseTable(dr.Data)
+	if err != nil {
+		return nil, err
+	}
+	md := &mappingData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay)}
+	ncols := 0
+	for _, r := range table {
+		ncols = max(ncols, len(r))
+	}
+	for i := 0; i < ncols; i++ {
+		label := "Column " + strconv.Itoa(i+1)
+		if len(table) > 0 && i < len(table[0]) && table[0][i] != "" {
+			label += ": " + truncate(table[0][i], 40)
+		}
+		md.Columns = append(md.Columns, column{Index: i, Label: label})
+	}
+	for _, f := range spec.Fields {
+		sel := -1
+		if i, ok := dr.Mapping[f.Name]; ok {
+			sel = i
+		}
+		md.Fields = append(md.Fields, mapField{field: f, Selected: sel})
+	}
+	for i := 0; i < len(table) && i < previewRows+1; i++ {
+		row := make([]string, ncols)
+		for k := range row {
+			if k < len(table[i]) {
+				row[k] = truncate(table[i][k], 80)
+			}
+		}
+		md.Preview = append(md.Preview, row)
+	}
+	md.Rows = len(table)
+	if dr.HasHeader && md.Rows > 0 {
+		md.Rows--
+	}
+	return md, nil
+}
+
+func payLabel(p string) string {
+	if p == "quota" {
+		return "Unlimited plan (daily bulk search quota)"
+	}
+	return "Credits"
+}
+
+func truncate(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (d *Dashboard) mapForm(w http.ResponseWriter, r *http.Request) {
+	dr, err := d.loadDraft(r)
+	if err != nil {
+		d.draftMissing(w, r, err)
+		return
+	}
+	if dr.Job != "" {
+		http.Redirect(w, r, Base+"/jobs/"+dr.Job, http.StatusSeeOther)
+		return
+	}
+	md, err := d.mappingData(dr)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "mapping", view{Title: "Map columns", Nav: "new", Data: md})
+}
+
+type confirmData struct {
+	Draft       *draft
+	Spec        familySpec
+	PayLabel    string
+	Quote       *apiserver.Quote
+	Quota       bool
+	Price       string
+	Cost        string
+	Balance     string
+	After       string
+	Short       bool // the balance or quota does not cover it
+	Remaining   int64
+	Limit       int64
+	ResetAt     time.Time
+	RefundNote  bool
+	Fields      []field
+	Preview     [][]string
+	PreviewMore int
+}
+
+// review saves the mapping and shows the exact cost.
+func (d *Dashboard) review(w http.ResponseWriter, r *http.Request) {
+	dr, err := d.loadDraft(r)
+	if err != nil {
+		d.draftMissing(w, r, err)
+		return
+	}
+	if dr.Job != "" {
+		http.Redirect(w, r, Base+"/jobs/"+dr.Job, http.StatusSeeOther)
+		return
+	}
+	spec, _ := specOf(dr.Family)
+	dr.HasHeader = r.PostFormValue("has_header") == "1"
+	dr.Mapping = map[string]int{}
+	for _, f := range spec.Fields {
+		if v := r.PostFormValue("map_" + f.Name); v != "" {
+			if i, err := strconv.Atoi(v); err == nil && i >= 0 && i < 1000 {
+				dr.Mapping[f.Name] = i
+			}
+		}
+	}
+	dr.Mapped = true
+	if err := d.saveDraft(r, dr); err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if msg := mappingProblem(spec, dr.Mapping); msg != "" {
+		d.mappingError(w, r, dr, http.StatusUnprocessableEntity, msg)
+		return
+	}
+	cd, e, err := d.confirmData(r, dr)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if e != nil {
+		d.mappingError(w, r, dr, e.Status, apiMessage(e))
+		return
+	}
+	d.render(w, r, http.StatusOK, "confirm", view{Title: "Confirm job", Nav: "new", Data: cd})
+}
+
+func mappingProblem(spec familySpec, m map[string]int) string {
+	if spec.AllRequired {
+		for _, f := range spec.Fields {
+			if _, ok := m[f.Name]; !ok {
+				return "Choose a column for " + f.Label + "."
+			}
+		}
+		return ""
+	}
+	if len(m) == 0 {
+		return "Choose at least one column."
+	}
+	return ""
+}
+
+func (d *Dashboard) mappingError(w http.ResponseWriter, r *http.Request, dr *draft, status int, msg string) {
+	md, err := d.mappingData(dr)
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	d.render(w, r, status, "mapping", view{Title: "Map columns", Nav: "new", Data: md, Error: msg})
+}
+
+// apiMessage is an API error as the dashboard shows it: the detail, and
+// the first validation items.
+func apiMessage(e *apierr.Error) string {
+	msg := e.Detail
+	for i, it := range e.Errors {
+		if i == 3 {
+			msg += fmt.Sprintf(" (and %d more)", len(e.Errors)-3)
+			break
+		}
+		msg += " " + it.Loc + ": " + it.Msg + "."
+	}
+	return msg
+}
+
+// submission is a draft as the principal and body the API takes.
+func (d *Dashboard) submission(r *http.Request, dr *draft) (*accounts.Principal, string, []byte, *accounts.Account, error) {
+	spec, ok := specOf(dr.Family)
+	if !ok {
+		return nil, "", nil, nil, errNoDraft
+	}
+	mount, ok := d.mountFor(dr.Family, dr.Pay)
+	if !ok {
+		return nil, "", nil, nil, errNoDraft
+	}
+	table, err := parseTable(dr.Data)
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	a, err := d.account(r)
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	t := accounts.PayAsYouGo
+	if dr.Pay == "quota" {
+		t = accounts.Unlimited
+	}
+	return d.principal(a, t), mount.Path, buildBody(spec, table, dr.HasHeader, dr.Mapping), a, nil
+}
+
+func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apierr.Error, error) {
+	p, path, body, a, err := d.submission(r, dr)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, e := d.API.QuoteAs(p, path, bytes.NewReader(body))
+	if e != nil {
+		return nil, e, nil
+	}
+	spec, _ := specOf(dr.Family)
+	cd := &confirmData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay), Quote: q, Fields: spec.Fields}
+	if q.Metering.Quota != nil {
+		u, err := d.API.Usage(r.Context(), a)
+		if err != nil {
+			return nil, nil, err
+		}
+		cd.Quota, cd.Remaining, cd.Limit, cd.ResetAt = true, u.BulkSearchesRemaining, u.BulkSearchesLimit, u.BulkSearchesResetAt
+		cd.Short = q.Distinct > u.BulkSearchesRemaining
+	} else {
+		cd.Price, cd.Cost, cd.Balance = q.Metering.Price.String(), q.Credits.String(), a.Balance.String()
+		cd.After = (a.Balance - q.Credits).String()
+		cd.Short = q.Credits > a.Balance
+		cd.RefundNote = q.Metering.RefundOutcome != ""
+	}
+	// The first rows as they will be sent.
+	var parsed map[string]json.RawMessage
+	_ = json.Unmarshal(body, &parsed)
+	var rows []json.RawMessage
+	for _, v := range parsed {
+		_ = json.Unmarshal(v, &rows)
+	}
+	for i, raw := range rows {
+		if i == previewRows {
+			cd.PreviewMore = len(rows) - previewRows
+			break
+		}
+		var rec []string
+		var s string
+		var o map[string]string
+		if json.Unmarshal(raw, &s) == nil {
+			rec = []string{s}
+		} else if json.Unmarshal(raw, &o) == nil {
+			for _, f := range spec.Fields {
+				rec = append(rec, o[f.Name])
+			}
+		}
+		cd.Preview = append(cd.Preview, rec)
+	}
+	return cd, nil, nil
+}
+
+// confirm submits the draft through the API's path. A draft makes one job
+// at most: the first confirm claims it (HSETNX), so a double click or a
+// resent form does not charge twice.
+func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
+	dr, err := d.loadDraft(r)
+	if err != nil {
+		d.draftMissing(w, r, err)
+		return
+	}
+	if dr.Job != "" {
+		http.Redirect(w, r, Base+"/jobs/"+dr.Job, http.StatusSeeOther)
+		return
+	}
+	if !dr.Mapped {
+		http.Redirect(w, r, Base+"/jobs/new/"+dr.ID, http.StatusSeeOther)
+		return
+	}
+	k := draftKey(sessionFrom(r.Context()).User.AccountID, dr.ID)
+	claimed, err := d.API.Redis.HSetNX(r.Context(), k, "submitting", d.Now().UnixMilli()).Result()
+	if err != nil {
+		d.serverError(w, r, err)
+		return
+	}
+	if !claimed {
+		d.errorPage(w, r, http.StatusConflict, "Already submitted",
+			"This upload is being submitted in another request. Its job will appear on the Jobs page.")
+		return
+	}
+	release := func() { _ = d.API.Redis.HDel(r.Context(), k, "submitting").Err() }
+	p, path, body, _, err := d.submission(r, dr)
+	if err != nil {
+		release()
+		d.serverError(w, r, err)
+		return
+	}
+	j, e := d.API.SubmitAs(r.Context(), p, path, bytes.NewReader(body))
+	if e != nil {
+		release()
+		cd, e2, err := d.confirmData(r, dr)
+		switch {
+		case err != nil:
+			d.serverError(w, r, err)
+		case e2 != nil:
+			d.mappingError(w, r, dr, e.Status, apiMessage(e))
+		default:
+			if e.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+			}
+			d.render(w, r, e.Status, "confirm", view{Title: "Confirm job", Nav: "new", Data: cd, Error: apiMessage(e)})
+		}
+		return
+	}
+	if err := d.API.Redis.HSet(r.Context(), k, "job", j.ID).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		d.Logger.Warn("dashboard: recording the draft's job", "job", j.ID, "err", err)
+	}
+	d.Logger.Info("dashboard job submitted", "user", sessionFrom(r.Context()).User.ID, "job", j.ID, "family", j.Family,
+		"charge", j.Charge.String(), "quota_units", j.QuotaUnits)
+	http.Redirect(w, r, Base+"/jobs/"+j.ID+"?submitted=1", http.StatusSeeOther)
+}

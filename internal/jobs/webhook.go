@@ -1,0 +1,147 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A job submitted with a webhook_url is announced when it becomes retrying
+// (once) and when it completes (internal/webhook). What makes that survive
+// a crash:
+//   - the job's own state, written in the same atomic step as each
+//     transition: status completed (settle), and for retrying the mark
+//     wh_retrying_at that the record script sets with the status;
+//   - webhookJobsKey, the jobs that may still owe an event: a job joins it
+//     when it is stored (create, before its submission is committed) and
+//     leaves it only once its completion event is enqueued.
+//
+// The webhook sweeper reads the jobs of that set, enqueues the events they
+// owe (idempotently: an event's id is stable per job and transition) and
+// only then notes it (wh_retrying_sent) or drops the job from the set.
+const webhookJobsKey = prefix + "jobs:webhooks" // zset: job id -> submitted (ms)
+
+// watchWebhook puts a job with a webhook in the set of jobs that may owe
+// an event.
+func (s *Store) watchWebhook(ctx context.Context, j *Job) error {
+	if j.WebhookURL == "" {
+		return nil
+	}
+	if err := s.rdb.ZAdd(ctx, webhookJobsKey, redis.Z{Score: float64(j.CreatedAt.UnixMilli()), Member: j.ID}).Err(); err != nil {
+		return fmt.Errorf("webhook jobs set: %w", err)
+	}
+	return nil
+}
+
+// webhookFromMap reads the webhook fields of a job's metadata.
+func webhookFromMap(j *Job, m map[string]string) {
+	j.WebhookURL = m["webhook_url"]
+	if v, _ := strconv.ParseInt(m["wh_retrying_at"], 10, 64); v > 0 {
+		j.WebhookRetryingAt = time.UnixMilli(v).UTC()
+	}
+	j.WebhookRetryingSent = m["wh_retrying_sent"] != ""
+}
+
+// WebhookJobs lists up to n jobs that may owe a webhook event, from
+// position start (by submission time).
+func (s *Store) WebhookJobs(ctx context.Context, start, n int) ([]string, error) {
+	ids, err := s.rdb.ZRange(ctx, webhookJobsKey, int64(start), int64(start+n-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list jobs with webhooks: %w", err)
+	}
+	return ids, nil
+}
+
+// GetMany reads the metadata of jobs in one round trip: nil for a job
+// that is gone.
+func (s *Store) GetMany(ctx context.Context, ids []string) ([]*Job, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, metaKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read jobs: %w", err)
+	}
+	out := make([]*Job, len(ids))
+	for i, c := range cmds {
+		if m := c.Val(); len(m) > 0 && m["id"] != "" {
+			out[i] = jobFromMap(m)
+		}
+	}
+	return out, nil
+}
+
+// WebhookState is what the webhook sweeper reads of a job on every pass
+// (a few fields, not the whole hash): whether it owes an event now.
+type WebhookState struct {
+	Exists     bool
+	URL        string
+	Completed  bool // status completed (settled)
+	RetryingAt time.Time
+	Sent       bool // the retrying event is enqueued
+}
+
+// Owes reports whether the job owes an event now (its retrying event not
+// yet enqueued, or completion).
+func (w WebhookState) Owes() bool {
+	return w.Completed || (!w.RetryingAt.IsZero() && !w.Sent)
+}
+
+// WebhookStates reads the webhook state of jobs in one round trip.
+func (s *Store) WebhookStates(ctx context.Context, ids []string) ([]WebhookState, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HMGet(ctx, metaKey(id), "id", "status", "webhook_url", "wh_retrying_at", "wh_retrying_sent")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read webhook state of jobs: %w", err)
+	}
+	out := make([]WebhookState, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		str := func(k int) string {
+			if k < len(v) {
+				x, _ := v[k].(string)
+				return x
+			}
+			return ""
+		}
+		m := map[string]string{"webhook_url": str(2), "wh_retrying_at": str(3), "wh_retrying_sent": str(4)}
+		var j Job
+		webhookFromMap(&j, m)
+		out[i] = WebhookState{Exists: str(0) != "", URL: j.WebhookURL, Completed: str(1) == StatusCompleted,
+			RetryingAt: j.WebhookRetryingAt, Sent: j.WebhookRetryingSent}
+	}
+	return out, nil
+}
+
+// markSentScript notes that a job's retrying event is enqueued, unless the
+// job is gone (the hash would come back without an expiry). KEYS = meta.
+var markSentScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'wh_retrying_sent', '1')
+return 1
+`)
+
+// MarkWebhookRetryingSent notes that a job's retrying event is enqueued.
+func (s *Store) MarkWebhookRetryingSent(ctx context.Context, id string) error {
+	if err := markSentScript.Run(ctx, s.rdb, []string{metaKey(id)}).Err(); err != nil {
+		return fmt.Errorf("mark webhook event of %s: %w", id, err)
+	}
+	return nil
+}
+
+// UnwatchWebhook drops a job from the set of jobs that may owe an event
+// (its completion event is enqueued, or it is gone).
+func (s *Store) UnwatchWebhook(ctx context.Context, id string) error {
+	if err := s.rdb.ZRem(ctx, webhookJobsKey, id).Err(); err != nil {
+		return fmt.Errorf("drop %s from the jobs with webhooks: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package serve
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/apiserver"
+	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/outbound"
+	"github.com/bulkd/bulkd/internal/webhook"
+)
+
+// WebhookPolicy is the policy webhook targets must pass, at submission and
+// at delivery: names resolved with --dns-server like every outbound lookup.
+func WebhookPolicy(cfg config.Config) *webhook.Policy {
+	allow, _ := cfg.WebhookAllowPrefixes() // validated with the config
+	return &webhook.Policy{AllowLoopback: cfg.WebhookAllowLoopback, Allow: allow,
+		Resolver: outbound.Config{DNSServer: cfg.DNSServer}.WithDefaults().Resolver()}
+}
+
+// NewWebhooks builds the webhook sweeper and deliverer of a process that
+// serves no API (the controller), with its metrics on reg.
+func NewWebhooks(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*webhook.Service, error) {
+	fams, err := buildFamilies(cfg, rdb, log)
+	if err != nil {
+		return nil, err
+	}
+	return newWebhooks(cfg, rdb, log, fams, WebhookPolicy(cfg), reg), nil
+}
+
+// newWebhooks builds the webhook service: events of the families as their
+// bulk endpoints are mounted (the links), delivery as configured.
+func newWebhooks(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, fams *families, pol *webhook.Policy, reg prometheus.Registerer) *webhook.Service {
+	ev := &webhook.Events{PublicURL: cfg.PublicURL}
+	for _, b := range fams.bulk {
+		ev.Mounts = append(ev.Mounts, webhook.Mount{Family: b.Family, Path: "/v1" + b.Path, Unlimited: b.Keys == apiserver.UnlimitedPlan})
+	}
+	return webhook.New(rdb, webhook.Config{Policy: pol, Events: ev, Registry: reg, Log: log,
+		Options: webhook.Options{Timeout: cfg.WebhookTimeout, MaxAge: cfg.WebhookMaxAge, Backoff: cfg.WebhookBackoff,
+			MaxBackoff: cfg.WebhookBackoffMax, Owner: cfg.InstanceID}})
+}

@@ -1,0 +1,215 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeDNS is a test resolver: names to addresses, changeable while a test
+// runs (DNS rebinding).
+type fakeDNS struct {
+	mu    sync.Mutex
+	names map[string][]string
+	calls int
+}
+
+func (f *fakeDNS) set(name string, addrs ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.names == nil {
+		f.names = map[string][]string{}
+	}
+	f.names[name] = addrs
+}
+
+func (f *fakeDNS) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	as, ok := f.names[strings.TrimSuffix(strings.ToLower(host), ".")]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	var out []net.IPAddr
+	for _, a := range as {
+		out = append(out, net.IPAddr{IP: net.ParseIP(a)})
+	}
+	return out, nil
+}
+
+func testDNS() *fakeDNS {
+	d := &fakeDNS{}
+	d.set("hooks.example.com", "93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946")
+	d.set("private.example.com", "10.1.2.3")
+	d.set("private172.example.com", "172.20.0.1")
+	d.set("private192.example.com", "192.168.1.10")
+	d.set("loop.example.com", "127.0.0.1")
+	d.set("loop6.example.com", "::1")
+	d.set("linklocal.example.com", "169.254.169.254")
+	d.set("linklocal6.example.com", "fe80::1")
+	d.set("cgnat.example.com", "100.64.0.9")
+	d.set("ula.example.com", "fd12:3456::1")
+	d.set("multicast.example.com", "224.0.0.251")
+	d.set("multicast6.example.com", "ff02::1")
+	d.set("unspecified.example.com", "0.0.0.0")
+	d.set("mapped.example.com", "::ffff:10.0.0.1")
+	d.set("mixed.example.com", "93.184.216.34", "10.0.0.1")
+	d.set("localhost", "127.0.0.1", "::1")
+	return d
+}
+
+func TestCheckURL(t *testing.T) {
+	p := &Policy{Resolver: testDNS()}
+	loop := &Policy{Resolver: testDNS(), AllowLoopback: true}
+	// An operator's own receivers in 10.1.0.0/16 (private.example.com is 10.1.2.3).
+	opened := &Policy{Resolver: testDNS(), Allow: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
+	ctx := context.Background()
+	for _, c := range []struct {
+		p    *Policy
+		url  string
+		typ  string // "" allowed
+		want string // in the message
+	}{
+		{p, "https://hooks.example.com/bulkd?x=1", "", ""},
+		{p, "https://hooks.example.com:8443/h", "", ""},
+		{p, "HTTPS://HOOKS.example.com/h", "", ""},
+		{p, "http://hooks.example.com/h", "url_scheme", "https"},
+		{p, "ftp://hooks.example.com/h", "url_scheme", ""},
+		{p, "hooks.example.com/h", "url_parsing", ""},
+		{p, "", "url_parsing", ""},
+		{p, "https:///nohost", "url_parsing", ""},
+		{p, "https://user:pw@hooks.example.com/h", "value_error", "credentials"},
+		{p, "https://hooks.example.com/" + strings.Repeat("a", 2049), "string_too_long", "2048"},
+		{p, "https://93.184.216.34/h", "value_error", "not an IP address"},
+		{p, "https://[2606:2800:220:1::1]/h", "value_error", "not an IP address"},
+		{p, "https://10.0.0.1/h", "value_error", "not an IP address"},
+		{p, "https://private.example.com/h", "value_error", "private"},
+		{p, "https://private172.example.com/h", "value_error", "private"},
+		{p, "https://private192.example.com/h", "value_error", "private"},
+		{p, "https://loop.example.com/h", "value_error", "loopback"},
+		{p, "https://loop6.example.com/h", "value_error", "loopback"},
+		{p, "https://localhost/h", "value_error", "loopback"},
+		{p, "https://linklocal.example.com/h", "value_error", "link-local"},
+		{p, "https://linklocal6.example.com/h", "value_error", "link-local"},
+		{p, "https://cgnat.example.com/h", "value_error", "CGNAT"},
+		{p, "https://ula.example.com/h", "value_error", "unique-local"},
+		{p, "https://multicast.example.com/h", "value_error", "multicast"},
+		{p, "https://multicast6.example.com/h", "value_error", "multicast"},
+		{p, "https://unspecified.example.com/h", "value_error", "unspecified"},
+		{p, "https://mapped.example.com/h", "value_error", "private"},
+		{p, "https://mixed.example.com/h", "value_error", "private"},
+		{p, "https://nxdomain.example.com/h", "value_error", "could not be resolved"},
+		{p, "http://127.0.0.1:8080/h", "url_scheme", ""},
+		// Loopback only with the test option, by literal or localhost.
+		{loop, "http://127.0.0.1:8080/h", "", ""},
+		{loop, "http://[::1]:8080/h", "", ""},
+		{loop, "http://localhost:8080/h", "", ""},
+		{loop, "https://loop.example.com/h", "", ""},
+		{loop, "http://hooks.example.com/h", "url_scheme", ""}, // http stays loopback-only
+		{loop, "https://private.example.com/h", "value_error", "private"},
+		{loop, "https://10.0.0.1/h", "value_error", "not an IP address"},
+		// Ranges opened on purpose: by name or literal, http too; nothing else.
+		{opened, "https://private.example.com/h", "", ""},
+		{opened, "http://10.1.9.9:8080/h", "", ""},
+		{opened, "https://10.1.9.9/h", "", ""},
+		{opened, "http://10.2.0.1/h", "url_scheme", ""},
+		{opened, "https://10.2.0.1/h", "value_error", "not an IP address"},
+		{opened, "https://private172.example.com/h", "value_error", "private"},
+		{opened, "http://hooks.example.com/h", "url_scheme", ""},
+		{opened, "https://loop.example.com/h", "value_error", "loopback"},
+	} {
+		prob := c.p.CheckURL(ctx, c.url)
+		switch {
+		case c.typ == "" && prob != nil:
+			t.Errorf("%.80s (loopback %v): refused: %v", c.url, c.p.AllowLoopback, prob)
+		case c.typ != "" && prob == nil:
+			t.Errorf("%.80s (loopback %v): allowed", c.url, c.p.AllowLoopback)
+		case c.typ != "" && (prob.Type != c.typ || !strings.Contains(prob.Msg, c.want)):
+			t.Errorf("%.80s: %s %q, want %s containing %q", c.url, prob.Type, prob.Msg, c.typ, c.want)
+		}
+	}
+}
+
+// The dialer resolves the name itself and dials only an allowed address:
+// a name that now points at loopback (rebinding after the submission's
+// check) is refused without a connection.
+func TestDialRefusesDisallowedAddresses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	dns := testDNS()
+	p := &Policy{Resolver: dns}
+	dial := p.DialContext(time.Second)
+	for _, host := range []string{"loop.example.com", "private.example.com", "127.0.0.1", "localhost", "mixed.example.com"} {
+		if _, err := dial(context.Background(), "tcp", net.JoinHostPort(host, port)); err == nil || !strings.Contains(err.Error(), ErrRefused.Error()) {
+			t.Errorf("dial %s: %v, want refused", host, err)
+		}
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a refused target was connected to")
+	case <-time.After(100 * time.Millisecond):
+	}
+	// With the test option the same loopback listener is reachable.
+	lp := &Policy{Resolver: dns, AllowLoopback: true}
+	c, err := lp.DialContext(time.Second)(context.Background(), "tcp", net.JoinHostPort("loop.example.com", port))
+	if err != nil {
+		t.Fatalf("loopback with the option: %v", err)
+	}
+	c.Close()
+}
+
+func TestClass(t *testing.T) {
+	for addr, want := range map[string]string{
+		"8.8.8.8": "", "2001:4860:4860::8888": "", "10.0.0.1": "private", "100.127.255.255": "CGNAT",
+		"100.128.0.1": "", "198.18.0.1": "reserved", "255.255.255.255": "reserved", "64:ff9b::a00:1": "reserved",
+		"2002:a00:1::": "reserved", "fe80::1": "link-local", "::": "unspecified",
+	} {
+		a := netip.MustParseAddr(addr)
+		if got := Class(a); got != want {
+			t.Errorf("Class(%s) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+func TestSignAndVerify(t *testing.T) {
+	body := []byte(`{"event_id":"evt_1"}`)
+	at := time.Unix(1_700_000_000, 0)
+	h := Sign([]string{"new", "old"}, at, body)
+	if !strings.HasPrefix(h, "t=1700000000,v1=") || strings.Count(h, "v1=") != 2 {
+		t.Fatalf("header %q", h)
+	}
+	for _, sec := range []string{"new", "old"} {
+		if err := Verify(h, sec, body, 5*time.Minute, at.Add(time.Minute)); err != nil {
+			t.Errorf("secret %s: %v", sec, err)
+		}
+	}
+	if err := Verify(h, "other", body, 0, at); err == nil {
+		t.Error("a wrong secret verified")
+	}
+	if err := Verify(h, "new", append(body, ' '), 0, at); err == nil {
+		t.Error("a changed body verified")
+	}
+	if err := Verify(h, "new", body, 5*time.Minute, at.Add(time.Hour)); err == nil {
+		t.Error("an old timestamp verified")
+	}
+	if got := fmt.Sprint(EventID("j1", TypeCompleted) == EventID("j1", TypeCompleted), EventID("j1", TypeCompleted) != EventID("j2", TypeCompleted)); got != "true true" {
+		t.Errorf("event ids not stable/unique: %s", got)
+	}
+}
