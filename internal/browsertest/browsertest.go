@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -79,6 +80,11 @@ func Start(tb testing.TB) *Browser {
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		tb.Fatalf("start chromium %s: %v", bin, err)
 	}
+	// A headless tab never has the window's focus, so :focus-visible (the
+	// focus ring a keyboard user sees) would never match: emulate it.
+	if _, err := chromedp.Call(ctx, emulation.SetFocusEmulationEnabled, emulation.SetFocusEmulationEnabledParams{Enabled: true}); err != nil {
+		tb.Fatalf("emulate focus: %v", err)
+	}
 	if err := chromedp.Listen(ctx, b.weights.listen); err != nil {
 		tb.Fatalf("listen to chromium's network events: %v", err)
 	}
@@ -130,7 +136,7 @@ func (b *Browser) Screenshot(name string) string {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		b.t.Logf("screenshot %s: %v", name, err)
 		return ""

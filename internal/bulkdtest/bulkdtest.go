@@ -255,7 +255,7 @@ func (e *Env) WaitFor(statusPath, key string, d time.Duration) map[string]any {
 		r := e.Get(statusPath, key)
 		var m map[string]any
 		r.Decode(e.T, &m)
-		if m["status"] == "completed" {
+		if m["status"] == "completed" || m["status"] == "complete" { // verification says complete
 			return m
 		}
 		if time.Now().After(deadline) {
