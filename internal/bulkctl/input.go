@@ -418,19 +418,24 @@ func prepareVerify(t *table, columns []string) (*Prepared, error) {
 			p.Skipped++
 			continue
 		}
-		k := verifyKey(v)
-		if _, dup := seen[k]; dup {
-			p.Duplicates++
-			continue
-		}
-		seen[k] = struct{}{}
-		b, _ := json.Marshal(v)
-		p.Items = append(p.Items, b)
+		p.addUnique(seen, verifyKey(v), v)
 	}
 	if p.Skipped > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: blank, or shorter than 3 or longer than 320 characters", p.Skipped))
 	}
 	return p, nil
+}
+
+// addUnique adds v as the next item unless an item of the same key was
+// added before (then it counts a duplicate).
+func (p *Prepared) addUnique(seen map[string]struct{}, k string, v any) {
+	if _, dup := seen[k]; dup {
+		p.Duplicates++
+		return
+	}
+	seen[k] = struct{}{}
+	b, _ := json.Marshal(v)
+	p.Items = append(p.Items, b)
 }
 
 func prepareLookup(t *table, columns []string) (*Prepared, error) {
@@ -469,13 +474,7 @@ func prepareLookup(t *table, columns []string) (*Prepared, error) {
 		// trimmed and lower-cased.
 		k := strings.ToLower(strings.TrimSpace(r.FirstName)) + "\x00" + strings.ToLower(strings.TrimSpace(r.LastName)) +
 			"\x00" + strings.ToLower(strings.TrimSpace(r.Domain))
-		if _, dup := seen[k]; dup {
-			p.Duplicates++
-			continue
-		}
-		seen[k] = struct{}{}
-		b, _ := json.Marshal(r)
-		p.Items = append(p.Items, b)
+		p.addUnique(seen, k, r)
 	}
 	if p.Skipped > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: a blank field, or one over 255 characters", p.Skipped))

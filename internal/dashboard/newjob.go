@@ -499,14 +499,24 @@ func truncate(s string, n int) string {
 	return s
 }
 
-func (d *Dashboard) mapForm(w http.ResponseWriter, r *http.Request) {
+// openDraft loads the upload a step works on; false when it has answered
+// instead: the upload is gone, or already submitted (its job page).
+func (d *Dashboard) openDraft(w http.ResponseWriter, r *http.Request) (*draft, bool) {
 	dr, err := d.loadDraft(r)
 	if err != nil {
 		d.draftMissing(w, r, err)
-		return
+		return nil, false
 	}
 	if dr.Job != "" {
 		http.Redirect(w, r, Base+"/jobs/"+dr.Job, http.StatusSeeOther)
+		return nil, false
+	}
+	return dr, true
+}
+
+func (d *Dashboard) mapForm(w http.ResponseWriter, r *http.Request) {
+	dr, ok := d.openDraft(w, r)
+	if !ok {
 		return
 	}
 	md, err := d.mappingData(dr)
@@ -539,13 +549,8 @@ type confirmData struct {
 
 // review saves the mapping and shows the exact cost.
 func (d *Dashboard) review(w http.ResponseWriter, r *http.Request) {
-	dr, err := d.loadDraft(r)
-	if err != nil {
-		d.draftMissing(w, r, err)
-		return
-	}
-	if dr.Job != "" {
-		http.Redirect(w, r, Base+"/jobs/"+dr.Job, http.StatusSeeOther)
+	dr, ok := d.openDraft(w, r)
+	if !ok {
 		return
 	}
 	spec, _ := specOf(dr.Family)
@@ -697,13 +702,8 @@ func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apie
 // at most: the first confirm claims it (HSETNX), so a double click or a
 // resent form does not charge twice.
 func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
-	dr, err := d.loadDraft(r)
-	if err != nil {
-		d.draftMissing(w, r, err)
-		return
-	}
-	if dr.Job != "" {
-		http.Redirect(w, r, Base+"/jobs/"+dr.Job, http.StatusSeeOther)
+	dr, ok := d.openDraft(w, r)
+	if !ok {
 		return
 	}
 	if !dr.Mapped {

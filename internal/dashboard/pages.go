@@ -225,27 +225,32 @@ func (d *Dashboard) accountKey(r *http.Request) (*accounts.Key, error) {
 	return nil, accounts.ErrNotFound
 }
 
-func (d *Dashboard) revokeForm(w http.ResponseWriter, r *http.Request) {
+// keyOf is the account's key the path names; false when it has answered
+// instead (404, or 500).
+func (d *Dashboard) keyOf(w http.ResponseWriter, r *http.Request) (*accounts.Key, bool) {
 	k, err := d.accountKey(r)
 	if errors.Is(err, accounts.ErrNotFound) {
 		d.errorPage(w, r, http.StatusNotFound, "Key not found", "This account has no such key.")
-		return
+		return nil, false
 	}
 	if err != nil {
 		d.serverError(w, r, err)
+		return nil, false
+	}
+	return k, true
+}
+
+func (d *Dashboard) revokeForm(w http.ResponseWriter, r *http.Request) {
+	k, ok := d.keyOf(w, r)
+	if !ok {
 		return
 	}
 	d.render(w, r, http.StatusOK, "revoke", view{Title: "Revoke key", Nav: "keys", Data: k})
 }
 
 func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request) {
-	k, err := d.accountKey(r)
-	if errors.Is(err, accounts.ErrNotFound) {
-		d.errorPage(w, r, http.StatusNotFound, "Key not found", "This account has no such key.")
-		return
-	}
-	if err != nil {
-		d.serverError(w, r, err)
+	k, ok := d.keyOf(w, r)
+	if !ok {
 		return
 	}
 	if err := d.API.Accounts.RevokeKey(r.Context(), k.ID); err != nil {
