@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,7 +52,7 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 		if r.ContentLength > 0 {
 			hint = int(min(r.ContentLength/24, int64(m.Family.MaxRows())))
 		}
-		b, met, e := s.decodeBulk(p, m, http.MaxBytesReader(w, r.Body, s.MaxBodyBytes), hint)
+		b, met, e := s.decodeBulk(r.Context(), p, m, http.MaxBytesReader(w, r.Body, s.MaxBodyBytes), hint)
 		if e != nil {
 			apierr.Write(w, e)
 			return
@@ -80,13 +81,13 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 // decodeBulk decodes a submission body with m's family and says how p
 // pays for it: the submission's first two steps, shared by the API's
 // handler and the dashboard (SubmitAs, dashboard.go). Nothing is charged.
-func (s *Server) decodeBulk(p *accounts.Principal, m Bulk, body io.Reader, hint int) (*jobs.Builder, jobs.Metering, *apierr.Error) {
+func (s *Server) decodeBulk(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader, hint int) (*jobs.Builder, jobs.Metering, *apierr.Error) {
 	b := jobs.NewBuilder(m.Family.Name(), hint)
 	wb := &webhookBody{Reader: body, b: b} // the optional webhook_url (webhook.go)
 	if e := m.Family.Decode(wb, b); e != nil {
 		return nil, jobs.Metering{}, e
 	}
-	if e := wb.check(s.Webhooks); e != nil {
+	if e := wb.check(ctx, s.Webhooks); e != nil {
 		return nil, jobs.Metering{}, e
 	}
 	met := jobs.Metering{Price: m.Family.Price()}
@@ -187,17 +188,25 @@ func jobIDParam(w http.ResponseWriter, r *http.Request, f family.Family) (string
 // otherwise (a submission has reversed its charge by then). It reports
 // whether it answered.
 func (s *Server) chargeFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+	e := s.chargeError(r.Context(), err)
+	if e != nil {
+		apierr.Write(w, e)
+	}
+	return e != nil
+}
+
+// chargeError counts a charge by outcome and returns chargeFailed's
+// answer to a failed one; nil when err is nil.
+func (s *Server) chargeError(ctx context.Context, err error) *apierr.Error {
 	if err == nil {
 		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
-		return false
+		return nil
 	}
 	if e := s.chargeRefused(err); e != nil {
-		apierr.Write(w, e)
-		return true
+		return e
 	}
 	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
-	s.internalError(w, r, err)
-	return true
+	return s.internalAPIError(ctx, err)
 }
 
 // chargeRefused is the answer to a charge the account cannot pay (403

@@ -79,10 +79,7 @@ func (s *Server) writeResultsCSV(w http.ResponseWriter, r *http.Request, f famil
 			return
 		}
 		for _, row := range rows {
-			for i, c := range cols {
-				rec[i] = csvCell(row[c])
-			}
-			if err := cw.Write(rec); err != nil {
+			if err := cw.Write(csvRecord(rec, cols, row)); err != nil {
 				return
 			}
 		}
@@ -104,6 +101,14 @@ func decodeRows(buf *bytes.Buffer, res *jobs.Results) ([]map[string]json.RawMess
 	dec.UseNumber()
 	err := dec.Decode(&rows)
 	return rows, err
+}
+
+// csvRecord fills rec (len(cols)) with a rendered row's cells of cols.
+func csvRecord(rec, cols []string, row map[string]json.RawMessage) []string {
+	for i, c := range cols {
+		rec[i] = csvCell(row[c])
+	}
+	return rec
 }
 
 // csvCell writes one JSON value as a CSV field: null as empty, a string as

@@ -20,17 +20,6 @@ import (
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
-// MountAt returns the bulk mount at path (as in Bulk.Path, e.g.
-// "/bulk-lookup").
-func (s *Server) MountAt(path string) (Bulk, bool) {
-	for _, b := range s.Bulk {
-		if b.Path == path {
-			return b, true
-		}
-	}
-	return Bulk{}, false
-}
-
 // Quote is what a submission would cost, without charging anything.
 type Quote struct {
 	Rows     int64 // rows submitted, duplicates and invalid rows included
@@ -41,12 +30,12 @@ type Quote struct {
 	Credits credits.Amount
 }
 
-// QuoteAs decodes body as a submission of p to the bulk mount at
-// mountPath and says what it would cost; the errors are the API's (the
+// QuoteAs decodes body as a submission of p to the bulk mount m (one of
+// s.Bulk) and says what it would cost; the errors are the API's (the
 // family's 4xx, 403 wrong_key_plan, 402 subscription_inactive). Nothing is
 // charged or stored.
-func (s *Server) QuoteAs(p *accounts.Principal, mountPath string, body io.Reader) (*Quote, *apierr.Error) {
-	_, b, met, e := s.prepareAs(p, mountPath, body)
+func (s *Server) QuoteAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*Quote, *apierr.Error) {
+	b, met, e := s.prepareAs(ctx, p, m, body)
 	if e != nil {
 		return nil, e
 	}
@@ -61,55 +50,32 @@ func (s *Server) QuoteAs(p *accounts.Principal, mountPath string, body io.Reader
 	return q, nil
 }
 
-func (s *Server) prepareAs(p *accounts.Principal, mountPath string, body io.Reader) (Bulk, *jobs.Builder, jobs.Metering, *apierr.Error) {
-	m, ok := s.MountAt(mountPath)
-	if !ok {
-		return Bulk{}, nil, jobs.Metering{}, apierr.ErrNotFound
-	}
+// prepareAs is the key family and plan checks and decodeBulk of a
+// submission of p to m, within the API's body limit.
+func (s *Server) prepareAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Builder, jobs.Metering, *apierr.Error) {
 	if e := s.keyFamilyError(m.Keys, p); e != nil {
-		return Bulk{}, nil, jobs.Metering{}, e
+		return nil, jobs.Metering{}, e
 	}
 	// The API's body limit, failing the same way (a *http.MaxBytesError
 	// the family's decode answers as the API does).
-	body = http.MaxBytesReader(nil, io.NopCloser(body), s.MaxBodyBytes)
-	b, met, e := s.decodeBulk(p, m, body, 0)
-	if e != nil {
-		return Bulk{}, nil, jobs.Metering{}, e
-	}
-	return m, b, met, nil
+	return s.decodeBulk(ctx, p, m, http.MaxBytesReader(nil, io.NopCloser(body), s.MaxBodyBytes), 0)
 }
 
-// SubmitAs is POST /v1{mountPath} made by p without HTTP: the same key
+// SubmitAs is POST /v1{m.Path} made by p without HTTP: the same key
 // family and plan checks, decode, metering, charge or quota check and
 // engine submission, with the API's errors. It takes no Idempotency-Key
 // (the dashboard guards against a double submission itself).
-func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, mountPath string, body io.Reader) (*jobs.Job, *apierr.Error) {
-	_, b, met, e := s.prepareAs(p, mountPath, body)
+func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Job, *apierr.Error) {
+	b, met, e := s.prepareAs(ctx, p, m, body)
 	if e != nil {
 		return nil, e
 	}
 	j, err := s.Jobs.Submit(ctx, p, b, met)
-	if err == nil {
-		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
-		s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
-		return j, nil
-	}
-	if e := s.chargeRefused(err); e != nil {
+	if e := s.chargeError(ctx, err); e != nil {
 		return nil, e
 	}
-	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
-	return nil, s.internalAPIError(ctx, err)
-}
-
-// internalAPIError logs err and returns the error internalError would
-// answer.
-func (s *Server) internalAPIError(ctx context.Context, err error) *apierr.Error {
-	if s.redisUnavailable(ctx, err) {
-		s.Logger.Warn("redis unavailable", "request_id", RequestIDFrom(ctx), "err", err)
-		return errTemporarilyUnavailable()
-	}
-	s.Logger.Error("internal error", "request_id", RequestIDFrom(ctx), "err", err)
-	return apierr.ErrInternal
+	s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
+	return j, nil
 }
 
 // FamilyOf returns the family of a job.
@@ -122,11 +88,11 @@ func (s *Server) FamilyOf(j *jobs.Job) (family.Family, bool) {
 	return nil, false
 }
 
-// ResultCells reads rows [offset, offset+limit) of job j (already checked
-// to be the caller's) as the cells of its CSV download: the columns and
-// one record per row. A family whose results are not ready yet (email
-// verification in progress) answers its error.
-func (s *Server) ResultCells(ctx context.Context, j *jobs.Job, offset, limit int) ([]string, [][]string, *apierr.Error) {
+// readyResults reads rows [offset, offset+limit) of job j (already
+// checked to be the caller's) with its family, as GET .../results does: a
+// family whose results are not ready yet (email verification in progress)
+// answers its error. The caller releases the page.
+func (s *Server) readyResults(ctx context.Context, j *jobs.Job, offset, limit int) (family.Family, *jobs.Results, *apierr.Error) {
 	f, ok := s.FamilyOf(j)
 	if !ok {
 		return nil, nil, apierr.ErrJobNotFound
@@ -135,10 +101,22 @@ func (s *Server) ResultCells(ctx context.Context, j *jobs.Job, offset, limit int
 	if err != nil {
 		return nil, nil, s.internalAPIError(ctx, err)
 	}
-	defer res.Release()
 	if e := f.ResultsReady(res.Job); e != nil {
+		res.Release()
 		return nil, nil, e
 	}
+	return f, res, nil
+}
+
+// ResultCells reads rows [offset, offset+limit) of job j (already checked
+// to be the caller's) as the cells of its CSV download: the columns and
+// one record per row, or readyResults' error.
+func (s *Server) ResultCells(ctx context.Context, j *jobs.Job, offset, limit int) ([]string, [][]string, *apierr.Error) {
+	f, res, e := s.readyResults(ctx, j, offset, limit)
+	if e != nil {
+		return nil, nil, e
+	}
+	defer res.Release()
 	var buf bytes.Buffer
 	rows, err := decodeRows(&buf, res)
 	if err != nil {
@@ -147,11 +125,7 @@ func (s *Server) ResultCells(ctx context.Context, j *jobs.Job, offset, limit int
 	cols := f.CSVColumns()
 	out := make([][]string, len(rows))
 	for i, row := range rows {
-		rec := make([]string, len(cols))
-		for k, c := range cols {
-			rec[k] = csvCell(row[c])
-		}
-		out[i] = rec
+		out[i] = csvRecord(make([]string, len(cols)), cols, row)
 	}
 	return cols, out, nil
 }
@@ -160,18 +134,11 @@ func (s *Server) ResultCells(ctx context.Context, j *jobs.Job, offset, limit int
 // checked to be the caller's): the same download, byte for byte, whoever
 // made the job. An error before the first byte is returned, not written.
 func (s *Server) WriteJobCSV(w http.ResponseWriter, r *http.Request, j *jobs.Job) *apierr.Error {
-	f, ok := s.FamilyOf(j)
-	if !ok {
-		return apierr.ErrJobNotFound
-	}
-	res, err := s.Jobs.Results(r.Context(), j.KeyID, j.ID, 0, csvPage, f.RenderRow)
-	if err != nil {
-		return s.internalAPIError(r.Context(), err)
-	}
-	defer res.Release()
-	if e := f.ResultsReady(res.Job); e != nil {
+	f, res, e := s.readyResults(r.Context(), j, 0, csvPage)
+	if e != nil {
 		return e
 	}
+	defer res.Release()
 	s.writeResultsCSV(w, r, f, res, 0)
 	return nil
 }

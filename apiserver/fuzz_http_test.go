@@ -83,6 +83,16 @@ func (h *httpFuzzer) key(unlimited bool) string {
 	return h.payg
 }
 
+// postAs sends body with the key of the kind asked for: to path with the
+// pay-as-you-go key, or to its /v1/unlimited/ twin with the unlimited key.
+func (h *httpFuzzer) postAs(t *testing.T, unlimited bool, path string, body []byte) {
+	if unlimited {
+		h.post(t, "/v1/unlimited/"+strings.TrimPrefix(path, "/v1/"), h.unl, body)
+		return
+	}
+	h.post(t, path, h.payg, body)
+}
+
 // post sends body to path with key through the real handler and checks
 // the answer against the API's promises.
 func (h *httpFuzzer) post(t *testing.T, path, key string, body []byte) {
@@ -182,6 +192,13 @@ func specErrorShape(status int, b []byte) string {
 	return ""
 }
 
+// addBodies seeds a (body []byte) fuzzer.
+func addBodies(f *testing.F, bodies ...string) {
+	for _, b := range bodies {
+		f.Add([]byte(b))
+	}
+}
+
 // addSeeds seeds a (unlimited bool, body []byte) fuzzer with every body
 // for each kind of key.
 func addSeeds(f *testing.F, bodies ...string) {
@@ -202,7 +219,7 @@ var commonBadBodies = []string{
 // FuzzCompanyBulkHTTP: POST /v1/company-enrichment/bulk (pay-as-you-go).
 func FuzzCompanyBulkHTTP(f *testing.F) {
 	h := newHTTPFuzzer(f)
-	for _, b := range append([]string{
+	addBodies(f, append([]string{
 		`{"input":[{"domain":"acme.example"}]}`,
 		`{"input":[{"network_url":"https://www.linkedin.com/company/acme"},{"domain":"acme.example"},{"domain":"ACME.example."}]}`,
 		`{"input":[{"domain":"acme.example","network_url":"https://linkedin.com/company/acme"}]}`,
@@ -212,9 +229,7 @@ func FuzzCompanyBulkHTTP(f *testing.F) {
 		`{"input":"acme.example"}`,
 		`{"input":[{"domain":"acme.example"}],"input":[]}`,
 		`{"input":[{"domain":"xn--80ak6aa92e.com"},{"network_url":"https://www.linkedin.com/company/%E2%82%AC/about?x=1#y"}]}`,
-	}, commonBadBodies...) {
-		f.Add([]byte(b))
-	}
+	}, commonBadBodies...)...)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		h.post(t, "/v1/company-enrichment/bulk", h.payg, body)
 	})
@@ -223,7 +238,7 @@ func FuzzCompanyBulkHTTP(f *testing.F) {
 // FuzzVerificationBulkHTTP: POST /v1/bulk (pay-as-you-go).
 func FuzzVerificationBulkHTTP(f *testing.F) {
 	h := newHTTPFuzzer(f)
-	for _, b := range append([]string{
+	addBodies(f, append([]string{
 		`{"emails":["ada@acme.example"]}`,
 		`{"emails":["ada@acme.example","ADA@acme.example","b@c.example"]}`,
 		`{"emails":[]}`,
@@ -233,9 +248,7 @@ func FuzzVerificationBulkHTTP(f *testing.F) {
 		`{"emails":"ada@acme.example"}`,
 		`{"input":["ada@acme.example"]}`,
 		`{"emails":["ünïcödé@bücher.example","\u0000@x.example"]}`,
-	}, commonBadBodies...) {
-		f.Add([]byte(b))
-	}
+	}, commonBadBodies...)...)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		h.post(t, "/v1/bulk", h.payg, body)
 	})
@@ -255,11 +268,7 @@ func FuzzLookupBulkHTTP(f *testing.F) {
 		`{"input":[{"first_name":"Ada","last_name":"Lovelace","domain":"not a domain"}]}`,
 	}, commonBadBodies...)...)
 	f.Fuzz(func(t *testing.T, unlimited bool, body []byte) {
-		path := "/v1/bulk-lookup"
-		if unlimited {
-			path = "/v1/unlimited/bulk-lookup"
-		}
-		h.post(t, path, h.key(unlimited), body)
+		h.postAs(t, unlimited, "/v1/bulk-lookup", body)
 	})
 }
 
@@ -279,11 +288,7 @@ func FuzzSingleLookupHTTP(f *testing.F) {
 		`{"first_name":"Ada","last_name":"Lovelace","domain":"acme.example","extra":1}`,
 	}, commonBadBodies...)...)
 	f.Fuzz(func(t *testing.T, unlimited bool, body []byte) {
-		path := "/v1/email-lookup"
-		if unlimited {
-			path = "/v1/unlimited/email-lookup"
-		}
-		h.post(t, path, h.key(unlimited), body)
+		h.postAs(t, unlimited, "/v1/email-lookup", body)
 	})
 }
 

@@ -167,14 +167,14 @@ return 1
 `)
 
 // idemRenewScript extends a running claim's lease if we still own it (and
-// the record's expiry with it, unless a job is recorded: then the record
-// already lives for the TTL).
+// the record's expiry with it, unless a job or a charge is recorded: then
+// the record already lives for the TTL, and must go on doing so).
 // KEYS = record. ARGV = owner, now ms, lease ms. Returns 1, or 0 when lost.
 var idemRenewScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'job')
+local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'job', 'charge')
 if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'lease', tonumber(ARGV[2]) + tonumber(ARGV[3]))
-if not r[3] then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+if not r[3] and not r[4] then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 1
 `)
 

@@ -665,7 +665,8 @@ func TestSingleLookupLateChargeIsNoOp(t *testing.T) {
 
 // A request that runs longer than the lease keeps its claim: the owner
 // renews it, so a retry during the long run is told 409 and does not run
-// the handler a second time.
+// the handler a second time; the record, which holds the request's charge,
+// keeps living for the TTL meanwhile.
 func TestIdempotencyLeaseRenewedWhileRunning(t *testing.T) {
 	g := &gatedFinder{entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	api := newTestAPI(t, withLookup(1000), func(d *apiserver.Deps) {
@@ -679,6 +680,12 @@ func TestIdempotencyLeaseRenewedWhileRunning(t *testing.T) {
 	go func() { first <- api.postIdem("/v1/email-lookup", lookupFound, key, "long-1") }()
 	<-g.entered
 	time.Sleep(time.Second) // more than three leases
+	// The charge is recorded on the claim: the renewals must not shorten
+	// the record back to the lease, or a crash now would lose the link
+	// between the key and the charge to reverse.
+	if ttl := api.Redis.PTTL(context.Background(), idemRecord(key, "long-1")).Val(); ttl < time.Hour {
+		t.Errorf("record with a charge expires in %v after renewals, want the 24 h TTL", ttl)
+	}
 	second := make(chan response, 1)
 	go func() { second <- api.postIdem("/v1/email-lookup", lookupFound, key, "long-1") }()
 	select {

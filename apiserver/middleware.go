@@ -245,12 +245,18 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, e *apierr.Err
 // answer is 503 temporarily_unavailable with Retry-After instead
 // (unavailable.go): the request was fine, and a retry shortly after works.
 func (s *Server) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	if s.redisUnavailable(r.Context(), err) {
-		s.Logger.Warn("redis unavailable", "request_id", RequestIDFrom(r.Context()), "err", err)
-		apierr.Write(w, errTemporarilyUnavailable())
-		return
+	apierr.Write(w, s.internalAPIError(r.Context(), err))
+}
+
+// internalAPIError logs err and returns the error internalError answers:
+// for callers that answer it themselves (the dashboard, dashboard.go).
+func (s *Server) internalAPIError(ctx context.Context, err error) *apierr.Error {
+	if s.redisUnavailable(ctx, err) {
+		s.Logger.Warn("redis unavailable", "request_id", RequestIDFrom(ctx), "err", err)
+		return errTemporarilyUnavailable()
 	}
-	s.serverError(w, r, err)
+	s.Logger.Error("internal error", "request_id", RequestIDFrom(ctx), "err", err)
+	return apierr.ErrInternal
 }
 
 // serverError logs err and answers the generic 500, whatever failed: for

@@ -356,6 +356,36 @@ func TestSpamCheckEngineUnavailable(t *testing.T) {
 	recovered("spamd thawed")
 }
 
+// No spamd configured (no spam check at all, or one without an engine):
+// 503 engine_unavailable with either kind of key, and no allowance taken.
+func TestSpamCheckNoEngine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []option
+	}{
+		{"no spam check", nil},
+		{"no engine", []option{withSpamEngine(nil, nil)}},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			api := newTestAPI(t, tc.opts...)
+			oc := newOpenAPIChecker(t, api)
+			acct, payg := api.account(credits.Whole(1), accounts.PayAsYouGo)
+			unl, _, err := api.Accounts.CreateKey(context.Background(), acct, accounts.Unlimited)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{payg, unl} {
+				r := api.do(http.MethodPost, "/v1/content-spam-check", hamCheck, "X-API-Key", key)
+				checkError(t, r, 503, "engine_unavailable")
+				oc.check(http.MethodPost, api.URL+"/v1/content-spam-check", hamCheck, r)
+			}
+			if used, err := api.Billing.Used(context.Background(), acct, billing.DailyWindow(spamcheck.WindowName, api.Clock.Now())); err != nil || used != 0 {
+				t.Fatalf("used %d (%v) without an engine", used, err)
+			}
+		})
+	}
+}
+
 // panicEngine fails the way a bug would.
 type panicEngine struct{}
 

@@ -3,15 +3,13 @@ package apiserver
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/redisconn"
 )
 
 // CodeTemporarilyUnavailable: 503, the service's data store (Redis) could
@@ -27,7 +25,8 @@ const unavailableRetryAfter = 1
 
 // redisUnavailable reports whether err happened because Redis cannot serve
 // right now: Redis said so (LOADING, READONLY, MASTERDOWN, CLUSTERDOWN,
-// TRYAGAIN), or it does not answer a PING now (within 500 ms). Only error
+// TRYAGAIN), the connection broke under the request, or it does not
+// answer a PING now (within 500 ms). Only error
 // paths pay for the PING.
 func (s *Server) redisUnavailable(ctx context.Context, err error) bool {
 	// A closed client is this process's own fault (shutting down, or a
@@ -35,18 +34,10 @@ func (s *Server) redisUnavailable(ctx context.Context, err error) bool {
 	if err == nil || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	if redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) {
-		return true
-	}
-	// The connection broke under the request (Redis restarted: reset,
-	// EOF, refused, a pool with no connection to give). By the time of a
-	// PING the restarted Redis may answer again, so the PING alone would
-	// call this a 500 (the soak suite saw four).
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, redis.ErrPoolTimeout) {
+	// A broken connection (Redis restarted under the request) counts
+	// without the PING: by then the restarted Redis may answer again, so
+	// the PING alone would call this a 500 (the soak suite saw four).
+	if redisconn.CannotServe(err) || redisconn.ConnLost(err) {
 		return true
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)

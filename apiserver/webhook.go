@@ -52,16 +52,16 @@ func (w *webhookBody) Field(name string, dec *json.Decoder) (bool, *apierr.Error
 
 // check validates the body's webhook_url once it is decoded (SSRF rules of
 // webhook.Policy, its host resolved now, within the policy's resolution
-// timeout) and puts it on the builder: a 422 like the families' when it is
+// timeout, or until the request ends) and puts it on the builder: a 422 like the families' when it is
 // refused.
-func (w *webhookBody) check(p *webhook.Policy) *apierr.Error {
+func (w *webhookBody) check(ctx context.Context, p *webhook.Policy) *apierr.Error {
 	if !w.set {
 		return nil
 	}
 	if p == nil {
 		p = &webhook.Policy{}
 	}
-	if prob := p.CheckURL(context.Background(), w.url); prob != nil {
+	if prob := p.CheckURL(ctx, w.url); prob != nil {
 		return apierr.Unprocessable(apierr.Item{Loc: "body." + webhookField, Type: prob.Type, Msg: prob.Msg})
 	}
 	w.b.WebhookURL = w.url

@@ -148,11 +148,17 @@ func runController(ctx context.Context, args []string) error {
 	log := newLogger(cfg)
 	logger := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(logger)
-	rdb, proc, err := openProcessor(ctx, cfg, log)
+	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	// Webhook events are swept and delivered here too (and by every API
+	// replica): claims are leased, so any number of deliverers share them.
+	proc, wh, err := serve.NewController(cfg, rdb, log, ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
 	rc, err := kube.RESTConfig(kc.Kubeconfig)
 	if err != nil {
 		return err
@@ -169,12 +175,6 @@ func runController(ctx context.Context, args []string) error {
 		ReadyCheck:  func(r *http.Request) error { return rdb.Ping(r.Context()).Err() },
 		Logger:      logger,
 	})
-	if err != nil {
-		return err
-	}
-	// Webhook events are swept and delivered here too (and by every API
-	// replica): claims are leased, so any number of deliverers share them.
-	wh, err := serve.NewWebhooks(cfg, rdb, log, ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -262,8 +262,8 @@ func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (re
 		return nil, nil, err
 	}
 	// Processor pods announce their progress to the controller, which
-	// has no other way to hear of it. (The controller opens a processor
-	// too, to answer failed shards: it never announces.)
+	// has no other way to hear of it. (The controller builds its own
+	// processor, serve.NewController, which never announces.)
 	proc.Announce = jobs.NewAnnouncer(proc.Store, jobs.DefaultAnnounceEvery, log)
 	return rdb, proc, nil
 }

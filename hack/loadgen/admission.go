@@ -40,14 +40,6 @@ func admissionMain(args []string) error {
 	defer cleanup()
 	ctx := context.Background()
 	st := accounts.NewStore(rdb, nil)
-	a, err := st.CreateAccount(ctx, "admission", credits.Whole(1_000_000_000))
-	if err != nil {
-		return err
-	}
-	key, _, err := st.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		return err
-	}
 	body := bigCompanyBody(*bodyMiB << 20)
 	fmt.Printf("%d concurrent bodies of %d bytes (100,000 distinct network URLs each)\n", *bodies, len(body))
 
@@ -63,10 +55,9 @@ func admissionMain(args []string) error {
 		if err := rdb.FlushDB(ctx).Err(); err != nil {
 			return err
 		}
-		if a, err = st.CreateAccount(ctx, "admission", credits.Whole(1_000_000_000)); err != nil {
-			return err
-		}
-		if key, _, err = st.CreateKey(ctx, a.ID, accounts.PayAsYouGo); err != nil {
+		// Each scenario on a fresh account.
+		key, err := paygKey(ctx, st, "admission", credits.Whole(1_000_000_000))
+		if err != nil {
 			return err
 		}
 		// No workers' memory in the numbers: only the submissions run.

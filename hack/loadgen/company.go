@@ -98,12 +98,8 @@ func companyMain(args []string) error {
 	body := submission(slugs, "network_url")
 	fmt.Printf("submission body: %d rows, %.1f MB\n", *rows, float64(len(body))/1e6)
 
-	acct, err := accounts.NewStore(rdb, nil).CreateAccount(ctx, "load",
+	key, err := paygKey(ctx, accounts.NewStore(rdb, nil), "load",
 		credits.Whole(int64(*rows)*int64(*jobs+2)+int64(*redirectRows+*deadRows+*mixedRows+*liveRows)))
-	if err != nil {
-		return err
-	}
-	key, _, err := accounts.NewStore(rdb, nil).CreateKey(ctx, acct.ID, accounts.PayAsYouGo)
 	if err != nil {
 		return err
 	}

@@ -66,11 +66,7 @@ func lookupMain(args []string) error {
 	defer cleanup()
 	st := accounts.NewStore(rdb, nil)
 	need := int64(len(cases))*int64(*rounds) + int64(*subRows)*int64(*subJobs+*subWarm) + 1000
-	acct, err := st.CreateAccount(ctx, "load", credits.Whole(need))
-	if err != nil {
-		return err
-	}
-	key, _, err := st.CreateKey(ctx, acct.ID, accounts.PayAsYouGo)
+	key, err := paygKey(ctx, st, "load", credits.Whole(need))
 	if err != nil {
 		return err
 	}

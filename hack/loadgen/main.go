@@ -94,11 +94,8 @@ func credits_(bin string, clients, nkeys int, duration, warmup time.Duration, ra
 	st := accounts.NewStore(rdb, nil)
 	keys := make([]string, nkeys)
 	for i := range keys {
-		a, err := st.CreateAccount(ctx, fmt.Sprintf("load-%d", i), credits.Whole(100))
-		if err != nil {
-			return err
-		}
-		if keys[i], _, err = st.CreateKey(ctx, a.ID, accounts.PayAsYouGo); err != nil {
+		var err error
+		if keys[i], err = paygKey(ctx, st, fmt.Sprintf("load-%d", i), credits.Whole(100)); err != nil {
 			return err
 		}
 	}
@@ -173,6 +170,17 @@ func credits_(bin string, clients, nkeys int, duration, warmup time.Duration, ra
 		pct(0.50).Round(10*time.Microsecond), pct(0.90).Round(10*time.Microsecond), pct(0.99).Round(10*time.Microsecond),
 		pct(1).Round(10*time.Microsecond))
 	return nil
+}
+
+// paygKey creates an account called name holding balance and a
+// pay-as-you-go key of it, and returns the key.
+func paygKey(ctx context.Context, st *accounts.Store, name string, balance credits.Amount) (string, error) {
+	a, err := st.CreateAccount(ctx, name, balance)
+	if err != nil {
+		return "", err
+	}
+	key, _, err := st.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
+	return key, err
 }
 
 // privateRedis starts a redis-server of our own on a free loopback port.

@@ -63,19 +63,11 @@ func spamMain(args []string) error {
 
 	ctx := context.Background()
 	st := accounts.NewStore(rdb, nil)
-	key := func(name string) (string, error) {
-		a, err := st.CreateAccount(ctx, name, credits.Whole(100))
-		if err != nil {
-			return "", err
-		}
-		k, _, err := st.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-		return k, err
-	}
-	spamKey, err := key("spam-load")
+	spamKey, err := paygKey(ctx, st, "spam-load", credits.Whole(100))
 	if err != nil {
 		return err
 	}
-	probeKey, err := key("probe")
+	probeKey, err := paygKey(ctx, st, "probe", credits.Whole(100))
 	if err != nil {
 		return err
 	}

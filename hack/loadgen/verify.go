@@ -50,11 +50,7 @@ func verifyMain(args []string) error {
 	}
 	defer cleanup()
 	st := accounts.NewStore(rdb, nil)
-	acct, err := st.CreateAccount(ctx, "load", credits.Whole(1_000_000))
-	if err != nil {
-		return err
-	}
-	key, _, err := st.CreateKey(ctx, acct.ID, accounts.PayAsYouGo)
+	key, err := paygKey(ctx, st, "load", credits.Whole(1_000_000))
 	if err != nil {
 		return err
 	}

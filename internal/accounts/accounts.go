@@ -108,10 +108,9 @@ var (
 
 // Store reads and writes accounts and keys.
 type Store struct {
-	rdb    redis.UniversalClient
-	now    func() time.Time
-	owners keyOwners
-	used   lastUse
+	rdb  redis.UniversalClient
+	now  func() time.Time
+	seen seenKeys
 }
 
 // NewStore returns a store; now may be nil for time.Now.
@@ -315,14 +314,16 @@ var (
 // a key seen before costs one pipelined round trip that reads the key and
 // the account together; a key seen for the first time costs two.
 // Revocation is read from the key's record on every call, so it still
-// takes effect at once.
+// takes effect at once. The key's last use (Key.LastUsedAt) is written at
+// most once a minute per key per process: one HSET a minute per active
+// key, not one per request.
 func (s *Store) Authenticate(ctx context.Context, value string) (*Principal, error) {
 	id := KeyIDOf(value)
 	if id == "" {
 		return nil, ErrInvalidKey
 	}
 	var k, a []any
-	acct, known := s.owners.get(id)
+	acct, known := s.seen.owner(id)
 	if known {
 		pipe := s.rdb.Pipeline()
 		kc := pipe.HMGet(ctx, apiKeyKey(id), keyFields...)
@@ -358,7 +359,6 @@ func (s *Store) Authenticate(ctx context.Context, value string) (*Principal, err
 	if err != nil || subtle.ConstantTimeCompare(sum[:], want) != 1 || str(k, 3, "0") != "0" || str(a, 0, "") == "" {
 		return nil, ErrInvalidKey
 	}
-	s.owners.put(id, owner)
 	ca, _ := strconv.ParseInt(str(k, 4, "0"), 10, 64)
 	p := &Principal{Key: Key{ID: id, AccountID: owner, Type: KeyType(str(k, 1, "")), Prefix: "bkd_" + id, CreatedAt: time.Unix(ca, 0).UTC()}}
 	m := make(map[string]string, len(accountFields))
@@ -366,58 +366,54 @@ func (s *Store) Authenticate(ctx context.Context, value string) (*Principal, err
 		m[f] = str(a, i, "")
 	}
 	p.Account = *accountFromMap(m)
-	s.touch(ctx, id)
+	if now := s.now(); s.seen.use(id, owner, now) {
+		// The last-used mark: at most one HSET a minute per key per
+		// process; a failure only loses the mark.
+		_ = s.rdb.HSet(ctx, apiKeyKey(id), "last_used_at", now.UTC().Unix()).Err()
+	}
 	return p, nil
 }
 
-// lastUse throttles the last-used writes: at most one per key per minute
-// per process. Bounded like keyOwners.
-type lastUse struct {
+// seenKeys remembers, per authenticated key id, its account (never
+// changes once a key exists) and when its last use was last written.
+// Bounded: when full it starts over, which only costs the next request of
+// each key one more round trip and one more last-used write.
+type seenKeys struct {
 	mu sync.Mutex
-	m  map[string]time.Time
+	m  map[string]seenKey
 }
 
-// touch records that key id authenticated a request, at most once a
-// minute (an HSET on the key's record); a failure only loses the mark.
-func (s *Store) touch(ctx context.Context, id string) {
-	now := s.now()
-	s.used.mu.Lock()
-	if s.used.m == nil || len(s.used.m) >= maxKeyOwners {
-		s.used.m = make(map[string]time.Time)
-	}
-	if last, ok := s.used.m[id]; ok && now.Sub(last) < time.Minute {
-		s.used.mu.Unlock()
-		return
-	}
-	s.used.m[id] = now
-	s.used.mu.Unlock()
-	_ = s.rdb.HSet(ctx, apiKeyKey(id), "last_used_at", now.UTC().Unix()).Err()
+type seenKey struct {
+	account string
+	marked  time.Time // when last_used_at was last written
 }
 
-// keyOwners remembers the account of authenticated key ids (never
-// changes once a key exists). Bounded: when full it starts over, which
-// only costs the next request of each key one more round trip.
-type keyOwners struct {
-	mu sync.Mutex
-	m  map[string]string
-}
+const maxSeenKeys = 100_000
 
-const maxKeyOwners = 100_000
-
-func (o *keyOwners) get(id string) (string, bool) {
+func (o *seenKeys) owner(id string) (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	a, ok := o.m[id]
-	return a, ok
+	k, ok := o.m[id]
+	return k.account, ok
 }
 
-func (o *keyOwners) put(id, account string) {
+// use records that key id of account authenticated a request at now, and
+// reports whether its last use is due to be written (none written in the
+// last minute by this process).
+func (o *seenKeys) use(id, account string, now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.m == nil || len(o.m) >= maxKeyOwners {
-		o.m = make(map[string]string)
+	if o.m == nil || len(o.m) >= maxSeenKeys {
+		o.m = make(map[string]seenKey)
 	}
-	o.m[id] = account
+	k, ok := o.m[id]
+	due := !ok || now.Sub(k.marked) >= time.Minute
+	if due {
+		k.marked = now
+	}
+	k.account = account
+	o.m[id] = k
+	return due
 }
 
 // RevokeKey revokes a key by id or display prefix; it stops working at once.

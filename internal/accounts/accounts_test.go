@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
@@ -67,5 +68,66 @@ func TestAuthenticate(t *testing.T) {
 	}
 	if _, err := st.Authenticate(ctx, key); !errors.Is(err, accounts.ErrInvalidKey) {
 		t.Fatalf("revoked key: %v", err)
+	}
+}
+
+// A key's last use is written when it first authenticates and then at most
+// once a minute per process, not on every request (the API's hot path).
+func TestLastUsedAtMostOnceAMinute(t *testing.T) {
+	rdb := testredis.Universal(t)
+	ctx := context.Background()
+	now := time.Date(2026, 3, 9, 12, 0, 30, 0, time.UTC)
+	st := accounts.NewStore(rdb, func() time.Time { return now })
+	a, err := st.CreateAccount(ctx, "acme", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, k, err := st.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() time.Time {
+		t.Helper()
+		ks, err := st.Keys(ctx, a.ID)
+		if err != nil || len(ks) != 1 || ks[0].ID != k.ID {
+			t.Fatalf("keys %+v %v", ks, err)
+		}
+		return ks[0].LastUsedAt
+	}
+	if lu := lastUsed(); !lu.IsZero() {
+		t.Fatalf("last used %v before any use", lu)
+	}
+	auth := func() {
+		t.Helper()
+		if _, err := st.Authenticate(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auth()
+	first := now
+	if lu := lastUsed(); !lu.Equal(first) {
+		t.Fatalf("last used %v, want %v", lu, first)
+	}
+	// Within the minute: no write, however many requests.
+	for i := 0; i < 5; i++ {
+		now = now.Add(10 * time.Second)
+		auth()
+	}
+	if lu := lastUsed(); !lu.Equal(first) {
+		t.Fatalf("last used rewritten within the minute: %v", lu)
+	}
+	// A minute after the last write: written again.
+	now = first.Add(time.Minute)
+	auth()
+	if lu := lastUsed(); !lu.Equal(now) {
+		t.Fatalf("last used %v a minute later, want %v", lu, now)
+	}
+	// A failed authentication marks nothing.
+	now = now.Add(2 * time.Minute)
+	if _, err := st.Authenticate(ctx, key[:len(key)-1]+"!"); !errors.Is(err, accounts.ErrInvalidKey) {
+		t.Fatalf("wrong value: %v", err)
+	}
+	if lu := lastUsed(); !lu.Equal(first.Add(time.Minute)) {
+		t.Fatalf("a failed authentication wrote last used: %v", lu)
 	}
 }

@@ -25,9 +25,6 @@ const UserUsage = `  user create ACCOUNT --email E [--password-stdin] [--base-ur
   user list ACCOUNT                                print the account's dashboard users (id and email), one a line
 `
 
-// linkPath is where a one-time sign-in link points (internal/dashboard).
-const linkPath = "/dashboard/login/link?token="
-
 func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []string) error {
 	if len(args) == 0 {
 		return errors.New("usage: user create|link|password|revoke-sessions|list ...")
@@ -43,7 +40,7 @@ func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []str
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(env.Stdout, strings.TrimRight(*baseURL, "/")+linkPath+t)
+		fmt.Fprintln(env.Stdout, users.LinkURL(*baseURL, t))
 		return nil
 	}
 	switch args[0] {

@@ -29,10 +29,10 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
-// ArchiveKey is the hash recording what has been archived (exported and
+// archiveKey is the hash recording what has been archived (exported and
 // deleted) of an account's ledger: through which entry id, how many
 // entries, and their totals per unit. It shares the account's hash tag.
-func ArchiveKey(accountID string) string { return accounts.LedgerKey(accountID) + ":archived" }
+func archiveKey(accountID string) string { return accounts.LedgerKey(accountID) + ":archived" }
 
 // ledgerPage is how many entries one XRANGE reads.
 const ledgerPage = 1000
@@ -99,28 +99,23 @@ func (r *Reconciliation) Err() error {
 	return nil
 }
 
-// rawEntry is one stream entry with its amounts as stored (milli-credits
-// for credits, units for quotas).
+// rawEntry is one stream entry (as Entries reads it) with its amounts as
+// stored (milli-credits for credits, units for quotas).
 type rawEntry struct {
 	Entry
 	amount, after int64
 }
 
 func parseEntry(m redis.XMessage) (rawEntry, error) {
-	s := func(k string) string { v, _ := m.Values[k].(string); return v }
-	ms, _ := strconv.ParseInt(s("ts"), 10, 64)
-	r := rawEntry{Entry: Entry{ID: m.ID, Time: time.UnixMilli(ms).UTC(), Kind: s("kind"), KeyID: s("key"), JobID: s("job"),
-		Unit: s("unit"), Amount: s("amount"), After: s("after"), Note: s("note")}}
+	r := rawEntry{Entry: entryOf(m)}
+	amount, _ := m.Values["amount"].(string)
+	after, _ := m.Values["after"].(string)
 	var err error
-	if r.amount, err = strconv.ParseInt(r.Amount, 10, 64); err != nil {
-		return r, fmt.Errorf("ledger entry %s: amount %q: %w", m.ID, r.Amount, err)
+	if r.amount, err = strconv.ParseInt(amount, 10, 64); err != nil {
+		return r, fmt.Errorf("ledger entry %s: amount %q: %w", m.ID, amount, err)
 	}
-	if r.after, err = strconv.ParseInt(r.After, 10, 64); err != nil {
-		return r, fmt.Errorf("ledger entry %s: after %q: %w", m.ID, r.After, err)
-	}
-	if r.Unit == "credits" {
-		r.Entry.Amount = credits.Amount(r.amount).String()
-		r.Entry.After = credits.Amount(r.after).String()
+	if r.after, err = strconv.ParseInt(after, 10, 64); err != nil {
+		return r, fmt.Errorf("ledger entry %s: after %q: %w", m.ID, after, err)
 	}
 	return r, nil
 }
@@ -178,7 +173,7 @@ func archivedFrom(m map[string]string) Archived {
 
 // ArchiveInfo reads an account's archive marker.
 func (b *Billing) ArchiveInfo(ctx context.Context, accountID string) (Archived, error) {
-	m, err := b.rdb.HGetAll(ctx, ArchiveKey(accountID)).Result()
+	m, err := b.rdb.HGetAll(ctx, archiveKey(accountID)).Result()
 	if err != nil {
 		return Archived{}, fmt.Errorf("read archive marker of %s: %w", accountID, err)
 	}
@@ -211,7 +206,7 @@ func (b *Billing) Reconcile(ctx context.Context, accountID string) (*Reconciliat
 func (b *Billing) reconcileOnce(ctx context.Context, accountID string) (*Reconciliation, bool, error) {
 	pipe := b.rdb.TxPipeline()
 	acct := pipe.HMGet(ctx, accounts.AccountKey(accountID), "id", "balance", "opening_balance")
-	marker := pipe.HGetAll(ctx, ArchiveKey(accountID))
+	marker := pipe.HGetAll(ctx, archiveKey(accountID))
 	last := pipe.XRevRangeN(ctx, accounts.LedgerKey(accountID), "+", "-", 1)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, false, fmt.Errorf("reconcile %s: %w", accountID, err)
@@ -275,7 +270,7 @@ func (b *Billing) reconcileOnce(ctx context.Context, accountID string) (*Reconci
 	}
 	// An archive that ran meanwhile removed entries this read may have
 	// missed; read again.
-	now, err := b.rdb.HGet(ctx, ArchiveKey(accountID), "through").Result()
+	now, err := b.rdb.HGet(ctx, archiveKey(accountID), "through").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, false, fmt.Errorf("reconcile %s: %w", accountID, err)
 	}
@@ -428,7 +423,7 @@ var ErrArchiveConflict = errors.New("ledger archive conflict")
 // marker's Through). If it stops half-way, the marker says through which
 // entry the ledger was archived, and a new export takes up from there.
 func (b *Billing) ArchiveLedger(ctx context.Context, x *Export) (archived int64, err error) {
-	keys := []string{accounts.LedgerKey(x.AccountID), ArchiveKey(x.AccountID)}
+	keys := []string{accounts.LedgerKey(x.AccountID), archiveKey(x.AccountID)}
 	for _, bt := range x.Batches {
 		if bt.Entries > archiveBatch || bt.Entries <= 0 || !strings.Contains(bt.Last, "-") {
 			return archived, fmt.Errorf("archive %s: malformed batch %+v", x.AccountID, bt)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -41,8 +42,7 @@ type Browser struct {
 	// Shots is where Screenshot writes (the test's output directory:
 	// $BULKD_SCREENSHOTS when set, else a temporary directory).
 	Shots string
-	// Transferred accumulates the bytes received per top-level page load
-	// (see PageWeight).
+	// weights counts the bytes received (ResetWeight, Transferred).
 	weights *weights
 }
 
@@ -70,7 +70,7 @@ func Start(tb testing.TB) *Browser {
 	)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(func(string, ...any) {}))
-	b := &Browser{t: tb, ctx: ctx, weights: &weights{byURL: map[string]int64{}}}
+	b := &Browser{t: tb, ctx: ctx, weights: &weights{byID: map[network.RequestID]string{}, byURL: map[string]int64{}}}
 	b.cancel = func() { cancel(); acancel() }
 	tb.Cleanup(b.cancel)
 	// Start the browser now, so a broken install fails here, clearly. The
@@ -108,13 +108,6 @@ func (b *Browser) Run(what string, actions ...chromedp.Action[chromedp.Void]) {
 		b.Screenshot("failed-" + slug(what))
 		b.t.Fatalf("%s: %v", what, err)
 	}
-}
-
-// Try runs actions and returns their error (for steps expected to fail).
-func (b *Browser) Try(d time.Duration, actions ...chromedp.Action[chromedp.Void]) error {
-	ctx, cancel := context.WithTimeout(b.ctx, d)
-	defer cancel()
-	return chromedp.Do(ctx, actions...)
 }
 
 // Get runs one action that returns a value, failing the test when it fails.

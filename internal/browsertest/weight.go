@@ -17,16 +17,16 @@ type weights struct {
 func (w *weights) listen(ev any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.byID == nil {
-		w.byID = map[network.RequestID]string{}
-	}
 	switch e := ev.(type) {
 	case *network.EventRequestWillBeSent:
 		w.byID[e.RequestID] = e.Request.URL
 	case *network.EventLoadingFinished:
 		if u, ok := w.byID[e.RequestID]; ok {
 			w.byURL[u] += int64(e.EncodedDataLength)
+			delete(w.byID, e.RequestID)
 		}
+	case *network.EventLoadingFailed:
+		delete(w.byID, e.RequestID)
 	}
 }
 
@@ -45,7 +45,7 @@ func (b *Browser) Transferred() (total int64, byURL map[string]int64) {
 	defer b.weights.mu.Unlock()
 	byURL = make(map[string]int64, len(b.weights.byURL))
 	for u, n := range b.weights.byURL {
-		byURL[u] += n
+		byURL[u] = n
 		total += n
 	}
 	return total, byURL

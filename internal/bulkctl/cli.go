@@ -38,9 +38,7 @@ type Env struct {
 	Getenv         func(string) string
 	// Terminal: stderr is a terminal (a progress bar instead of lines).
 	Terminal bool
-	// HTTP is the HTTP client (nil: a default one).
-	HTTP    *http.Client
-	Version string
+	Version  string
 }
 
 const usageText = `usage: bulkctl COMMAND [flags]
@@ -71,7 +69,7 @@ type common struct {
 	quiet                        bool
 }
 
-func (c *common) register(fs *flag.FlagSet, env Env) {
+func (c *common) register(fs *flag.FlagSet) {
 	// Defaults from the environment are applied in client, so that -h
 	// never prints a key.
 	fs.StringVar(&c.key, "key", "", "API key (default $BULKD_API_KEY)")
@@ -98,15 +96,16 @@ func (c *common) client(env Env) (*Client, error) {
 	if c.key == "" {
 		return nil, usagef("no API key: set BULKD_API_KEY or give --key")
 	}
-	cl := &Client{BaseURL: strings.TrimRight(c.url, "/"), Key: c.key, HTTP: env.HTTP, Timeout: c.httpTimeout,
+	cl := &Client{BaseURL: strings.TrimRight(c.url, "/"), Key: c.key, Timeout: c.httpTimeout,
 		RetryFor: c.retryFor, MaxRetryAfter: c.maxRA, Backoff: 250 * time.Millisecond, MaxBackoff: 10 * time.Second,
 		UserAgent: "bulkctl/" + env.Version}
 	if !c.quiet {
-		cl.Log = func(format string, args ...any) { fmt.Fprintf(env.Stderr, "bulkctl: "+format+"\n", args...) }
+		cl.Log = c.logf(env)
 	}
 	return cl, nil
 }
 
+// logf writes a line on stderr unless --quiet.
 func (c *common) logf(env Env) func(string, ...any) {
 	return func(format string, args ...any) {
 		if !c.quiet {
@@ -243,7 +242,7 @@ func flagErr(err error) error {
 func runSubmit(ctx context.Context, f *Family, args []string, env Env) error {
 	fs := newFlagSet(f.Kind+" submit FILE", env)
 	var cm common
-	cm.register(fs, env)
+	cm.register(fs)
 	var o SubmitOptions
 	var columns string
 	var wait bool
@@ -303,7 +302,7 @@ func runSubmit(ctx context.Context, f *Family, args []string, env Env) error {
 func runJob(ctx context.Context, cmd string, args []string, env Env) error {
 	fs := newFlagSet(cmd+" JOB", env)
 	var cm common
-	cm.register(fs, env)
+	cm.register(fs)
 	var wo WaitOptions
 	var ro ResultsOptions
 	waitFirst := cmd == "wait"
@@ -361,7 +360,7 @@ func runJob(ctx context.Context, cmd string, args []string, env Env) error {
 func runAccount(ctx context.Context, cmd string, args []string, env Env) error {
 	fs := newFlagSet(cmd, env)
 	var cm common
-	cm.register(fs, env)
+	cm.register(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return flagErr(err)

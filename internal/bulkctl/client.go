@@ -24,7 +24,6 @@ import (
 type Client struct {
 	BaseURL string // e.g. http://127.0.0.1:8080, no trailing slash
 	Key     string
-	HTTP    *http.Client
 	// Timeout bounds one HTTP exchange (for a streamed download: the
 	// longest pause between two reads).
 	Timeout time.Duration
@@ -40,8 +39,6 @@ type Client struct {
 	// Log receives one line per retry (nil: silent).
 	Log       func(format string, args ...any)
 	UserAgent string
-	// sleep waits d or until ctx ends (tests may replace it).
-	sleep func(ctx context.Context, d time.Duration) error
 
 	// pace keeps the client under the key's rate limit: 20 requests a
 	// second (SPEC 8) until an answer's X-RateLimit-Limit says otherwise,
@@ -106,9 +103,8 @@ func (e *NetError) Error() string {
 
 func (e *NetError) Unwrap() error { return e.Err }
 
-// Response is a whole answer.
+// Response is a whole 2xx answer.
 type Response struct {
-	Status int
 	Header http.Header
 	Body   []byte
 }
@@ -120,9 +116,6 @@ func (c *Client) logf(format string, args ...any) {
 }
 
 func (c *Client) wait(ctx context.Context, d time.Duration) error {
-	if c.sleep != nil {
-		return c.sleep(ctx, d)
-	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -289,7 +282,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, hea
 	if c.UserAgent != "" {
 		req.Header.Set("User-Agent", c.UserAgent)
 	}
-	res, err := c.httpClient().Do(req)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fired := !timer.Stop()
 		cancel()
@@ -313,7 +306,7 @@ func (c *Client) once(ctx context.Context, method, path string, body []byte, hea
 		return nil, 0, true, fmt.Errorf("reading the answer: %w", err)
 	}
 	if res.StatusCode/100 == 2 {
-		return &Response{Status: res.StatusCode, Header: res.Header, Body: b}, 0, false, nil
+		return &Response{Header: res.Header, Body: b}, 0, false, nil
 	}
 	ae := &APIError{Method: method, Path: path, Status: res.StatusCode}
 	var eb struct {
@@ -350,13 +343,6 @@ func (c *Client) timeout() time.Duration {
 		return c.Timeout
 	}
 	return time.Minute
-}
-
-func (c *Client) httpClient() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
-	}
-	return http.DefaultClient
 }
 
 // parseRetryAfter reads Retry-After: whole seconds or an HTTP date.

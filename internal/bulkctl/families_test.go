@@ -16,14 +16,12 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
-func strp(s string) *string { return &s }
-
 func putCompanies(env *bulkdtest.Env) {
 	env.PutCompanies(
-		company.Record{NetworkURL: strp("https://www.linkedin.com/company/northwind-traders"), Name: strp("Northwind Traders"),
-			Website: strp("https://northwind.example"), Domain: strp("northwind.example")},
-		company.Record{NetworkURL: strp("https://www.linkedin.com/company/contoso"), Name: strp("Contoso"),
-			Website: strp("https://contoso.example"), Domain: strp("contoso.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/northwind-traders"), Name: new("Northwind Traders"),
+			Website: new("https://northwind.example"), Domain: new("northwind.example")},
+		company.Record{NetworkURL: new("https://www.linkedin.com/company/contoso"), Name: new("Contoso"),
+			Website: new("https://contoso.example"), Domain: new("contoso.example")},
 	)
 }
 
@@ -117,9 +115,10 @@ func TestVerifySubmitWaitResults(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "v.csv")
 	c.must("results", h, "--out", out)
 	head, rows := readCSV(t, out)
+	inputs, statuses, reasons := column(t, head, rows, "input"), column(t, head, rows, "status"), column(t, head, rows, "reason")
 	got := map[string]string{}
-	for i, in := range column(t, head, rows, "input") {
-		got[in] = column(t, head, rows, "status")[i] + "/" + column(t, head, rows, "reason")[i]
+	for i, in := range inputs {
+		got[in] = statuses[i] + "/" + reasons[i]
 	}
 	want := map[string]string{
 		"alice@acme.test":      "deliverable/accepted",
@@ -132,8 +131,8 @@ func TestVerifySubmitWaitResults(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("verdicts %v\nwant %v", got, want)
 	}
-	if in := column(t, head, rows, "input"); in[0] != "alice@acme.test" || in[5] != "not-an-email" {
-		t.Fatalf("order %v", in)
+	if inputs[0] != "alice@acme.test" || inputs[5] != "not-an-email" {
+		t.Fatalf("order %v", inputs)
 	}
 }
 

@@ -22,6 +22,9 @@ type Family struct {
 	// drops repeats before splitting, the same way), rather than one row
 	// per submitted row.
 	Dedupe bool
+	// Unlimited: the family takes unlimited-plan keys (the others take
+	// pay-as-you-go keys; SPEC 5).
+	Unlimited bool
 }
 
 // The families (paths from apiserver/openapi.yaml, limits from each
@@ -34,7 +37,7 @@ var (
 	Lookup = &Family{Kind: "lookup", Path: "/v1/bulk-lookup", ListField: "input",
 		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true}
 	UnlimitedLookup = &Family{Kind: "unlimited-lookup", Path: "/v1/unlimited/bulk-lookup", ListField: "input",
-		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true}
+		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true, Unlimited: true}
 )
 
 // Families in the order a bare job id is looked for.

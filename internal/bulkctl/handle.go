@@ -18,6 +18,9 @@ import (
 type Handle struct {
 	Family *Family
 	Jobs   []string
+	// first is the first job's status when ResolveArg read it to find the
+	// family (Status and Wait then need not ask again).
+	first *JobStatus
 }
 
 func (h Handle) String() string {
@@ -51,7 +54,10 @@ func ParseHandle(s string) (Handle, error) {
 
 // ResolveArg turns a JOB argument into a handle: a manifest file's jobs,
 // a handle, or bare job ids whose family is found by asking the server
-// (each family's status path knows only its own jobs).
+// (each family's status path knows only its own jobs). An answer may also
+// tell the key's plan (404 Job not found from a family of its plan, 403
+// wrong_key_plan from one of the other), and then the other plan's
+// families are not asked.
 func ResolveArg(ctx context.Context, c *Client, arg string) (Handle, error) {
 	if st, err := os.Stat(arg); err == nil && st.Mode().IsRegular() {
 		m, err := ReadManifest(arg)
@@ -64,20 +70,30 @@ func ResolveArg(ctx context.Context, c *Client, arg string) (Handle, error) {
 	if err != nil || h.Family != nil {
 		return h, err
 	}
-	var last error
+	var (
+		last      error
+		unlimited *bool // the key's plan, once an answer told it
+	)
 	for _, f := range Families {
-		var st map[string]any
-		err := c.GetJSON(ctx, f.Path+"/"+h.Jobs[0], &st)
+		if unlimited != nil && f.Unlimited != *unlimited {
+			continue
+		}
+		s, err := GetStatus(ctx, c, f, h.Jobs[0])
 		if err == nil {
-			h.Family = f
+			h.Family, h.first = f, s
 			return h, nil
 		}
 		var ae *APIError
-		if errors.As(err, &ae) && (ae.Status == 404 || ae.Status == 403 || ae.Status == 402 || ae.Status == 400 || ae.Status == 422) {
-			last = err
-			continue
+		if !errors.As(err, &ae) || (ae.Status != 404 && ae.Status != 403 && ae.Status != 402 && ae.Status != 400 && ae.Status != 422) {
+			return h, err
 		}
-		return h, err
+		last = err
+		// The family's own 404 (not a path this server does not route) or
+		// its refusal of the key's plan.
+		if (ae.Status == 404 && ae.Detail == "Job not found") || ae.Code == "wrong_key_plan" {
+			u := f.Unlimited != (ae.Code == "wrong_key_plan")
+			unlimited = &u
+		}
 	}
 	return h, fmt.Errorf("job %s not found under any family with this key: %w", h.Jobs[0], last)
 }

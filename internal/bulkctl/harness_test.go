@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/bulkd/bulkd/internal/bulkctl"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
-	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/mailworld"
 )
 
@@ -91,13 +89,7 @@ func world(t testing.TB) *mailworld.World {
 // startWithWorld runs a bulkd pointed at a mail world.
 func startWithWorld(t testing.TB, opts ...bulkdtest.Option) *bulkdtest.Env {
 	t.Helper()
-	w := world(t)
-	return bulkdtest.Start(t, append([]bulkdtest.Option{bulkdtest.WithConfig(func(c *config.Config) {
-		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
-		c.SMTPCommandTimeout = 2 * time.Second
-		c.VerifyRetryDelays = "1s"
-		c.LookupTimeout = 10 * time.Second
-	})}, opts...)...)
+	return bulkdtest.Start(t, append([]bulkdtest.Option{bulkdtest.WithMailWorld(world(t))}, opts...)...)
 }
 
 func writeFile(t testing.TB, name, content string) string {
@@ -147,12 +139,7 @@ func column(t testing.TB, head []string, rows [][]string, name string) []string 
 
 func readAll(t testing.TB, path string) string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,37 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/bulkd/bulkd/internal/csvsniff"
 )
 
-// table is an input file read into columns and rows: a CSV file's header
-// and records, or JSON Lines objects with their keys (in first-seen order)
-// as columns.
+// table is an input file: its columns and its rows. A CSV file's header
+// is read at once and its records one by one as they are used (a large
+// file is never held whole); JSON Lines objects are all read first, since
+// their keys (in first-seen order) are the columns.
 type table struct {
-	cols []string
-	rows [][]string
+	cols  []string
+	first []string                 // the first data row; nil when there is none
+	rest  func() ([]string, error) // the row after the previous one; io.EOF at the end
+}
+
+// each calls fn with every data row, first included, and returns how many
+// there were.
+func (t *table) each(fn func(rec []string)) (int, error) {
+	if t.first == nil {
+		return 0, nil
+	}
+	fn(t.first)
+	for n := 1; ; n++ {
+		rec, err := t.rest()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, &UsageError{err}
+		}
+		fn(rec)
+	}
 }
 
 // readTable reads CSV (with a header row) or JSON Lines. format is "csv",
@@ -65,24 +88,15 @@ func peekNonSpace(br *bufio.Reader) (byte, error) {
 }
 
 func readCSV(br *bufio.Reader) (*table, error) {
-	// The delimiter: a comma unless the header line has none and has
-	// semicolons or tabs (spreadsheets in many locales write ';').
+	// The delimiter: the dashboard's rule for uploads (csvsniff).
 	first, _ := br.Peek(4096)
 	if i := bytes.IndexByte(first, '\n'); i >= 0 {
 		first = first[:i]
 	}
 	cr := csv.NewReader(br)
-	if !bytes.ContainsRune(first, ',') {
-		switch {
-		case bytes.ContainsRune(first, ';'):
-			cr.Comma = ';'
-		case bytes.ContainsRune(first, '\t'):
-			cr.Comma = '\t'
-		}
-	}
+	cr.Comma = csvsniff.Comma(string(first))
 	cr.FieldsPerRecord = -1
 	cr.LazyQuotes = true
-	cr.ReuseRecord = false
 	t := &table{}
 	head, err := cr.Read()
 	if err == io.EOF {
@@ -95,20 +109,22 @@ func readCSV(br *bufio.Reader) (*table, error) {
 		head[0] = strings.TrimPrefix(head[0], "\ufeff")
 	}
 	t.cols = head
-	for {
+	t.rest = func() ([]string, error) {
 		rec, err := cr.Read()
-		if err == io.EOF {
-			return t, nil
+		if err != nil && err != io.EOF {
+			err = fmt.Errorf("reading the CSV: %w", err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the CSV: %w", err)
-		}
-		t.rows = append(t.rows, rec)
+		return rec, err
 	}
+	if t.first, err = t.rest(); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return t, nil
 }
 
 func readJSONL(br *bufio.Reader) (*table, error) {
 	t := &table{}
+	var rows [][]string
 	index := map[string]int{}
 	dec := json.NewDecoder(br)
 	dec.UseNumber()
@@ -117,6 +133,17 @@ func readJSONL(br *bufio.Reader) (*table, error) {
 		var v any
 		err := dec.Decode(&v)
 		if err == io.EOF {
+			if len(rows) > 0 {
+				t.first, rows = rows[0], rows[1:]
+			}
+			t.rest = func() ([]string, error) {
+				if len(rows) == 0 {
+					return nil, io.EOF
+				}
+				rec := rows[0]
+				rows[0], rows = nil, rows[1:]
+				return rec, nil
+			}
 			return t, nil
 		}
 		line++
@@ -138,7 +165,7 @@ func readJSONL(br *bufio.Reader) (*table, error) {
 				}
 				row[i] = jsonText(val)
 			}
-			t.rows = append(t.rows, row)
+			rows = append(rows, row)
 		case string:
 			// A bare string is a value of the column "value" (a list of
 			// addresses as JSON strings).
@@ -150,7 +177,7 @@ func readJSONL(br *bufio.Reader) (*table, error) {
 			}
 			row := make([]string, i+1)
 			row[i] = o
-			t.rows = append(t.rows, row)
+			rows = append(rows, row)
 		default:
 			return nil, fmt.Errorf("reading JSON Lines, record %d: want an object or a string", line)
 		}
@@ -327,13 +354,13 @@ func prepareCompany(t *table, columns []string) (*Prepared, error) {
 			return nil, usagef("no company column found (columns: %s); name it with --column (e.g. --column linkedin,website)", strings.Join(t.cols, ", "))
 		}
 	}
-	p := &Prepared{Columns: t.names(idx), Read: len(t.rows)}
+	p := &Prepared{Columns: t.names(idx)}
 	type row struct {
 		NetworkURL string `json:"network_url,omitempty"`
 		Domain     string `json:"domain,omitempty"`
 	}
 	long := 0
-	for _, rec := range t.rows {
+	p.Read, err = t.each(func(rec []string) {
 		var r row
 		for _, i := range idx {
 			v := strings.TrimSpace(t.cell(rec, i))
@@ -357,6 +384,9 @@ func prepareCompany(t *table, columns []string) (*Prepared, error) {
 		// per input row.
 		b, _ := json.Marshal(r)
 		p.Items = append(p.Items, b)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if long > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d values over 2,048 characters were left out (their rows are answered invalid_url)", long))
@@ -394,7 +424,7 @@ func prepareVerify(t *table, columns []string) (*Prepared, error) {
 		} else {
 			// The first column whose first value looks like an address.
 			for i := range t.cols {
-				if len(t.rows) > 0 && strings.Contains(t.cell(t.rows[0], i), "@") {
+				if strings.Contains(t.cell(t.first, i), "@") {
 					idx = []int{i}
 					break
 				}
@@ -405,20 +435,26 @@ func prepareVerify(t *table, columns []string) (*Prepared, error) {
 		}
 	}
 	col := idx[0]
-	rows := t.rows
-	// A one-column CSV whose "header" is an address has no header.
-	if len(t.cols) == 1 && strings.Contains(t.cols[0], "@") {
-		rows = append([][]string{{t.cols[0]}}, rows...)
-	}
-	p := &Prepared{Columns: t.names(idx), Read: len(rows)}
-	seen := make(map[string]struct{}, len(rows))
-	for _, rec := range rows {
+	p := &Prepared{Columns: t.names(idx)}
+	seen := map[string]struct{}{}
+	add := func(rec []string) {
 		v := strings.TrimSpace(t.cell(rec, col))
 		if n := utf8.RuneCountInString(v); n < 3 || n > 320 {
 			p.Skipped++
-			continue
+			return
 		}
 		p.addUnique(seen, verifyKey(v), v)
+	}
+	// A one-column CSV whose "header" is an address has no header.
+	headless := len(t.cols) == 1 && strings.Contains(t.cols[0], "@")
+	if headless {
+		add(t.cols)
+	}
+	if p.Read, err = t.each(add); err != nil {
+		return nil, err
+	}
+	if headless {
+		p.Read++
 	}
 	if p.Skipped > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: blank, or shorter than 3 or longer than 320 characters", p.Skipped))
@@ -451,30 +487,29 @@ func prepareLookup(t *table, columns []string) (*Prepared, error) {
 			}
 		}
 	}
-	p := &Prepared{Columns: t.names(idx), Read: len(t.rows)}
+	p := &Prepared{Columns: t.names(idx)}
 	type row struct {
 		FirstName string `json:"first_name"`
 		LastName  string `json:"last_name"`
 		Domain    string `json:"domain"`
 	}
-	seen := make(map[string]struct{}, len(t.rows))
-	for _, rec := range t.rows {
+	seen := map[string]struct{}{}
+	p.Read, err = t.each(func(rec []string) {
 		r := row{t.cell(rec, idx[0]), t.cell(rec, idx[1]), t.cell(rec, idx[2])}
-		bad := false
 		for _, v := range []string{r.FirstName, r.LastName, r.Domain} {
 			if strings.TrimSpace(v) == "" || utf8.RuneCountInString(v) > 255 {
-				bad = true
+				p.Skipped++
+				return
 			}
-		}
-		if bad {
-			p.Skipped++
-			continue
 		}
 		// The server's rule exactly (docs/api.md): the three fields,
 		// trimmed and lower-cased.
 		k := strings.ToLower(strings.TrimSpace(r.FirstName)) + "\x00" + strings.ToLower(strings.TrimSpace(r.LastName)) +
 			"\x00" + strings.ToLower(strings.TrimSpace(r.Domain))
 		p.addUnique(seen, k, r)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if p.Skipped > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: a blank field, or one over 255 characters", p.Skipped))

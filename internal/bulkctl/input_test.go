@@ -1,8 +1,10 @@
 package bulkctl
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -72,6 +74,37 @@ func TestPrepareGuessesColumns(t *testing.T) {
 				t.Fatalf("columns %q, want %q", got, c.used)
 			}
 		})
+	}
+}
+
+// The counts a submission reports: rows read (a header that is an
+// address counted as a row), repeats and rows left out.
+func TestPrepareCounts(t *testing.T) {
+	for _, c := range []struct {
+		f                        *Family
+		in, file                 string
+		read, dups, skipped, out int
+	}{
+		{Verify, "a@x.test\nb@x.test\nB@x.test\nab\n", "v.csv", 4, 1, 1, 2},
+		{Verify, "email\na@x.test\n", "v.csv", 1, 0, 0, 1},
+		{Verify, "", "v.csv", 0, 0, 0, 0},
+		{Lookup, "first,last,domain\nA,B,c.com\na,b,C.com\nA,,c.com\n", "p.csv", 3, 1, 1, 1},
+		{Company, `{"domain":"a.example"}` + "\n" + `{"domain":"a.example"}` + "\n{}\n", "c.jsonl", 3, 0, 0, 3},
+	} {
+		p, err := Prepare(c.f, strings.NewReader(c.in), c.file, "", nil)
+		if c.in == "" {
+			if err == nil {
+				t.Errorf("%s %q: no error", c.f.Kind, c.in)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s %q: %v", c.f.Kind, c.in, err)
+		}
+		if p.Read != c.read || p.Duplicates != c.dups || p.Skipped != c.skipped || len(p.Items) != c.out {
+			t.Errorf("%s %q: read %d, repeats %d, left out %d, items %d; want %d %d %d %d",
+				c.f.Kind, c.in, p.Read, p.Duplicates, p.Skipped, len(p.Items), c.read, c.dups, c.skipped, c.out)
+		}
 	}
 }
 
@@ -199,6 +232,7 @@ func TestExitCodes(t *testing.T) {
 		&NetError{Err: io.EOF}:                           ExitFailure,
 		&NotFinishedError{"x"}:                           ExitNotFinished,
 		&PartialSubmitError{Err: &APIError{Status: 403}}: ExitRefused,
+		fmt.Errorf("polling: %w", context.Canceled):      ExitInterrupted,
 	} {
 		if got := ExitCode(err); got != want {
 			t.Errorf("%T %v: %d, want %d", err, err, got, want)

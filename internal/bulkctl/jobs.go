@@ -28,9 +28,8 @@ type SubmitOptions struct {
 
 // SubmitResult is what a submission made.
 type SubmitResult struct {
-	Handle   Handle
-	Manifest *Manifest
-	Credits  float64
+	Handle  Handle
+	Credits float64
 }
 
 // Submit reads the input, splits it into jobs of at most the family's
@@ -70,7 +69,7 @@ func Submit(ctx context.Context, c *Client, f *Family, in io.Reader, o SubmitOpt
 	m := &Manifest{Version: 1, Family: f.Kind, URL: c.BaseURL, Input: o.Input, CreatedAt: time.Now().UTC().Truncate(time.Second),
 		IdempotencyKey: prefix, RowsRead: p.Read, RowsSubmitted: len(p.Items), Duplicates: p.Duplicates,
 		Skipped: p.Skipped, Parts: len(parts)}
-	res := &SubmitResult{Manifest: m}
+	res := &SubmitResult{}
 	log("%s: %d rows read from %s (columns %s), %d to submit (%d repeats, %d left out) in %d job(s)",
 		f.Kind, p.Read, o.Input, strings.Join(p.Columns, ", "), len(p.Items), p.Duplicates, p.Skipped, len(parts))
 	autoPlan := f == Lookup && !o.Unlimited
@@ -147,7 +146,6 @@ func (e *PartialSubmitError) Unwrap() error { return e.Err }
 
 // JobStatus is one job's status answer.
 type JobStatus struct {
-	ID        string
 	Status    string
 	Total     int64 // result rows (the family's TotalField)
 	Processed int64
@@ -167,7 +165,7 @@ func GetStatus(ctx context.Context, c *Client, f *Family, id string) (*JobStatus
 	if err := json.Unmarshal(r.Body, &m); err != nil {
 		return nil, fmt.Errorf("job %s: reading the status: %w", id, err)
 	}
-	s := &JobStatus{ID: id, Raw: json.RawMessage(bytes.TrimSpace(r.Body))}
+	s := &JobStatus{Raw: json.RawMessage(bytes.TrimSpace(r.Body))}
 	_ = json.Unmarshal(m["status"], &s.Status)
 	_ = json.Unmarshal(m[f.TotalField], &s.Total)
 	_ = json.Unmarshal(m["total_processed"], &s.Processed)
@@ -207,15 +205,36 @@ func combine(h Handle, sts []*JobStatus) *Combined {
 
 // Status reads every job of h.
 func Status(ctx context.Context, c *Client, h Handle) (*Combined, error) {
+	sts := h.known()
+	if err := fill(ctx, c, h, sts); err != nil {
+		return nil, err
+	}
+	return combine(h, sts), nil
+}
+
+// known is a status slot per job of h, the first filled when ResolveArg
+// read it.
+func (h Handle) known() []*JobStatus {
 	sts := make([]*JobStatus, len(h.Jobs))
+	if len(sts) > 0 {
+		sts[0] = h.first
+	}
+	return sts
+}
+
+// fill reads the status of each job of h whose slot is empty.
+func fill(ctx context.Context, c *Client, h Handle, sts []*JobStatus) error {
 	for i, id := range h.Jobs {
+		if sts[i] != nil {
+			continue
+		}
 		s, err := GetStatus(ctx, c, h.Family, id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sts[i] = s
 	}
-	return combine(h, sts), nil
+	return nil
 }
 
 // NotFinishedError: a job did not finish in time, or results were asked
@@ -247,17 +266,10 @@ func Wait(ctx context.Context, c *Client, h Handle, o WaitOptions, p Progress) (
 	if o.Timeout > 0 {
 		deadline = time.Now().Add(o.Timeout)
 	}
-	sts := make([]*JobStatus, len(h.Jobs))
+	sts := h.known()
 	for {
-		for i, id := range h.Jobs {
-			if sts[i] != nil && sts[i].Finished(h.Family) {
-				continue
-			}
-			s, err := GetStatus(ctx, c, h.Family, id)
-			if err != nil {
-				return nil, err
-			}
-			sts[i] = s
+		if err := fill(ctx, c, h, sts); err != nil {
+			return nil, err
 		}
 		cb := combine(h, sts)
 		if cb.Finished {
@@ -284,6 +296,11 @@ func Wait(ctx context.Context, c *Client, h Handle, o WaitOptions, p Progress) (
 			t.Stop()
 			return cb, ctx.Err()
 		case <-t.C:
+		}
+		for i, s := range sts {
+			if !s.Finished(h.Family) {
+				sts[i] = nil // asked again
+			}
 		}
 	}
 }

@@ -398,3 +398,61 @@ func TestPartialSubmissionResumes(t *testing.T) {
 		t.Fatalf("manifest after resuming %+v", m2)
 	}
 }
+
+// A bare job id: its family is found by asking. An answer that tells the
+// key's plan narrows the search: an unlimited-plan key (403 wrong_key_plan
+// from a pay-as-you-go family) is asked the unlimited family next and
+// nothing else, and a pay-as-you-go key (404 Job not found) never the
+// unlimited one; the status read while looking is not asked again.
+func TestBareJobIDFamily(t *testing.T) {
+	const job = "9a41c2d3-1e2f-4a5b-8c6d-7e8f9a0b1c2d"
+	f := &fake{scripts: map[string][]answer{
+		"GET /v1/company-enrichment/bulk/" + job: {{status: 403, body: `{"detail":"This endpoint needs a pay-as-you-go key","code":"wrong_key_plan"}`}},
+		"GET /v1/unlimited/bulk-lookup/" + job: {{status: 200,
+			body: `{"job_id":"` + job + `","status":"completed","total_rows":1,"total_processed":1}`}},
+	}}
+	ts := httptest.NewServer(f)
+	defer ts.Close()
+	c := ctl{t: t, url: ts.URL, key: "k"}
+	paths := func() []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var out []string
+		for _, s := range f.seen {
+			out = append(out, s.path)
+		}
+		f.seen = nil
+		return out
+	}
+	r := c.run("status", job)
+	var st bulkctl.Combined
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil || st.Handle != "unlimited-lookup:"+job || !st.Finished || st.Total != 1 {
+		t.Fatalf("status by id with an unlimited key: %+v (%v)", r, err)
+	}
+	if got, want := strings.Join(paths(), " "), "/v1/company-enrichment/bulk/"+job+" /v1/unlimited/bulk-lookup/"+job; got != want {
+		t.Fatalf("asked %s, want %s", got, want)
+	}
+
+	// A pay-as-you-go key and a job of none of its families: the unlimited
+	// family is not asked.
+	f.mu.Lock()
+	f.scripts["GET /v1/company-enrichment/bulk/"+job] = []answer{{status: 404, body: `{"detail":"Job not found"}`}}
+	f.mu.Unlock()
+	r = c.run("status", job)
+	if r.code != bulkctl.ExitRefused || !strings.Contains(r.stderr, "not found under any family") {
+		t.Fatalf("unknown id: %+v", r)
+	}
+	if got, want := strings.Join(paths(), " "), "/v1/company-enrichment/bulk/"+job+" /v1/bulk/"+job+" /v1/bulk-lookup/"+job; got != want {
+		t.Fatalf("asked %s, want %s", got, want)
+	}
+
+	// A 404 of a path the server does not route (a family turned off)
+	// says nothing of the key: every family is asked.
+	r = c.run("status", job)
+	if r.code != bulkctl.ExitRefused {
+		t.Fatalf("unknown id: %+v", r)
+	}
+	if got := len(paths()); got != len(bulkctl.Families) {
+		t.Fatalf("asked %d families, want all %d", got, len(bulkctl.Families))
+	}
+}

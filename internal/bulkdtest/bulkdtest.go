@@ -24,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/mailworld"
 	"github.com/bulkd/bulkd/internal/serve"
 	"github.com/bulkd/bulkd/internal/testredis"
 )
@@ -66,6 +67,19 @@ type Option func(*config.Config)
 
 // WithConfig applies f to the configuration.
 func WithConfig(f func(*config.Config)) Option { return Option(f) }
+
+// WithMailWorld points the verifier and the finder at w (its DNS server
+// and SMTP port) with timings for loopback: 2 s SMTP commands, one retry
+// of a temporary answer after 1 s, 10 s a lookup. A later option may
+// change them.
+func WithMailWorld(w *mailworld.World) Option {
+	return func(c *config.Config) {
+		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
+		c.SMTPCommandTimeout = 2 * time.Second
+		c.VerifyRetryDelays = "1s"
+		c.LookupTimeout = 10 * time.Second
+	}
+}
 
 // NoWorkers builds the executor but does not start it, so every row stays
 // pending until StartWorkers.

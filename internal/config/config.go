@@ -195,7 +195,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SpamdMaxConns, "spamd-max-conns", "content spam checks sent to spamd at once per process (match spamd --max-children; more wait, up to 4x this many)")
 	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
-	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of loopback, private and link-local addresses (turn on in production)")
+	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of addresses that are not public: loopback, private, link-local, CGNAT, reserved (turn on in production)")
 	c.registerWebhooks(fs)
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")

@@ -50,10 +50,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		mins := int((wait + time.Minute - 1) / time.Minute)
-		w.Header().Set("Retry-After", fmt.Sprint(int(wait/time.Second)+1))
-		d.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Sign in", Data: data,
-			Error: fmt.Sprintf("Too many sign-in attempts. Try again in %d minute(s).", max(mins, 1))})
+		d.render(w, r, http.StatusTooManyRequests, "login", view{Title: "Sign in", Data: data, Error: tooManyAttempts(w, wait)})
 		return
 	}
 	u, err := d.Users.CheckPassword(r.Context(), email, r.PostFormValue("password"))
@@ -67,6 +64,15 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = d.Users.Succeeded(r.Context(), email)
 	d.startSession(w, r, u, data.Next)
+}
+
+// tooManyAttempts sets the Retry-After of a sign-in refused for too many
+// attempts (wait is how long until one is allowed again) and returns its
+// message.
+func tooManyAttempts(w http.ResponseWriter, wait time.Duration) string {
+	w.Header().Set("Retry-After", fmt.Sprint(int(wait/time.Second)+1))
+	mins := int((wait + time.Minute - 1) / time.Minute)
+	return fmt.Sprintf("Too many sign-in attempts. Try again in %d minute(s).", max(mins, 1))
 }
 
 // startSession signs u in with a brand-new session id (whatever cookie
@@ -112,13 +118,13 @@ func (d *Dashboard) linkLogin(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusRequestEntityTooLarge, "Request too large", err.Error())
 		return
 	}
-	ok, _, err := d.Users.Attempt(r.Context(), "", clientIP(r))
+	ok, wait, err := d.Users.Attempt(r.Context(), "", clientIP(r))
 	if err != nil {
 		d.serverError(w, r, err)
 		return
 	}
 	if !ok {
-		d.render(w, r, http.StatusTooManyRequests, "link", view{Title: "Sign-in link", Error: "Too many sign-in attempts. Try again later."})
+		d.render(w, r, http.StatusTooManyRequests, "link", view{Title: "Sign-in link", Error: tooManyAttempts(w, wait)})
 		return
 	}
 	u, err := d.Users.RedeemLink(r.Context(), r.PostFormValue("token"))
@@ -164,11 +170,6 @@ func Demo(ctx context.Context, us *users.Store, accountID, baseURL string, out i
 		return err
 	}
 	fmt.Fprintf(out, "\nDashboard: %s%s/ (user %s)\nOne-time sign-in link, valid 24 h:\n  %s\n\n",
-		baseURL, Base, DemoEmail, LinkURL(baseURL, t))
+		baseURL, Base, DemoEmail, users.LinkURL(baseURL, t))
 	return nil
-}
-
-// LinkURL is the address of a one-time sign-in link.
-func LinkURL(baseURL, token string) string {
-	return strings.TrimRight(baseURL, "/") + Base + "/login/link?token=" + token
 }

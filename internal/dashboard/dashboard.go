@@ -115,8 +115,8 @@ func (d *Dashboard) routes() http.Handler {
 
 	r.Get(Base+"/login", d.loginForm)
 	r.Post(Base+"/login", d.login)
-	r.Get(Base+"/login/link", d.linkForm)
-	r.Post(Base+"/login/link", d.linkLogin)
+	r.Get(users.LinkPath, d.linkForm) // Base+"/login/link"
+	r.Post(users.LinkPath, d.linkLogin)
 
 	r.Group(func(g chi.Router) {
 		g.Use(d.requireSession)
@@ -249,12 +249,11 @@ func parseForm(w http.ResponseWriter, r *http.Request, max int64) error {
 	} else {
 		err = r.ParseForm()
 	}
+	// Only an oversized body is answered; any other malformed form reads
+	// as empty, and the handler says what is missing.
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return errors.New("The upload is larger than the dashboard takes; split the list or use the API.")
-	}
-	if errors.Is(err, http.ErrNotMultipart) {
-		return nil
 	}
 	return nil
 }

@@ -481,22 +481,27 @@ func TestNewJobChargesLikeTheAPI(t *testing.T) {
 		path              string
 		body              any
 		cost              string
+		preview           string // a row of the confirm page's "what will be sent"
 	}{
 		{"company_enrichment", "companies.csv",
 			"Company LinkedIn,Website\nhttps://www.linkedin.com/company/northwind-traders,\nlinkedin.com/company/northwind-traders/about/,\n,fabrikam.example\n,not a domain\n",
 			"/v1/company-enrichment/bulk", map[string]any{"input": []map[string]string{
 				{"network_url": "https://www.linkedin.com/company/northwind-traders"},
 				{"network_url": "linkedin.com/company/northwind-traders/about/"},
-				{"domain": "fabrikam.example"}, {"domain": "not a domain"}}}, "2 credits"},
+				{"domain": "fabrikam.example"}, {"domain": "not a domain"}}}, "2 credits",
+			"<tr><td></td><td>fabrikam.example</td></tr>"},
 		{"email_lookup", "people.csv",
 			"first_name,last_name,domain\nJane,Doe,initech.test\n jane,DOE,INITECH.test\nJohn,Smith,initech.test\n",
 			"/v1/bulk-lookup", map[string]any{"input": []map[string]string{
 				{"first_name": "Jane", "last_name": "Doe", "domain": "initech.test"},
 				{"first_name": "jane", "last_name": "DOE", "domain": "INITECH.test"},
-				{"first_name": "John", "last_name": "Smith", "domain": "initech.test"}}}, "2 credits"},
+				{"first_name": "John", "last_name": "Smith", "domain": "initech.test"}}}, "2 credits",
+			"<tr><td>jane</td><td>DOE</td><td>INITECH.test</td></tr>"},
 		{"email_verification", "emails.txt",
 			"alice@acme.test\nALICE@acme.test\nbob@acme.test\nnot-an-email\n",
-			"/v1/bulk", map[string]any{"emails": []string{"alice@acme.test", "ALICE@acme.test", "bob@acme.test", "not-an-email"}}, "0.6 credits"},
+			"/v1/bulk", map[string]any{"emails": []string{"alice@acme.test", "ALICE@acme.test", "bob@acme.test", "not-an-email"}}, "0.6 credits",
+			`<th scope="col">email</th></tr></thead>
+    <tbody><tr><td>alice@acme.test</td></tr>`},
 	}
 	for _, c := range cases {
 		t.Run(c.family, func(t *testing.T) {
@@ -505,6 +510,9 @@ func TestNewJobChargesLikeTheAPI(t *testing.T) {
 			page, draft := newJob(t, b, c.family, "credits", c.file, c.csv)
 			if !strings.Contains(page, `data-testid="quote-cost">`+c.cost+`</strong>`) {
 				t.Fatalf("confirm page does not show %s:\n%s", c.cost, page)
+			}
+			if !strings.Contains(page, c.preview) {
+				t.Fatalf("confirm page does not show the row %s as sent:\n%s", c.preview, page)
 			}
 			if got := e.Balance(acct); got != 100*credits.Scale {
 				t.Fatalf("charged before confirming: %s", got)
@@ -621,6 +629,13 @@ func TestNewJobOverQuota(t *testing.T) {
 	used, _ := e.Parts.API.Billing.Used(ctx, acct, billing.DailyWindow(billing.BulkSearches, e.Clock.Now()))
 	if used != limit {
 		t.Fatalf("used %d of %d", used, limit)
+	}
+	// One quota (SPEC 8, quota rule 3): what the dashboard used, the API
+	// cannot.
+	r = e.PostJSON("/v1/unlimited/bulk-lookup", ukey, map[string]any{"input": []map[string]string{
+		{"first_name": "Ann", "last_name": "Lee", "domain": "initech.test"}}})
+	if r.Status != http.StatusTooManyRequests || !strings.Contains(string(r.Body), "bulk_searches_limited") {
+		t.Fatalf("API after the dashboard used the quota: %d %s", r.Status, r.Body)
 	}
 	// A lapsed plan: the API's 402.
 	if err := e.Parts.API.Accounts.SetPlan(ctx, acct, accounts.PlanStarter, accounts.StateLapsed, time.Now().Add(time.Hour)); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/csvsniff"
 	"github.com/bulkd/bulkd/internal/dashboard/users"
 )
 
@@ -77,12 +78,6 @@ func specOf(name string) (familySpec, bool) {
 	return familySpec{}, false
 }
 
-// payChoice is one way to pay for a family: the API mount it goes through.
-type payChoice struct {
-	Pay   string // "credits" or "quota"
-	Mount apiserver.Bulk
-}
-
 // mountFor finds the API mount of a family paid for with pay.
 func (d *Dashboard) mountFor(family, pay string) (apiserver.Bulk, bool) {
 	want := apiserver.Metered
@@ -100,7 +95,6 @@ func (d *Dashboard) mountFor(family, pay string) (apiserver.Bulk, bool) {
 type familyOption struct {
 	familySpec
 	Available bool // the API mounts the family
-	Quota     bool // it can be paid with the unlimited plan's quota
 }
 
 type newJobData struct {
@@ -122,7 +116,7 @@ func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
 	for _, s := range specs {
 		_, ok := d.mountFor(s.Name, "credits")
 		_, q := d.mountFor(s.Name, "quota")
-		data.Families = append(data.Families, familyOption{familySpec: s, Available: ok || q, Quota: q})
+		data.Families = append(data.Families, familyOption{familySpec: s, Available: ok || q})
 	}
 	return data, nil
 }
@@ -150,15 +144,17 @@ func draftKey(accountID, id string) string { return "bulkd:acct:{" + accountID +
 var draftID = regexp.MustCompile(`^[A-Za-z0-9_-]{20,64}$`)
 
 type draft struct {
-	ID        string
-	Family    string
-	Pay       string
-	Name      string // file name, or "pasted list"
-	Data      string // the CSV text
+	ID     string
+	Family string
+	Pay    string
+	Name   string // file name, or "pasted list"
+	Data   string // the CSV text
+	// HasHeader and Mapping (field -> column; a field absent is not
+	// mapped) are the user's choice, saved by review; nil Mapping: not
+	// chosen yet (the mapping page shows a guess).
 	HasHeader bool
-	Mapping   map[string]int // field -> column; absent: not mapped
-	Mapped    bool           // Mapping was chosen (review), not guessed
-	Job       string         // the job made from it
+	Mapping   map[string]int
+	Job       string // the job made from it
 }
 
 func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
@@ -221,7 +217,6 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dr := &draft{ID: users.Token()[:24], Family: spec.Name, Pay: data.Pay, Name: name, Data: text}
-	dr.HasHeader, dr.Mapping = guessMapping(spec, table)
 	if err := d.saveDraft(r, dr); err != nil {
 		d.serverError(w, r, err)
 		return
@@ -231,11 +226,14 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) saveDraft(r *http.Request, dr *draft) error {
 	acct := sessionFrom(r.Context()).User.AccountID
-	m, _ := json.Marshal(dr.Mapping)
+	fields := []any{"family", dr.Family, "pay", dr.Pay, "name", dr.Name, "data", dr.Data}
+	if dr.Mapping != nil {
+		m, _ := json.Marshal(dr.Mapping)
+		fields = append(fields, "header", strconv.FormatBool(dr.HasHeader), "map", string(m))
+	}
 	k := draftKey(acct, dr.ID)
 	pipe := d.API.Redis.Pipeline()
-	pipe.HSet(r.Context(), k, "family", dr.Family, "pay", dr.Pay, "name", dr.Name, "data", dr.Data,
-		"header", strconv.FormatBool(dr.HasHeader), "map", string(m), "mapped", strconv.FormatBool(dr.Mapped))
+	pipe.HSet(r.Context(), k, fields...)
 	pipe.Expire(r.Context(), k, draftTTL)
 	_, err := pipe.Exec(r.Context())
 	return err
@@ -256,8 +254,11 @@ func (d *Dashboard) loadDraft(r *http.Request) (*draft, error) {
 		return nil, errNoDraft
 	}
 	dr := &draft{ID: id, Family: m["family"], Pay: m["pay"], Name: m["name"], Data: m["data"], HasHeader: m["header"] == "true",
-		Mapped: m["mapped"] == "true", Job: m["job"]}
-	_ = json.Unmarshal([]byte(m["map"]), &dr.Mapping)
+		Job: m["job"]}
+	if v, ok := m["map"]; ok {
+		dr.Mapping = map[string]int{}
+		_ = json.Unmarshal([]byte(v), &dr.Mapping)
+	}
 	return dr, nil
 }
 
@@ -279,12 +280,7 @@ func parseTable(text string) ([][]string, error) {
 	cr.FieldsPerRecord = -1
 	cr.LazyQuotes = true
 	cr.ReuseRecord = false
-	switch {
-	case strings.Count(first, "\t") > strings.Count(first, ",") && strings.Count(first, "\t") >= strings.Count(first, ";"):
-		cr.Comma = '\t'
-	case strings.Count(first, ";") > strings.Count(first, ","):
-		cr.Comma = ';'
-	}
+	cr.Comma = csvsniff.Comma(first)
 	var out [][]string
 	for {
 		rec, err := cr.Read()
@@ -377,45 +373,53 @@ func guessMapping(spec familySpec, table [][]string) (bool, map[string]int) {
 	return false, m
 }
 
-// buildBody writes the API's submission body from the mapped columns:
-// {"input": [...]} or {"emails": [...]}. Rows whose mapped cells are all
-// empty are left out.
-func buildBody(spec familySpec, table [][]string, hasHeader bool, m map[string]int) []byte {
+// mappedRows are the data rows as they will be sent: one cell per field of
+// spec (in its order; "" when the field is not mapped or the cell is
+// empty). Rows whose mapped cells are all empty are left out.
+func mappedRows(spec familySpec, table [][]string, hasHeader bool, m map[string]int) [][]string {
 	if hasHeader && len(table) > 0 {
 		table = table[1:]
 	}
-	cell := func(row []string, f string) (string, bool) {
-		i, ok := m[f]
-		if !ok || i < 0 || i >= len(row) {
-			return "", false
+	out := make([][]string, 0, len(table))
+	for _, row := range table {
+		rec := make([]string, len(spec.Fields))
+		blank := true
+		for k, f := range spec.Fields {
+			if i, ok := m[f.Name]; ok && i >= 0 && i < len(row) {
+				rec[k] = row[i]
+			}
+			blank = blank && rec[k] == ""
 		}
-		return row[i], row[i] != ""
+		if !blank {
+			out = append(out, rec)
+		}
 	}
+	return out
+}
+
+// buildBody writes the API's submission body from mappedRows:
+// {"input": [...]} or {"emails": [...]}. An empty cell is left out of its
+// row object, unless every field is required and mapped (the API then
+// says what is wrong with it).
+func buildBody(spec familySpec, rows [][]string, m map[string]int) []byte {
 	var buf bytes.Buffer
 	if spec.Name == "email_verification" {
-		emails := make([]string, 0, len(table))
-		for _, row := range table {
-			if v, ok := cell(row, "email"); ok {
-				emails = append(emails, v)
-			}
+		emails := make([]string, len(rows))
+		for i, rec := range rows {
+			emails[i] = rec[0]
 		}
 		_ = json.NewEncoder(&buf).Encode(map[string]any{"emails": emails})
 		return buf.Bytes()
 	}
-	in := make([]map[string]string, 0, len(table))
-	for _, row := range table {
+	in := make([]map[string]string, len(rows))
+	for i, rec := range rows {
 		o := map[string]string{}
-		any := false
-		for _, f := range spec.Fields {
-			v, ok := cell(row, f.Name)
-			any = any || ok
-			if _, mapped := m[f.Name]; mapped && (ok || spec.AllRequired) {
-				o[f.Name] = v
+		for k, f := range spec.Fields {
+			if _, mapped := m[f.Name]; rec[k] != "" || (mapped && spec.AllRequired) {
+				o[f.Name] = rec[k]
 			}
 		}
-		if any {
-			in = append(in, o)
-		}
+		in[i] = o
 	}
 	_ = json.NewEncoder(&buf).Encode(map[string]any{"input": in})
 	return buf.Bytes()
@@ -432,14 +436,13 @@ type mapField struct {
 }
 
 type mappingData struct {
-	Draft     *draft
-	Spec      familySpec
-	Columns   []column
-	Fields    []mapField
-	Preview   [][]string // the first rows as uploaded
-	Rows      int        // data rows (after the header)
-	PayLabel  string
-	HeaderRow []string
+	Draft    *draft
+	Spec     familySpec
+	Columns  []column
+	Fields   []mapField
+	Preview  [][]string // the first rows as uploaded
+	Rows     int        // data rows (after the header)
+	PayLabel string
 }
 
 const previewRows = 5
@@ -449,6 +452,9 @@ func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
 	table, err := parseTable(dr.Data)
 	if err != nil {
 		return nil, err
+	}
+	if dr.Mapping == nil {
+		dr.HasHeader, dr.Mapping = guessMapping(spec, table)
 	}
 	md := &mappingData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay)}
 	ncols := 0
@@ -542,8 +548,7 @@ type confirmData struct {
 	Limit       int64
 	ResetAt     time.Time
 	RefundNote  bool
-	Fields      []field
-	Preview     [][]string
+	Preview     [][]string // the first rows as they will be sent
 	PreviewMore int
 }
 
@@ -563,7 +568,6 @@ func (d *Dashboard) review(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	dr.Mapped = true
 	if err := d.saveDraft(r, dr); err != nil {
 		d.serverError(w, r, err)
 		return
@@ -622,42 +626,53 @@ func apiMessage(e *apierr.Error) string {
 	return msg
 }
 
-// submission is a draft as the principal and body the API takes.
-func (d *Dashboard) submission(r *http.Request, dr *draft) (*accounts.Principal, string, []byte, *accounts.Account, error) {
+// submission is a draft as the API takes it: the principal, the mount,
+// the body, and the rows the body holds (mappedRows).
+type submission struct {
+	p       *accounts.Principal
+	account *accounts.Account
+	mount   apiserver.Bulk
+	rows    [][]string
+	body    []byte
+}
+
+func (d *Dashboard) submission(r *http.Request, dr *draft) (*submission, error) {
 	spec, ok := specOf(dr.Family)
 	if !ok {
-		return nil, "", nil, nil, errNoDraft
+		return nil, errNoDraft
 	}
 	mount, ok := d.mountFor(dr.Family, dr.Pay)
 	if !ok {
-		return nil, "", nil, nil, errNoDraft
+		return nil, errNoDraft
 	}
 	table, err := parseTable(dr.Data)
 	if err != nil {
-		return nil, "", nil, nil, err
+		return nil, err
 	}
 	a, err := d.account(r)
 	if err != nil {
-		return nil, "", nil, nil, err
+		return nil, err
 	}
 	t := accounts.PayAsYouGo
 	if dr.Pay == "quota" {
 		t = accounts.Unlimited
 	}
-	return d.principal(a, t), mount.Path, buildBody(spec, table, dr.HasHeader, dr.Mapping), a, nil
+	rows := mappedRows(spec, table, dr.HasHeader, dr.Mapping)
+	return &submission{p: d.principal(a, t), account: a, mount: mount, rows: rows, body: buildBody(spec, rows, dr.Mapping)}, nil
 }
 
 func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apierr.Error, error) {
-	p, path, body, a, err := d.submission(r, dr)
+	sub, err := d.submission(r, dr)
 	if err != nil {
 		return nil, nil, err
 	}
-	q, e := d.API.QuoteAs(p, path, bytes.NewReader(body))
+	q, e := d.API.QuoteAs(r.Context(), sub.p, sub.mount, bytes.NewReader(sub.body))
 	if e != nil {
 		return nil, e, nil
 	}
+	a := sub.account
 	spec, _ := specOf(dr.Family)
-	cd := &confirmData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay), Quote: q, Fields: spec.Fields}
+	cd := &confirmData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay), Quote: q}
 	if q.Metering.Quota != nil {
 		u, err := d.API.Usage(r.Context(), a)
 		if err != nil {
@@ -671,30 +686,8 @@ func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apie
 		cd.Short = q.Credits > a.Balance
 		cd.RefundNote = q.Metering.RefundOutcome != ""
 	}
-	// The first rows as they will be sent.
-	var parsed map[string]json.RawMessage
-	_ = json.Unmarshal(body, &parsed)
-	var rows []json.RawMessage
-	for _, v := range parsed {
-		_ = json.Unmarshal(v, &rows)
-	}
-	for i, raw := range rows {
-		if i == previewRows {
-			cd.PreviewMore = len(rows) - previewRows
-			break
-		}
-		var rec []string
-		var s string
-		var o map[string]string
-		if json.Unmarshal(raw, &s) == nil {
-			rec = []string{s}
-		} else if json.Unmarshal(raw, &o) == nil {
-			for _, f := range spec.Fields {
-				rec = append(rec, o[f.Name])
-			}
-		}
-		cd.Preview = append(cd.Preview, rec)
-	}
+	cd.Preview = sub.rows[:min(len(sub.rows), previewRows)]
+	cd.PreviewMore = len(sub.rows) - len(cd.Preview)
 	return cd, nil, nil
 }
 
@@ -706,7 +699,7 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !dr.Mapped {
+	if dr.Mapping == nil { // not reviewed yet
 		http.Redirect(w, r, Base+"/jobs/new/"+dr.ID, http.StatusSeeOther)
 		return
 	}
@@ -722,13 +715,13 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release := func() { _ = d.API.Redis.HDel(r.Context(), k, "submitting").Err() }
-	p, path, body, _, err := d.submission(r, dr)
+	sub, err := d.submission(r, dr)
 	if err != nil {
 		release()
 		d.serverError(w, r, err)
 		return
 	}
-	j, e := d.API.SubmitAs(r.Context(), p, path, bytes.NewReader(body))
+	j, e := d.API.SubmitAs(r.Context(), sub.p, sub.mount, bytes.NewReader(sub.body))
 	if e != nil {
 		release()
 		cd, e2, err := d.confirmData(r, dr)

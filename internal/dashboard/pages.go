@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
@@ -121,18 +122,21 @@ type overviewData struct {
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	// The newest jobs are read alongside the account and its usage (which
+	// needs the account): two chains of round trips at once, not one
+	// after the other.
+	var js []*jobs.Job
+	g, ctx := errgroup.WithContext(r.Context())
+	g.Go(func() (err error) {
+		js, err = d.API.Jobs.AccountJobs(ctx, sessionFrom(r.Context()).User.AccountID, 5)
+		return err
+	})
 	a, err := d.account(r)
-	if err != nil {
-		d.serverError(w, r, err)
-		return
+	var u apiserver.UsageResponse
+	if err == nil {
+		u, err = d.API.Usage(ctx, a)
 	}
-	u, err := d.API.Usage(r.Context(), a)
-	if err != nil {
-		d.serverError(w, r, err)
-		return
-	}
-	js, err := d.API.Jobs.AccountJobs(r.Context(), a.ID, 5)
-	if err != nil {
+	if err = errors.Join(err, g.Wait()); err != nil {
 		d.serverError(w, r, err)
 		return
 	}
@@ -295,8 +299,29 @@ func (d *Dashboard) apiJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": js})
 }
 
+// accountJob reads the signed-in account's job the path names, whichever
+// key made it; another account's is jobs.ErrJobNotFound.
+func (d *Dashboard) accountJob(r *http.Request) (*jobs.Job, error) {
+	return d.API.Jobs.GetInAccount(r.Context(), sessionFrom(r.Context()).User.AccountID, chi.URLParam(r, "id"))
+}
+
+// jobOf is the account's job the path names; false when it has answered
+// instead (the 404 page, or 500).
+func (d *Dashboard) jobOf(w http.ResponseWriter, r *http.Request) (*jobs.Job, bool) {
+	j, err := d.accountJob(r)
+	if errors.Is(err, jobs.ErrJobNotFound) {
+		d.errorPage(w, r, http.StatusNotFound, "Job not found", "This account has no such job (jobs are kept for the retention period).")
+		return nil, false
+	}
+	if err != nil {
+		d.serverError(w, r, err)
+		return nil, false
+	}
+	return j, true
+}
+
 func (d *Dashboard) apiJob(w http.ResponseWriter, r *http.Request) {
-	j, err := d.API.Jobs.GetInAccount(r.Context(), sessionFrom(r.Context()).User.AccountID, chi.URLParam(r, "id"))
+	j, err := d.accountJob(r)
 	if errors.Is(err, jobs.ErrJobNotFound) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Job not found"})
 		return
@@ -324,13 +349,8 @@ type jobData struct {
 }
 
 func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request) {
-	j, err := d.API.Jobs.GetInAccount(r.Context(), sessionFrom(r.Context()).User.AccountID, chi.URLParam(r, "id"))
-	if errors.Is(err, jobs.ErrJobNotFound) {
-		d.errorPage(w, r, http.StatusNotFound, "Job not found", "This account has no such job (jobs are kept for the retention period).")
-		return
-	}
-	if err != nil {
-		d.serverError(w, r, err)
+	j, ok := d.jobOf(w, r)
+	if !ok {
 		return
 	}
 	off, _ := strconv.Atoi(r.URL.Query().Get("offset"))
@@ -351,13 +371,8 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) jobCSV(w http.ResponseWriter, r *http.Request) {
-	j, err := d.API.Jobs.GetInAccount(r.Context(), sessionFrom(r.Context()).User.AccountID, chi.URLParam(r, "id"))
-	if errors.Is(err, jobs.ErrJobNotFound) {
-		d.errorPage(w, r, http.StatusNotFound, "Job not found", "This account has no such job.")
-		return
-	}
-	if err != nil {
-		d.serverError(w, r, err)
+	j, ok := d.jobOf(w, r)
+	if !ok {
 		return
 	}
 	if e := d.API.WriteJobCSV(w, r, j); e != nil {

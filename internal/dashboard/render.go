@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -49,13 +48,6 @@ var funcs = template.FuncMap{
 	},
 	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"num": formatInt,
-	"pct": func(done, total int64) int64 {
-		if total <= 0 {
-			return 100
-		}
-		return int64(math.Floor(float64(done) * 100 / float64(total)))
-	},
-	"familyName": familyName,
 	"keyType": func(t accounts.KeyType) string {
 		if t == accounts.Unlimited {
 			return "Unlimited plan"
@@ -70,7 +62,6 @@ var funcs = template.FuncMap{
 		}
 		return many
 	},
-	"sub": func(a, b int) int { return a - b },
 }
 
 // formatInt writes n with thousands separators.
@@ -106,20 +97,32 @@ func familyName(f string) string {
 // view is what every page's template gets.
 type view struct {
 	Title   string
-	Nav     string // which nav item is current
-	Session *users.Session
-	Email   string
-	CSRF    string
-	Notice  string // a success message
-	Error   string // an error message
+	Nav     string         // which nav item is current
+	Session *users.Session // set by render; nil when signed out
+	Notice  string         // a success message
+	Error   string         // an error message
 	Data    any
+}
+
+// Email is the signed-in user's email.
+func (v view) Email() string {
+	if v.Session == nil {
+		return ""
+	}
+	return v.Session.User.Email
+}
+
+// CSRF is the session's token every form carries.
+func (v view) CSRF() string {
+	if v.Session == nil {
+		return ""
+	}
+	return v.Session.CSRF
 }
 
 // render writes a page.
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, page string, v view) {
-	if ss := sessionFrom(r.Context()); ss != nil {
-		v.Session, v.Email, v.CSRF = ss, ss.User.Email, ss.CSRF
-	}
+	v.Session = sessionFrom(r.Context())
 	var buf bytes.Buffer
 	if err := d.pages[page].Execute(&buf, v); err != nil {
 		d.Logger.Error("dashboard template", "page", page, "err", err)

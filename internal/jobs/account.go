@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -21,20 +20,16 @@ func accountJobsKey(accountID string) string { return prefix + "acct:{" + accoun
 // reads past the ones it returns, pruning stale ids as it goes.
 const maxAccountJobsScan = 200
 
-// index adds a stored job to its account's index and drops the entries
-// that are past retention (their jobs have expired with their keys).
-func (s *Store) index(ctx context.Context, j *Job) error {
-	pipe := s.rdb.Pipeline()
+// index queues, on pipe, a stored job's entry in its account's index and
+// the removal of the entries past retention (their jobs have expired with
+// their keys).
+func index(ctx context.Context, pipe redis.Pipeliner, j *Job) {
 	pipe.ZAdd(ctx, accountJobsKey(j.AccountID), redis.Z{Score: float64(j.CreatedAt.UnixMilli()), Member: j.ID})
 	// Expired jobs' ids: anything created before the oldest job that can
 	// still exist (this one's retention, counted back from its creation).
 	horizon := j.CreatedAt.Add(-j.ExpiresAt.Sub(j.CreatedAt))
 	pipe.ZRemRangeByScore(ctx, accountJobsKey(j.AccountID), "-inf", fmt.Sprintf("(%d", horizon.UnixMilli()))
 	pipe.PExpireAt(ctx, accountJobsKey(j.AccountID), j.ExpiresAt)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("index job %s of account %s: %w", j.ID, j.AccountID, err)
-	}
-	return nil
 }
 
 // AccountJobs returns up to limit of an account's jobs, newest first.
@@ -49,26 +44,18 @@ func (e *Engine) AccountJobs(ctx context.Context, accountID string, limit int) (
 	}
 	out := make([]*Job, 0, min(limit, len(ids)))
 	var stale []any
-	// Pipelined reads, a page at a time: a page of metadata is one round
-	// trip (on Redis Cluster the client splits it by slot).
+	// A page of metadata at a time, one round trip each (GetMany).
 	for lo := 0; lo < len(ids) && len(out) < limit; lo += limit {
-		hi := min(lo+limit, len(ids))
-		pipe := e.Store.rdb.Pipeline()
-		cmds := make([]*redis.MapStringStringCmd, hi-lo)
-		for i, id := range ids[lo:hi] {
-			cmds[i] = pipe.HGetAll(ctx, metaKey(id))
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		page := ids[lo:min(lo+limit, len(ids))]
+		js, err := e.Store.GetMany(ctx, page)
+		if err != nil {
 			return nil, fmt.Errorf("list jobs of account %s: %w", accountID, err)
 		}
-		for i, c := range cmds {
-			m := c.Val()
-			if len(m) == 0 || m["id"] == "" || m["account"] != accountID {
-				stale = append(stale, ids[lo+i])
-				continue
-			}
-			if len(out) < limit {
-				out = append(out, jobFromMap(m))
+		for i, j := range js {
+			if j == nil || j.AccountID != accountID {
+				stale = append(stale, page[i])
+			} else if len(out) < limit {
+				out = append(out, j)
 			}
 		}
 	}
@@ -97,19 +84,6 @@ func (e *Engine) GetInAccount(ctx context.Context, accountID, jobID string) (*Jo
 	}
 	e.readStatus(ctx, j)
 	return j, nil
-}
-
-// PageInAccount returns rows [offset, offset+limit) of a job of the
-// account.
-func (e *Engine) PageInAccount(ctx context.Context, accountID, jobID string, offset, limit int) (*Page, error) {
-	p, err := e.Store.ReadPage(ctx, jobID, offset, limit)
-	if err != nil {
-		return nil, err
-	}
-	if p.Job.AccountID != accountID {
-		return nil, ErrJobNotFound
-	}
-	return p, nil
 }
 
 // readStatus overlays the executor's record of a job's progress when it

@@ -115,15 +115,19 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	if _, err := tx.Exec(ctx); err != nil {
 		return fmt.Errorf("store job %s: %w", j.ID, err)
 	}
+	// Its memberships (other hash slots) in one round trip: the active
+	// set, the jobs that may owe a webhook event (webhook.go), its
+	// account's index (account.go).
+	pipe = s.rdb.Pipeline()
 	if j.Status == StatusRunning {
-		if err := s.rdb.SAdd(ctx, activeKey, j.ID).Err(); err != nil {
-			return fmt.Errorf("store job %s: active set: %w", j.ID, err)
-		}
+		pipe.SAdd(ctx, activeKey, j.ID)
 	}
-	if err := s.watchWebhook(ctx, j); err != nil { // webhook.go
-		return fmt.Errorf("store job %s: %w", j.ID, err)
+	watchWebhook(ctx, pipe, j)
+	index(ctx, pipe, j)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store job %s: its sets: %w", j.ID, err)
 	}
-	return s.index(ctx, j)
+	return nil
 }
 
 // Delete takes a job out of the engine's sets, then removes every key of

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/bulkd/bulkd/internal/redisconn"
 )
 
 // Redis going away (a restart, a failover, an AOF being loaded) is not a
@@ -29,14 +29,6 @@ const (
 	storeBackoffMax = 2 * time.Second
 )
 
-// redisCannotServe reports whether err is Redis itself saying it cannot
-// serve right now (loading its data, a replica during failover, a cluster
-// without a quorum): the same command works once it can.
-func redisCannotServe(err error) bool {
-	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
-		redis.IsClusterDownError(err) || redis.IsTryAgainError(err)
-}
-
 // Ping checks that Redis answers, within timeout.
 func (s *Store) Ping(ctx context.Context, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -55,7 +47,7 @@ func (s *Store) unavailable(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil || errors.Is(err, ErrJobNotFound) {
 		return false
 	}
-	if redisCannotServe(err) {
+	if redisconn.CannotServe(err) {
 		return true
 	}
 	return s.Ping(ctx, 2*time.Second) != nil

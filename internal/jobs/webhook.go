@@ -25,25 +25,27 @@ import (
 // only then notes it (wh_retrying_sent) or drops the job from the set.
 const webhookJobsKey = prefix + "jobs:webhooks" // zset: job id -> submitted (ms)
 
-// watchWebhook puts a job with a webhook in the set of jobs that may owe
-// an event.
-func (s *Store) watchWebhook(ctx context.Context, j *Job) error {
-	if j.WebhookURL == "" {
-		return nil
+// watchWebhook queues, on pipe, a job with a webhook's entry in the set of
+// jobs that may owe an event.
+func watchWebhook(ctx context.Context, pipe redis.Pipeliner, j *Job) {
+	if j.WebhookURL != "" {
+		pipe.ZAdd(ctx, webhookJobsKey, redis.Z{Score: float64(j.CreatedAt.UnixMilli()), Member: j.ID})
 	}
-	if err := s.rdb.ZAdd(ctx, webhookJobsKey, redis.Z{Score: float64(j.CreatedAt.UnixMilli()), Member: j.ID}).Err(); err != nil {
-		return fmt.Errorf("webhook jobs set: %w", err)
-	}
-	return nil
 }
 
 // webhookFromMap reads the webhook fields of a job's metadata.
 func webhookFromMap(j *Job, m map[string]string) {
 	j.WebhookURL = m["webhook_url"]
-	if v, _ := strconv.ParseInt(m["wh_retrying_at"], 10, 64); v > 0 {
-		j.WebhookRetryingAt = time.UnixMilli(v).UTC()
-	}
+	j.WebhookRetryingAt = retryingAt(m["wh_retrying_at"])
 	j.WebhookRetryingSent = m["wh_retrying_sent"] != ""
+}
+
+// retryingAt reads the wh_retrying_at mark (ms; zero when unset).
+func retryingAt(ms string) time.Time {
+	if v, _ := strconv.ParseInt(ms, 10, 64); v > 0 {
+		return time.UnixMilli(v).UTC()
+	}
+	return time.Time{}
 }
 
 // WebhookJobs lists up to n jobs that may owe a webhook event, from
@@ -112,11 +114,8 @@ func (s *Store) WebhookStates(ctx context.Context, ids []string) ([]WebhookState
 			}
 			return ""
 		}
-		m := map[string]string{"webhook_url": str(2), "wh_retrying_at": str(3), "wh_retrying_sent": str(4)}
-		var j Job
-		webhookFromMap(&j, m)
-		out[i] = WebhookState{Exists: str(0) != "", URL: j.WebhookURL, Completed: str(1) == StatusCompleted,
-			RetryingAt: j.WebhookRetryingAt, Sent: j.WebhookRetryingSent}
+		out[i] = WebhookState{Exists: str(0) != "", Completed: str(1) == StatusCompleted,
+			URL: str(2), RetryingAt: retryingAt(str(3)), Sent: str(4) != ""}
 	}
 	return out, nil
 }

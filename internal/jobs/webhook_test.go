@@ -49,8 +49,19 @@ func TestWebhookStateOfJobs(t *testing.T) {
 	if again := e.get(j.ID); !again.WebhookRetryingAt.Equal(first) {
 		t.Fatalf("retrying mark moved: %v -> %v", first, again.WebhookRetryingAt)
 	}
+	if sts, err := e.st.WebhookStates(e.ctx, []string{j.ID}); err != nil || !sts[0].Owes() || sts[0].RetryingAt != first {
+		t.Fatalf("WebhookStates before the mark: %+v %v", sts, err)
+	}
 	if err := e.st.MarkWebhookRetryingSent(e.ctx, j.ID); err != nil || !e.get(j.ID).WebhookRetryingSent {
 		t.Fatalf("mark sent: %v", err)
+	}
+	// The sweeper's cheap read says what the whole job says: the retrying
+	// event owed until it is marked sent.
+	sts, err := e.st.WebhookStates(e.ctx, []string{j.ID, plain.ID, "00000000-0000-0000-0000-000000000000"})
+	if err != nil || len(sts) != 3 ||
+		sts[0] != (WebhookState{Exists: true, URL: b.WebhookURL, RetryingAt: first, Sent: true}) || sts[0].Owes() ||
+		sts[1] != (WebhookState{Exists: true}) || sts[1].Owes() || sts[2] != (WebhookState{}) {
+		t.Fatalf("WebhookStates: %+v %v", sts, err)
 	}
 	if err := e.st.Delete(e.ctx, plain.ID); err != nil {
 		t.Fatal(err)

@@ -25,9 +25,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -294,4 +296,28 @@ func Redact(raw string) string {
 		out = out[:j] + "***" + out[j+k:]
 	}
 	return out
+}
+
+// CannotServe reports whether err is Redis itself saying it cannot serve
+// right now (loading its data, a replica during failover, a master or
+// cluster without a quorum, a slot moving): the same command works once it
+// can.
+func CannotServe(err error) bool {
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err)
+}
+
+// ConnLost reports whether err is the connection to Redis failing under
+// the command (Redis restarted or went away: reset, EOF, refused, broken
+// pipe, a network timeout, a pool with no connection to give), as opposed
+// to Redis answering with an error. A closed client is not: that is this
+// process's own doing.
+func ConnLost(err error) bool {
+	if err == nil || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, redis.ErrPoolTimeout)
 }

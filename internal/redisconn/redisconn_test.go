@@ -2,9 +2,16 @@ package redisconn
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/testredis"
 )
@@ -122,5 +129,52 @@ func TestOpenRealDeployments(t *testing.T) {
 	_, err = Open(ctx, "redis://:topsecret@127.0.0.1:1/0?dial_timeout=200ms")
 	if err == nil || strings.Contains(err.Error(), "topsecret") {
 		t.Fatalf("dead server: %v", err)
+	}
+}
+
+// ConnLost tells a connection that broke under a command (wrapped, as the
+// callers see it) from Redis answering, nothing, and a closed client.
+func TestConnLost(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("charge: %w", syscall.ECONNRESET), true},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true},
+		{syscall.EPIPE, true},
+		{io.EOF, true},
+		{io.ErrUnexpectedEOF, true},
+		{redis.ErrPoolTimeout, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}, true},
+		{nil, false},
+		{redis.Nil, false},
+		{redis.ErrClosed, false},
+		{fmt.Errorf("x: %w", redis.ErrClosed), false},
+		{errors.New("ERR wrong number of arguments"), false},
+	} {
+		if got := ConnLost(tc.err); got != tc.want {
+			t.Errorf("ConnLost(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// CannotServe: what a restarting Redis really answers (LOADING while it
+// reads its append-only file is the common one) counts; an ordinary error
+// reply does not.
+func TestCannotServe(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testredis.Start(t).Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "NOSUCHCOMMAND").Err(); err == nil || CannotServe(err) {
+		t.Errorf("unknown command: %v counted as cannot serve", err)
+	}
+	// A Lua script can return any error reply: the ones Redis gives while
+	// it cannot serve.
+	for _, reply := range []string{"LOADING Redis is loading the dataset in memory", "READONLY You can't write against a read only replica.",
+		"MASTERDOWN Link with MASTER is down", "CLUSTERDOWN The cluster is down", "TRYAGAIN Multiple keys request during rehashing of slot"} {
+		err := rdb.Eval(ctx, "return redis.error_reply(ARGV[1])", nil, reply).Err()
+		if !CannotServe(fmt.Errorf("wrapped: %w", err)) {
+			t.Errorf("%q: %v not counted as cannot serve", reply, err)
+		}
 	}
 }

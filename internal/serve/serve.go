@@ -116,7 +116,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	if err != nil {
 		return nil, err
 	}
-	whPolicy := WebhookPolicy(cfg)
+	whPolicy := webhookPolicy(cfg)
 	dash := newDashboard(cfg, rdb, log, o.Now)
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),

@@ -8,26 +8,29 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
 
-// WebhookPolicy is the policy webhook targets must pass, at submission and
+// webhookPolicy is the policy webhook targets must pass, at submission and
 // at delivery: names resolved with --dns-server like every outbound lookup.
-func WebhookPolicy(cfg config.Config) *webhook.Policy {
+func webhookPolicy(cfg config.Config) *webhook.Policy {
 	allow, _ := cfg.WebhookAllowPrefixes() // validated with the config
 	return &webhook.Policy{AllowLoopback: cfg.WebhookAllowLoopback, Allow: allow,
 		Resolver: outbound.Config{DNSServer: cfg.DNSServer}.WithDefaults().Resolver()}
 }
 
-// NewWebhooks builds the webhook sweeper and deliverer of a process that
-// serves no API (the controller), with its metrics on reg.
-func NewWebhooks(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*webhook.Service, error) {
+// NewController builds what `bulkd controller` runs beside its manager, on
+// one build of the families: the shard processor (it answers a failed
+// shard's inputs as errors) and the webhook sweeper and deliverer, with
+// their metrics on reg.
+func NewController(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*jobs.Processor, *webhook.Service, error) {
 	fams, err := buildFamilies(cfg, rdb, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return newWebhooks(cfg, rdb, log, fams, WebhookPolicy(cfg), reg), nil
+	return newProcessor(cfg, rdb, fams.registry, log), newWebhooks(cfg, rdb, log, fams, webhookPolicy(cfg), reg), nil
 }
 
 // newWebhooks builds the webhook service: events of the families as their

@@ -18,7 +18,6 @@ package spamc
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,8 +29,8 @@ import (
 	"time"
 )
 
-// ProtocolVersion is the SPAMC protocol version the client speaks.
-const ProtocolVersion = "1.5"
+// protocolVersion is the SPAMC protocol version the client speaks.
+const protocolVersion = "1.5"
 
 // Limits on what is read from spamd, so a broken or hostile server cannot
 // make the client hold unbounded memory.
@@ -286,11 +285,7 @@ func (c *Client) exchange(ctx context.Context, method string, body []byte, parse
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	w := bufio.NewWriterSize(conn, 32<<10)
-	if err := WriteRequest(w, method, body); err != nil {
-		return fmt.Errorf("%w: send %s: %w", ErrUnavailable, method, err)
-	}
-	if err := w.Flush(); err != nil {
+	if err := writeRequest(conn, method, body); err != nil {
 		return fmt.Errorf("%w: send %s: %w", ErrUnavailable, method, err)
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
@@ -315,19 +310,16 @@ func (c *Client) exchange(ctx context.Context, method string, body []byte, parse
 	return nil
 }
 
-// WriteRequest writes one SPAMC request: the method line, Content-length
-// when there is a body, the blank line, the body.
-func WriteRequest(w io.Writer, method string, body []byte) error {
-	var b bytes.Buffer
-	b.WriteString(method + " SPAMC/" + ProtocolVersion + "\r\n")
+// writeRequest writes one SPAMC request: the method line, Content-length
+// when there is a body, the blank line, the body (one writev on a TCP
+// connection: neither is copied).
+func writeRequest(w io.Writer, method string, body []byte) error {
+	head := method + " SPAMC/" + protocolVersion + "\r\n"
 	if body != nil {
-		b.WriteString("Content-length: " + strconv.Itoa(len(body)) + "\r\n")
+		head += "Content-length: " + strconv.Itoa(len(body)) + "\r\n"
 	}
-	b.WriteString("\r\n")
-	if _, err := w.Write(b.Bytes()); err != nil {
-		return err
-	}
-	_, err := w.Write(body)
+	bufs := net.Buffers{[]byte(head + "\r\n"), body}
+	_, err := bufs.WriteTo(w)
 	return err
 }
 

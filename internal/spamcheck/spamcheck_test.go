@@ -18,15 +18,10 @@ import (
 
 func p(s string) *string { return &s }
 
-var now = time.Date(2025, 11, 25, 10, 0, 0, 0, time.UTC)
-
-// The built message parses back into what was asked for: headers, a
-// multipart/alternative with both bodies intact (quoted-printable decoded,
-// non-ASCII kept), a Date and a Message-ID at the sender's domain.
-func TestMessageRoundTrip(t *testing.T) {
-	long := strings.Repeat("Ünïcödé text with a long line that must be folded by quoted-printable. ", 20)
-	req := spamcheck.Request{Subject: p("Soldes d'hiver : -50 % sur tout ✨"), From: p("Boutique Été <news@shop.example.com>"),
-		ReplyTo: p("help@shop.example.com"), Text: p("Bonjour,\n" + long + "\n"), HTML: p("<html><body><p>Bonjour</p><p>" + long + "</p></body></html>")}
+// buildMessage validates req, builds its message, checks that every line
+// stays within RFC 5322's 998 bytes, and parses the message back.
+func buildMessage(t *testing.T, req spamcheck.Request) *mail.Reader {
+	t.Helper()
 	if e := req.Validate(); e != nil {
 		t.Fatal(e)
 	}
@@ -43,6 +38,19 @@ func TestMessageRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mr
+}
+
+var now = time.Date(2025, 11, 25, 10, 0, 0, 0, time.UTC)
+
+// The built message parses back into what was asked for: headers, a
+// multipart/alternative with both bodies intact (quoted-printable decoded,
+// non-ASCII kept), a Date and a Message-ID at the sender's domain.
+func TestMessageRoundTrip(t *testing.T) {
+	long := strings.Repeat("Ünïcödé text with a long line that must be folded by quoted-printable. ", 20)
+	req := spamcheck.Request{Subject: p("Soldes d'hiver : -50 % sur tout ✨"), From: p("Boutique Été <news@shop.example.com>"),
+		ReplyTo: p("help@shop.example.com"), Text: p("Bonjour,\n" + long + "\n"), HTML: p("<html><body><p>Bonjour</p><p>" + long + "</p></body></html>")}
+	mr := buildMessage(t, req)
 	subj, _ := mr.Header.Subject()
 	from, _ := mr.Header.AddressList("From")
 	to, _ := mr.Header.AddressList("To")
@@ -81,14 +89,7 @@ func TestMessageRoundTrip(t *testing.T) {
 // One body: a single part of its type; no From: the placeholder.
 func TestMessageSinglePart(t *testing.T) {
 	req := spamcheck.Request{HTML: p("<p>Hi</p>")}
-	msg, e := req.Message(now)
-	if e != nil {
-		t.Fatal(e)
-	}
-	mr, err := mail.CreateReader(bytes.NewReader(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mr := buildMessage(t, req)
 	if ct, _, _ := mr.Header.ContentType(); ct != "text/html" {
 		t.Fatalf("content type %q", ct)
 	}
@@ -268,22 +269,7 @@ func checkErr(t *testing.T, e *apierr.Error) {
 // reads back unchanged.
 func TestLongSubjectFolded(t *testing.T) {
 	req := spamcheck.Request{Subject: p(strings.Repeat("é", 998)), From: p(strings.Repeat("Ü", 900) + " <a@b.example>"), Text: p("x")}
-	if e := req.Validate(); e != nil {
-		t.Fatal(e)
-	}
-	msg, e := req.Message(now)
-	if e != nil {
-		t.Fatal(e)
-	}
-	for _, line := range strings.Split(string(msg), "\r\n") {
-		if len(line) > 998 {
-			t.Fatalf("line of %d bytes", len(line))
-		}
-	}
-	mr, err := mail.CreateReader(bytes.NewReader(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mr := buildMessage(t, req)
 	if s, _ := mr.Header.Subject(); s != *req.Subject {
 		t.Fatalf("subject %q", s)
 	}
@@ -295,14 +281,7 @@ func TestMessageBase64ForNonASCII(t *testing.T) {
 	text := strings.Repeat("Привет, это наша рассылка. ", 5000)[:200_000]
 	text = strings.ToValidUTF8(text, "")
 	req := spamcheck.Request{Subject: p("Новости"), Text: &text}
-	msg, e := req.Message(now)
-	if e != nil {
-		t.Fatal(e)
-	}
-	mr, err := mail.CreateReader(bytes.NewReader(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mr := buildMessage(t, req)
 	if cte := mr.Header.Get("Content-Transfer-Encoding"); cte != "base64" {
 		t.Fatalf("Content-Transfer-Encoding %q", cte)
 	}

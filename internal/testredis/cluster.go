@@ -30,7 +30,7 @@ type Cluster struct {
 // StartCluster starts a cluster for tb and stops it when tb ends.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
-	c, err := StartClusterProcess(tb.TempDir())
+	c, err := startClusterProcess(tb.TempDir())
 	if err != nil {
 		tb.Fatalf("testredis: %v", err)
 	}
@@ -38,9 +38,9 @@ func StartCluster(tb testing.TB) *Cluster {
 	return c
 }
 
-// StartClusterProcess starts a three-master cluster whose files live under
+// startClusterProcess starts a three-master cluster whose files live under
 // dir, outside of a test; the caller must call Stop.
-func StartClusterProcess(dir string) (*Cluster, error) {
+func startClusterProcess(dir string) (*Cluster, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found in PATH (install Debian package redis-server, or run `make deps`): %w", err)
@@ -92,11 +92,11 @@ func startCluster(bin, cli, dir string) (*Cluster, error) {
 func startClusterNode(bin, dir string) (*Server, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		bus, err := freePort()
+		bus, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -237,9 +237,9 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// SharedCluster returns the test binary's cluster, starting it on first use
+// sharedCluster returns the test binary's cluster, starting it on first use
 // (Main stops it). It does not empty it.
-func SharedCluster(tb testing.TB) *Cluster {
+func sharedCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	shared.Lock()
 	defer shared.Unlock()
@@ -251,7 +251,7 @@ func SharedCluster(tb testing.TB) *Cluster {
 		if err != nil {
 			tb.Fatalf("testredis: %v", err)
 		}
-		c, err := StartClusterProcess(dir)
+		c, err := startClusterProcess(dir)
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			tb.Fatalf("testredis: %v", err)
@@ -273,7 +273,7 @@ func Universal(tb testing.TB) redis.UniversalClient {
 	if !ClusterMode() {
 		rdb, _ = Client(tb)
 	} else {
-		c := SharedCluster(tb)
+		c := sharedCluster(tb)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := c.FlushAll(ctx); err != nil {

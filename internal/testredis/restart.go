@@ -37,7 +37,7 @@ func StartDurable(tb testing.TB) *Durable {
 	d := &Durable{Dir: tb.TempDir(), bin: bin}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		if d.Port, err = freePort(); err != nil {
+		if d.Port, err = FreePort(); err != nil {
 			tb.Fatalf("testredis: %v", err)
 		}
 		d.log = filepath.Join(d.Dir, fmt.Sprintf("redis-%d.log", d.Port))
@@ -55,17 +55,7 @@ func StartDurable(tb testing.TB) *Durable {
 // answers -LOADING, not +PONG).
 func (d *Durable) launch(wait time.Duration) error {
 	addr := fmt.Sprintf("127.0.0.1:%d", d.Port)
-	cmd := exec.Command(d.bin,
-		"--bind", "127.0.0.1",
-		"--port", fmt.Sprint(d.Port),
-		"--save", "",
-		"--appendonly", "yes",
-		"--appendfsync", "everysec",
-		"--dir", d.Dir,
-		"--logfile", d.log,
-		"--daemonize", "no",
-		"--protected-mode", "yes",
-	)
+	cmd := exec.Command(d.bin, serverArgs(d.Port, d.Dir, d.log, "--appendonly", "yes", "--appendfsync", "everysec")...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}

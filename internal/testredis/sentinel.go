@@ -25,7 +25,7 @@ func StartSentinel(tb testing.TB, master *Server, name string) *Server {
 	dir := tb.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			tb.Fatal(err)
 		}

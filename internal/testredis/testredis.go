@@ -59,7 +59,7 @@ func StartProcess(dir string) (*Server, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -77,17 +77,7 @@ func StartProcess(dir string) (*Server, error) {
 func launch(bin, dir string, port int, extra []string) (*Server, error) {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
-	args := []string{
-		"--bind", "127.0.0.1",
-		"--port", fmt.Sprint(port),
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", dir,
-		"--logfile", logPath,
-		"--daemonize", "no",
-		"--protected-mode", "yes",
-	}
-	cmd := exec.Command(bin, append(args, extra...)...)
+	cmd := exec.Command(bin, serverArgs(port, dir, logPath, extra...)...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
@@ -105,6 +95,22 @@ func launch(bin, dir string, port int, extra []string) (*Server, error) {
 	s.Stop()
 	b, _ := os.ReadFile(logPath)
 	return nil, fmt.Errorf("redis-server on %s did not become ready: %s", addr, lastLines(string(b), 5))
+}
+
+// serverArgs are the arguments of a private redis-server on a loopback
+// port, its files in dir, no persistence; extra follow (a later option
+// wins over an earlier one).
+func serverArgs(port int, dir, logPath string, extra ...string) []string {
+	return append([]string{
+		"--bind", "127.0.0.1",
+		"--port", fmt.Sprint(port),
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--logfile", logPath,
+		"--daemonize", "no",
+		"--protected-mode", "yes",
+	}, extra...)
 }
 
 func ping(addr string) error {
@@ -144,7 +150,9 @@ func (s *Server) FlushAll(ctx context.Context) error {
 	return c.FlushAll(ctx).Err()
 }
 
-func freePort() (int, error) {
+// FreePort is a loopback TCP port nobody listens on right now (the
+// kernel's pick; a process started on it may still lose a race for it).
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bulkd/bulkd/internal/spamc"
+	"github.com/bulkd/bulkd/internal/testredis"
 )
 
 // Server is one spamd (a parent and its preforked children, in a process
@@ -32,6 +32,7 @@ type Server struct {
 	dir      string
 	bin      string
 	log      string
+	args     []string // StartWith's; nil: Args
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -57,10 +58,35 @@ func Binary() (string, error) {
 func Start(tb testing.TB, children int) *Server {
 	tb.Helper()
 	s, err := StartProcess(tb.TempDir(), children)
+	return started(tb, s, err, nil)
+}
+
+// StartWith launches spamd with exactly args, which must make it listen on
+// addr (a free loopback port: testredis.FreePort), for tb, as Start does:
+// skipped or failed without spamd, stopped when the test ends. It is for
+// checking arguments of our own (the chart's); Args are the usual ones.
+func StartWith(tb testing.TB, addr string, args []string) *Server {
+	tb.Helper()
+	bin, err := Binary()
+	if err != nil {
+		return started(tb, nil, &NotInstalledError{err}, args)
+	}
+	dir := tb.TempDir()
+	s := &Server{Addr: addr, dir: dir, bin: bin, log: filepath.Join(dir, "spamd.log"), args: args}
+	return started(tb, s, s.launch(), args)
+}
+
+// started ends tb on err (a skip when spamd is missing and we are not
+// root, see Start) or has s stopped when it ends.
+func started(tb testing.TB, s *Server, err error, args []string) *Server {
+	tb.Helper()
 	if err != nil {
 		var nf *NotInstalledError
 		if errors.As(err, &nf) && os.Geteuid() != 0 {
 			tb.Skipf("testspamd: %v", err)
+		}
+		if args != nil {
+			tb.Fatalf("testspamd: spamd %v: %v", args, err)
 		}
 		tb.Fatalf("testspamd: %v", err)
 	}
@@ -88,7 +114,7 @@ func StartProcess(dir string, children int) (*Server, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := testredis.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -131,8 +157,13 @@ func (s *Server) launch() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.bin, Args(s.Addr, s.Children, filepath.Join(s.dir, fmt.Sprintf("spamd-%d.pid", s.Port)))...)
+	args := s.args
+	if args == nil {
+		args = Args(s.Addr, s.Children, filepath.Join(s.dir, fmt.Sprintf("spamd-%d.pid", s.Port)))
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "HOME="+s.dir) // nothing of the user's is read or written
 	// A process group of its own: Stop and Freeze reach the children too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -226,13 +257,4 @@ func (s *Server) LogTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/outbound"
 )
 
 // item is one distinct normalized address of a call.
@@ -390,7 +392,7 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	if r.v.cfg.DenyPrivateIPs {
 		pub := ips[:0:0]
 		for _, ip := range ips {
-			if isPublic(ip) {
+			if outbound.AddrClass(ip) == "" {
 				pub = append(pub, ip)
 			}
 		}
@@ -403,10 +405,6 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
 	return ips, ""
-}
-
-func isPublic(ip netip.Addr) bool {
-	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast()
 }
 
 func (v *Verifier) acquire(ctx context.Context, host string) (func(), time.Duration, error) {

@@ -58,7 +58,8 @@ type Config struct {
 	// API or tests whose greylisting is short.
 	GreylistRetry time.Duration
 	// DenyPrivateIPs refuses to connect to loopback, private, link-local
-	// and other non-global addresses, whether they come from an MX record
+	// and other non-public addresses (outbound.AddrClass: CGNAT, reserved,
+	// NAT64 and documentation ranges too), whether they come from an MX record
 	// or an address literal (user@[10.0.0.1]); such addresses end as
 	// connection_failed. Off by default because test worlds live on
 	// loopback; turn it on in production so a submitted address cannot make

@@ -132,8 +132,7 @@ type Deliverer struct {
 	Now     func() time.Time
 
 	client *http.Client
-	seq    uint64
-	mu     sync.Mutex
+	seq    atomic.Uint64  // of the claim tokens
 	busy   atomic.Int64   // attempts under way
 	wg     sync.WaitGroup // of the attempts
 }
@@ -170,11 +169,7 @@ func NewDeliverer(q *Queue, s *Secrets, p *Policy, opts Options, m *Metrics, log
 }
 
 func (d *Deliverer) token() string {
-	d.mu.Lock()
-	d.seq++
-	n := d.seq
-	d.mu.Unlock()
-	return d.Opts.Owner + ":" + strconv.FormatUint(n, 10)
+	return d.Opts.Owner + ":" + strconv.FormatUint(d.seq.Add(1), 10)
 }
 
 // RunOnce claims the events due now (as many as there are free slots of
@@ -345,11 +340,10 @@ func New(rdb redis.UniversalClient, c Config) *Service {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
-	c.Options.defaults()
 	m := NewMetrics(c.Registry)
 	q := NewQueue(rdb)
 	d := NewDeliverer(q, NewSecrets(rdb), c.Policy, c.Options, m, c.Log)
-	sw := &Sweeper{Store: jobs.NewStore(rdb), Queue: q, Events: c.Events, MaxAge: c.Options.MaxAge, Now: time.Now, Log: c.Log,
+	sw := &Sweeper{Store: jobs.NewStore(rdb), Queue: q, Events: c.Events, MaxAge: d.Opts.MaxAge, Now: time.Now, Log: c.Log,
 		Enqueued: func(typ string) { m.Enqueued.WithLabelValues(typ).Inc() }}
 	return &Service{Sweeper: sw, Deliverer: d, Log: c.Log}
 }

@@ -271,6 +271,27 @@ func TestDeliveryRefusesRebindingAndGivesUp(t *testing.T) {
 	}
 }
 
+// Failed attempts are retried with exponential backoff: by default 10 s
+// after the first, doubling up to 1 h, each wait a random point in the
+// upper half of its step, for 24 h.
+func TestBackoff(t *testing.T) {
+	var o Options
+	o.defaults()
+	if o.Backoff != 10*time.Second || o.MaxBackoff != time.Hour || o.MaxAge != 24*time.Hour {
+		t.Fatalf("defaults: backoff %v, max %v, max age %v", o.Backoff, o.MaxBackoff, o.MaxAge)
+	}
+	d := &Deliverer{Opts: o}
+	step := o.Backoff
+	for n := 1; n <= 12; n++ {
+		for range 20 {
+			if got := d.backoff(n); got < step/2 || got > step {
+				t.Fatalf("wait after attempt %d: %v, want within [%v, %v]", n, got, step/2, step)
+			}
+		}
+		step = min(2*step, o.MaxBackoff)
+	}
+}
+
 // Rotation: the new secret signs at once, the previous one too for 24 h.
 func TestSecretRotation(t *testing.T) {
 	rdb := testredis.Universal(t)

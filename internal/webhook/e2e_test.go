@@ -16,6 +16,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,10 +267,11 @@ func TestVerificationJobWebhook(t *testing.T) {
 // is a 422 on body.webhook_url and nothing is charged.
 func TestSubmissionRefusesWebhookTargets(t *testing.T) {
 	env := bulkdtest.Start(t, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) { c.RateLimit = 100_000 }))
-	env.Parts.API.Webhooks.Resolver = resolverMap{
+	dns := &countingResolver{m: resolverMap{
 		"hooks.example.com": {"93.184.216.34"}, "private.example.com": {"10.0.0.8"}, "metadata.example.com": {"169.254.169.254"},
 		"cgnat.example.com": {"100.100.1.1"}, "localhost": {"127.0.0.1"}, "ula.example.com": {"fd00::5"},
-	}
+	}}
+	env.Parts.API.Webhooks.Resolver = dns
 	acct, key := env.Account(credits.Whole(100))
 	ukey := env.Key(acct, accounts.Unlimited)
 	if err := env.Parts.API.Accounts.SetPlan(context.Background(), acct, accounts.PlanStarter, accounts.StateActive, time.Now().AddDate(0, 1, 0)); err != nil {
@@ -327,18 +329,39 @@ func TestSubmissionRefusesWebhookTargets(t *testing.T) {
 	if got := env.Balance(acct); got != balance {
 		t.Fatalf("refused submissions charged: %v -> %v", balance, got)
 	}
-	// Public targets (and null) are accepted, and stored with the job.
-	for _, url := range []any{"https://hooks.example.com/bulkd", nil} {
-		r := env.PostJSON("/v1/company-enrichment/bulk", key, map[string]any{"webhook_url": url, "input": []map[string]string{{"domain": "acme.example"}}})
+	// Public targets (and null, and no field) are accepted, and stored with
+	// the job; only a URL given is resolved.
+	for _, url := range []any{"https://hooks.example.com/bulkd", nil, "absent"} {
+		body := map[string]any{"webhook_url": url, "input": []map[string]string{{"domain": "acme.example"}}}
+		if url == "absent" {
+			delete(body, "webhook_url")
+		}
+		before := dns.calls.Load()
+		r := env.PostJSON("/v1/company-enrichment/bulk", key, body)
 		var sub struct {
 			JobID string `json:"job_id"`
 		}
 		r.Decode(t, &sub)
 		j, err := env.Parts.Engine.Store.Get(context.Background(), sub.JobID)
-		if r.Status != http.StatusOK || err != nil || j.WebhookURL != (map[bool]string{true: "https://hooks.example.com/bulkd"}[url != nil]) {
+		given := url == "https://hooks.example.com/bulkd"
+		if r.Status != http.StatusOK || err != nil || j.WebhookURL != (map[bool]string{true: "https://hooks.example.com/bulkd"}[given]) {
 			t.Errorf("submit with %v: %d %s; job %+v %v", url, r.Status, r.Body, j, err)
 		}
+		if n := dns.calls.Load() - before; n != map[bool]int64{true: 1}[given] {
+			t.Errorf("submit with %v: %d lookups", url, n)
+		}
 	}
+}
+
+// countingResolver counts its lookups.
+type countingResolver struct {
+	m     resolverMap
+	calls atomic.Int64
+}
+
+func (c *countingResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error) {
+	c.calls.Add(1)
+	return c.m.LookupIPAddr(ctx, host)
 }
 
 type resolverMap map[string][]string

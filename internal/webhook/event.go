@@ -80,9 +80,11 @@ type Events struct {
 	PublicURL string
 }
 
+// mount is the mount j was submitted on (unlimited or not), or another of
+// its family.
 func (ev *Events) mount(j *jobs.Job) (Mount, bool) {
 	unlimited := j.QuotaWindow != ""
-	var any Mount
+	var other Mount
 	found := false
 	for _, m := range ev.Mounts {
 		if m.Family.Name() != j.Family {
@@ -92,18 +94,26 @@ func (ev *Events) mount(j *jobs.Job) (Mount, bool) {
 			return m, true
 		}
 		if !found {
-			any, found = m, true
+			other, found = m, true
 		}
 	}
-	return any, found
+	return other, found
 }
 
-// Build makes job j's event of type typ at t, or false when j's family
-// does not announce it.
-func (ev *Events) Build(j *jobs.Job, typ string, at time.Time) (*Event, bool, error) {
+// Build makes job j's event at t: its completion, or with retrying its
+// retrying event (false when j's family announces none).
+func (ev *Events) Build(j *jobs.Job, retrying bool, at time.Time) (*Event, bool, error) {
 	m, ok := ev.mount(j)
 	if !ok {
 		return nil, false, fmt.Errorf("webhook: no mount for family %q", j.Family)
+	}
+	typ := TypeCompleted
+	var ra RetryingAnnouncer
+	if retrying {
+		if ra, ok = m.Family.(RetryingAnnouncer); !ok {
+			return nil, false, nil
+		}
+		typ = typePrefix + ra.RetryingStatus()
 	}
 	raw, err := json.Marshal(m.Family.Status(j))
 	if err != nil {
@@ -116,11 +126,7 @@ func (ev *Events) Build(j *jobs.Job, typ string, at time.Time) (*Event, bool, er
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, false, err
 	}
-	if typ != TypeCompleted {
-		ra, ok := m.Family.(RetryingAnnouncer)
-		if !ok || typePrefix+ra.RetryingStatus() != typ {
-			return nil, false, nil
-		}
+	if ra != nil {
 		st.Status = ra.RetryingStatus()
 	}
 	if st.Summary == nil {
@@ -133,19 +139,6 @@ func (ev *Events) Build(j *jobs.Job, typ string, at time.Time) (*Event, bool, er
 		e.Links.StatusURL, e.Links.ResultsURL = base+e.Links.Status, base+e.Links.Results
 	}
 	return e, true, nil
-}
-
-// retryingType is the type of a job's retrying event in its family ("" if
-// the family does not announce one).
-func (ev *Events) retryingType(j *jobs.Job) string {
-	m, ok := ev.mount(j)
-	if !ok {
-		return ""
-	}
-	if ra, ok := m.Family.(RetryingAnnouncer); ok {
-		return typePrefix + ra.RetryingStatus()
-	}
-	return ""
 }
 
 // Sweeper turns the transitions of jobs with a webhook into queued events.
@@ -216,13 +209,11 @@ func (s *Sweeper) one(ctx context.Context, id string, j *jobs.Job) (n int, gone 
 		return 0, true, s.Store.UnwatchWebhook(ctx, id)
 	}
 	if !j.WebhookRetryingAt.IsZero() && !j.WebhookRetryingSent {
-		if typ := s.Events.retryingType(j); typ != "" {
-			added, err := s.enqueue(ctx, j, typ, j.WebhookRetryingAt)
-			if err != nil {
-				return n, false, err
-			}
-			n += added
+		added, err := s.enqueue(ctx, j, true, j.WebhookRetryingAt)
+		if err != nil {
+			return n, false, err
 		}
+		n += added
 		if err := s.Store.MarkWebhookRetryingSent(ctx, j.ID); err != nil {
 			return n, false, err
 		}
@@ -230,18 +221,20 @@ func (s *Sweeper) one(ctx context.Context, id string, j *jobs.Job) (n int, gone 
 	if j.Status != jobs.StatusCompleted {
 		return n, false, nil
 	}
-	added, err := s.enqueue(ctx, j, TypeCompleted, j.CompletedAt)
+	added, err := s.enqueue(ctx, j, false, j.CompletedAt)
 	if err != nil {
 		return n, false, err
 	}
 	return n + added, true, s.Store.UnwatchWebhook(ctx, j.ID)
 }
 
-func (s *Sweeper) enqueue(ctx context.Context, j *jobs.Job, typ string, at time.Time) (int, error) {
+// enqueue enqueues j's completion event, or with retrying its retrying
+// event (when its family announces one); it returns how many it added.
+func (s *Sweeper) enqueue(ctx context.Context, j *jobs.Job, retrying bool, at time.Time) (int, error) {
 	if at.IsZero() {
 		at = s.Now()
 	}
-	e, ok, err := s.Events.Build(j, typ, at)
+	e, ok, err := s.Events.Build(j, retrying, at)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -249,14 +242,14 @@ func (s *Sweeper) enqueue(ctx context.Context, j *jobs.Job, typ string, at time.
 	if err != nil {
 		return 0, err
 	}
-	added, err := s.Queue.Enqueue(ctx, Queued{ID: e.EventID, Type: typ, JobID: j.ID, AccountID: j.AccountID, URL: j.WebhookURL, Body: body},
+	added, err := s.Queue.Enqueue(ctx, Queued{ID: e.EventID, Type: e.Type, JobID: j.ID, AccountID: j.AccountID, URL: j.WebhookURL, Body: body},
 		s.Now(), s.MaxAge)
 	if err != nil || !added {
 		return 0, err
 	}
-	s.Log.Info("webhook event enqueued", "event", e.EventID, "type", typ, "job", j.ID, "account", j.AccountID)
+	s.Log.Info("webhook event enqueued", "event", e.EventID, "type", e.Type, "job", j.ID, "account", j.AccountID)
 	if s.Enqueued != nil {
-		s.Enqueued(typ)
+		s.Enqueued(e.Type)
 	}
 	return 1, nil
 }

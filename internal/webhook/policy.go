@@ -14,9 +14,14 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
+
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/outbound"
 )
 
 // MaxURLLen is the longest webhook_url accepted, in characters.
@@ -58,6 +63,12 @@ func problem(typ, format string, args ...any) *Problem {
 	return &Problem{Type: typ, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Problem types besides apierr's.
+const (
+	typeURLParsing = "url_parsing"
+	typeURLScheme  = "url_scheme"
+)
+
 // CheckURL validates a webhook_url at submission: form, scheme, length,
 // and the addresses its host resolves to now. nil means allowed.
 func (p *Policy) CheckURL(ctx context.Context, raw string) *Problem {
@@ -70,47 +81,44 @@ func (p *Policy) CheckURL(ctx context.Context, raw string) *Problem {
 		if errors.As(err, &pr) {
 			return pr
 		}
-		return problem("value_error", "webhook_url host %q could not be resolved", u.Hostname())
+		return problem(apierr.TypeValueError, "webhook_url host %q could not be resolved", u.Hostname())
 	}
 	return nil
 }
 
 // parse checks everything about a URL that needs no DNS.
 func (p *Policy) parse(raw string) (*url.URL, *Problem) {
-	if len([]rune(raw)) > MaxURLLen {
-		return nil, problem("string_too_long", "String should have at most %d characters", MaxURLLen)
+	if utf8.RuneCountInString(raw) > MaxURLLen {
+		return nil, problem(apierr.TypeStringTooLong, "String should have at most %d characters", MaxURLLen)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
-		return nil, problem("url_parsing", "Input should be a valid absolute URL")
+		return nil, problem(typeURLParsing, "Input should be a valid absolute URL")
 	}
 	host := u.Hostname()
 	if host == "" {
-		return nil, problem("url_parsing", "Input should be a valid absolute URL")
+		return nil, problem(typeURLParsing, "Input should be a valid absolute URL")
 	}
 	if u.User != nil {
-		return nil, problem("value_error", "webhook_url must not carry credentials (user:password@); events are signed instead")
+		return nil, problem(apierr.TypeValueError, "webhook_url must not carry credentials (user:password@); events are signed instead")
 	}
 	scheme := strings.ToLower(u.Scheme)
-	lit, litErr := netip.ParseAddr(strings.Trim(host, "[]"))
+	lit, litErr := netip.ParseAddr(host) // Hostname has no brackets
 	opened := litErr == nil && p.opened(lit)
 	loop := p.AllowLoopback && isLoopbackHost(host)
 	switch {
 	case scheme == "https":
 	case scheme == "http" && (loop || opened):
 	default:
-		return nil, problem("url_scheme", "URL scheme should be 'https'")
+		return nil, problem(typeURLScheme, "URL scheme should be 'https'")
 	}
 	if port := u.Port(); port != "" {
-		if n, err := parsePort(port); err != nil || n == 0 {
-			return nil, problem("url_parsing", "Input should be a valid absolute URL (bad port)")
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return nil, problem(typeURLParsing, "Input should be a valid absolute URL (bad port)")
 		}
 	}
-	if litErr == nil {
-		if (loop && lit.Unmap().IsLoopback()) || opened {
-			return u, nil
-		}
-		return nil, problem("value_error", "webhook_url host must be a DNS name, not an IP address")
+	if litErr == nil && !loop && !opened { // loop on a literal: a loopback one
+		return nil, problem(apierr.TypeValueError, "webhook_url host must be a DNS name, not an IP address")
 	}
 	return u, nil
 }
@@ -126,35 +134,22 @@ func (p *Policy) opened(a netip.Addr) bool {
 	return false
 }
 
-func parsePort(s string) (int, error) {
-	n := 0
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, errors.New("bad port")
-		}
-		n = n*10 + int(c-'0')
-		if n > 65535 {
-			return 0, errors.New("bad port")
-		}
-	}
-	return n, nil
-}
-
-// isLoopbackHost: a loopback literal or a name of the localhost family.
+// isLoopbackHost: a loopback literal or a name of the localhost family
+// (host as url.URL.Hostname and net.SplitHostPort give it: no brackets).
 func isLoopbackHost(host string) bool {
-	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+	if a, err := netip.ParseAddr(host); err == nil {
 		return a.Unmap().IsLoopback()
 	}
 	h := strings.TrimSuffix(strings.ToLower(host), ".")
 	return h == "localhost" || strings.HasSuffix(h, ".localhost")
 }
 
-// resolve returns host's addresses, every one of them allowed, or a
-// *Problem saying which is not (or a resolution error).
+// resolve returns host's addresses (host without brackets), every one of
+// them allowed, or a *Problem saying which is not (or a resolution error).
 func (p *Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+	if a, err := netip.ParseAddr(host); err == nil {
 		if !p.Allowed(a) {
-			return nil, problem("value_error", "webhook_url host %s is not an allowed address", a)
+			return nil, problem(apierr.TypeValueError, "webhook_url host %s is not an allowed address", a)
 		}
 		return []netip.Addr{a.Unmap()}, nil
 	}
@@ -183,41 +178,12 @@ func (p *Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 		}
 		a = a.Unmap()
 		if !p.Allowed(a) {
-			return nil, problem("value_error", "webhook_url host %q resolves to %s, a %s address, which webhooks may not reach", host, a, Class(a))
+			return nil, problem(apierr.TypeValueError, "webhook_url host %q resolves to %s, a %s address, which webhooks may not reach", host, a, outbound.AddrClass(a))
 		}
 		out = append(out, a)
 	}
 	return out, nil
 }
-
-// blocked are the ranges no webhook may reach (besides what netip's
-// predicates catch): shared address space (CGNAT), IETF protocol
-// assignments, benchmarking, documentation, reserved, NAT64 and the like.
-var blocked = func() []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range []string{
-		"0.0.0.0/8",         // "this network"
-		"100.64.0.0/10",     // shared address space (CGNAT)
-		"192.0.0.0/24",      // IETF protocol assignments
-		"192.0.2.0/24",      // documentation
-		"198.18.0.0/15",     // benchmarking
-		"198.51.100.0/24",   // documentation
-		"203.0.113.0/24",    // documentation
-		"240.0.0.0/4",       // reserved, broadcast
-		"64:ff9b::/96",      // NAT64 (may embed a private IPv4)
-		"64:ff9b:1::/48",    // local-use NAT64
-		"100::/64",          // discard-only
-		"2001::/23",         // IETF protocol assignments (Teredo, ORCHIDv2...)
-		"2001:db8::/32",     // documentation
-		"2002::/16",         // 6to4 (may embed a private IPv4)
-		"fec0::/10",         // site-local (deprecated)
-		"::ffff:0:0/96",     // IPv4-mapped (unmapped before the check; a safety net)
-		"::/128", "::1/128", // unspecified, loopback
-	} {
-		out = append(out, netip.MustParsePrefix(s))
-	}
-	return out
-}()
 
 // Allowed reports whether a webhook may be delivered to a: a public
 // unicast address (or loopback, with AllowLoopback).
@@ -232,39 +198,7 @@ func (p *Policy) Allowed(a netip.Addr) bool {
 	if a.IsLoopback() {
 		return p.AllowLoopback
 	}
-	return Class(a) == ""
-}
-
-// Class names why an address is not public ("" when it is).
-func Class(a netip.Addr) string {
-	a = a.Unmap()
-	switch {
-	case a.IsUnspecified():
-		return "unspecified"
-	case a.IsLoopback():
-		return "loopback"
-	case a.IsPrivate():
-		if a.Is4() {
-			return "private"
-		}
-		return "unique-local"
-	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
-		return "link-local"
-	case a.IsMulticast(), a.IsInterfaceLocalMulticast():
-		return "multicast"
-	}
-	if netip.MustParsePrefix("100.64.0.0/10").Contains(a) {
-		return "CGNAT"
-	}
-	for _, pfx := range blocked {
-		if pfx.Contains(a) {
-			return "reserved"
-		}
-	}
-	if a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return "broadcast"
-	}
-	return ""
+	return outbound.AddrClass(a) == ""
 }
 
 // ErrRefused is a delivery whose target is not (or no longer) allowed.

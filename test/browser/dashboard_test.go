@@ -52,16 +52,9 @@ func start(t *testing.T) *suite {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	e := bulkdtest.Start(t, bulkdtest.WithConfig(func(c *config.Config) {
-		c.DashboardAllowHTTP = true
-		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
-		c.SMTPCommandTimeout = 2 * time.Second
-		c.VerifyRetryDelays = "1s"
-		c.LookupTimeout = 10 * time.Second
-	}))
-	str := func(s string) *string { return &s }
-	e.PutCompanies(company.Record{NetworkURL: str("https://www.linkedin.com/company/northwind-traders"), Name: str("Northwind Traders"),
-		Website: str("https://northwind.example"), Domain: str("northwind.example")})
+	e := bulkdtest.Start(t, bulkdtest.WithMailWorld(w), bulkdtest.WithConfig(func(c *config.Config) { c.DashboardAllowHTTP = true }))
+	e.PutCompanies(company.Record{NetworkURL: new("https://www.linkedin.com/company/northwind-traders"), Name: new("Northwind Traders"),
+		Website: new("https://northwind.example"), Domain: new("northwind.example")})
 	d, ok := e.Parts.API.Dashboard.(*dashboard.Dashboard)
 	if !ok {
 		t.Fatal("the API mounts no dashboard")
@@ -377,13 +370,9 @@ func sameAsJSON(t *testing.T, family, text string, r bulkdtest.Response) {
 	t.Helper()
 	var page struct {
 		Results []map[string]any `json:"results"`
-		Data    []map[string]any `json:"data"`
 	}
 	r.Decode(t, &page)
 	rows := page.Results
-	if rows == nil {
-		rows = page.Data
-	}
 	recs, err := csv.NewReader(strings.NewReader(text)).ReadAll()
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+
+	"github.com/bulkd/bulkd/internal/testredis"
 )
 
 // TestChartRedisServer: with redis.server.enabled the chart runs Redis as
@@ -240,12 +242,10 @@ func startRedis(t *testing.T, dir string, args func(dir string, port int) []stri
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testredis.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	p := &redisProc{dir: dir, port: port, args: args}
 	p.start(t)
 	t.Cleanup(func() { p.stop(syscall.SIGKILL) })

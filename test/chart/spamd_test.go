@@ -8,12 +8,9 @@ package chart
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +18,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 
 	"github.com/bulkd/bulkd/internal/spamc"
+	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/internal/testspamd"
 )
 
@@ -153,18 +151,11 @@ spamd:
 
 func runRenderedSpamd(t *testing.T, args []string) {
 	t.Helper()
-	bin, err := testspamd.Binary()
-	if err != nil {
-		if os.Geteuid() != 0 {
-			t.Skipf("spamd not installed (make deps installs it as root): %v", err)
-		}
-		t.Fatalf("spamd not installed; run make deps: %v", err)
-	}
-	ln, err := freeLoopbackPort()
+	port, err := testredis.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ln)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var local []string
 	for _, a := range args {
 		switch {
@@ -175,57 +166,17 @@ func runRenderedSpamd(t *testing.T, args []string) {
 		}
 		local = append(local, a)
 	}
-	dir := t.TempDir()
-	local = append(local, "--pidfile="+filepath.Join(dir, "spamd.pid"))
+	local = append(local, "--pidfile="+filepath.Join(t.TempDir(), "spamd.pid"))
 	if os.Geteuid() == 0 {
 		local = append(local, "--username=nobody") // the chart's pods are not root; here spamd needs telling
 	}
-	logf, err := os.Create(filepath.Join(dir, "spamd.log"))
+	sd := testspamd.StartWith(t, addr, local) // answers PING when it returns
+	c := &spamc.Client{Addr: sd.Addr, Timeout: 5 * time.Second}
+	res, err := c.Report(context.Background(), []byte("From: a@example.com\r\nTo: b@example.net\r\nSubject: hi\r\n\r\nhello\r\n"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("spamd with the chart's arguments %v does not answer a check: %v\n%s", local, err, sd.LogTail(20))
 	}
-	defer logf.Close()
-	cmd := exec.Command(bin, local...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if res.Threshold != 6 {
+		t.Errorf("threshold %v: --cf=required_score 6.0 not applied", res.Threshold)
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
-	c := &spamc.Client{Addr: addr, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := c.Report(context.Background(), []byte("From: a@example.com\r\nTo: b@example.net\r\nSubject: hi\r\n\r\nhello\r\n"))
-		if err == nil {
-			if res.Threshold != 6 {
-				t.Errorf("threshold %v: --cf=required_score 6.0 not applied", res.Threshold)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "spamd.log"))
-			t.Fatalf("spamd with the chart's arguments %v does not answer: %v\n%s", local, err, b)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

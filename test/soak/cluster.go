@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/testredis"
 )
 
 // replica is one `bulkd serve` process on a fixed loopback port. It keeps
@@ -156,12 +157,11 @@ func (r *replica) pid() int {
 }
 
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testredis.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
 }
 
 func tailFile(path string, n int) string {

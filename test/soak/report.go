@@ -319,7 +319,7 @@ func (rep *Report) Markdown() string {
 		}
 	}
 	w("\n5xx: **%d** other than the 503 temporarily_unavailable of the Redis restart (%d, each with Retry-After; answers 429/503 without Retry-After: %d). By window: %s. Connection errors by window (a connection refused or cut by a replica the suite killed is its in-flight or not-yet-rerouted requests, not a 5xx): %s.\n\n",
-		other5xx, redis503, rep.NoRetryAfter, fmtWindows(rep.ServerErrors), fmtConn(rep.ConnErrors))
+		other5xx, redis503, rep.NoRetryAfter, fmtCounts(rep.ServerErrors), fmtCounts(rep.ConnErrors))
 
 	w("### Fault matrix\n\n| fault | at | what happened | back / recovered | errors seen in its window |\n| --- | --- | --- | --- | --- |\n")
 	for _, e := range rep.Events {
@@ -384,23 +384,9 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.0f ms", float64(d)/1e6)
 }
 
-func fmtWindows(m map[string]map[int]int64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var out []string
-	for _, w := range sortedKeys(m) {
-		var parts []string
-		for code, n := range m[w] {
-			parts = append(parts, fmt.Sprintf("%d x %d", n, code))
-		}
-		sort.Strings(parts)
-		out = append(out, w+": "+strings.Join(parts, ", "))
-	}
-	return strings.Join(out, "; ")
-}
-
-func fmtConn(m map[string]map[string]int64) string {
+// fmtCounts prints counts per window and per what ("w1: 3 x 500, 1 x
+// 502; w2: ..."), windows and items sorted; "none" when there are none.
+func fmtCounts[K comparable](m map[string]map[K]int64) string {
 	if len(m) == 0 {
 		return "none"
 	}
@@ -408,7 +394,7 @@ func fmtConn(m map[string]map[string]int64) string {
 	for _, w := range sortedKeys(m) {
 		var parts []string
 		for what, n := range m[w] {
-			parts = append(parts, fmt.Sprintf("%d x %s", n, what))
+			parts = append(parts, fmt.Sprintf("%d x %v", n, what))
 		}
 		sort.Strings(parts)
 		out = append(out, w+": "+strings.Join(parts, ", "))
