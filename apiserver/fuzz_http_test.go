@@ -60,6 +60,7 @@ func newHTTPFuzzer(f *testing.F) *httpFuzzer {
 		c.UnlimitedLookupRPS = 1_000_000_000
 		c.DNSServer = w.DNSAddr()
 		c.SMTPPort = w.SMTPPort()
+		c.OutboundAllowCIDRs = mailworld.AllowCIDRs
 		// No politeness waits against the one local mail host: a single
 		// lookup must finish well inside its time limit.
 		c.SMTPSessionsPerHost = 100

@@ -117,7 +117,12 @@ if [ -z "${BULKD_DNS_SERVER:-}" ] && [ "${MAILWORLD:-1}" != 0 ]; then
   fi
   BULKD_DNS_SERVER=$(sed -n 's/^BULKD_DNS_SERVER=//p' var/mailworld.env)
   BULKD_SMTP_PORT=$(sed -n 's/^BULKD_SMTP_PORT=//p' var/mailworld.env)
-  export BULKD_DNS_SERVER BULKD_SMTP_PORT
+  # The world's mail servers are on loopback, which bulkd refuses by
+  # default (the outbound policy): the demo opens it explicitly, on top of
+  # any allowance already set.
+  world_allow=$(sed -n 's/^BULKD_OUTBOUND_ALLOW_CIDRS=//p' var/mailworld.env)
+  BULKD_OUTBOUND_ALLOW_CIDRS="${BULKD_OUTBOUND_ALLOW_CIDRS:+$BULKD_OUTBOUND_ALLOW_CIDRS,}${world_allow}"
+  export BULKD_DNS_SERVER BULKD_SMTP_PORT BULKD_OUTBOUND_ALLOW_CIDRS
   # The demo's grey.test greylists for 20 s: retry after 25 s, not the
   # production default of minutes, so the quickstart completes quickly.
   export BULKD_VERIFY_RETRY_DELAYS="${BULKD_VERIFY_RETRY_DELAYS:-25s,1m}"

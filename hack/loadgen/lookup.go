@@ -71,8 +71,8 @@ func lookupMain(args []string) error {
 		return err
 	}
 	flags := []string{"--workers", strconv.Itoa(*workers), "--dns-server", w.DNSAddr(),
-		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--smtp-sessions-per-host", strconv.Itoa(*capHost),
-		"--verify-retry-delays", *retryDelays}
+		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs,
+		"--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", *retryDelays}
 	flags = append(flags, strings.Fields(*extra)...)
 	b, err := startBulkd(*bin, srv.URL, flags...)
 	if err != nil {

@@ -55,7 +55,7 @@ func verifyMain(args []string) error {
 		return err
 	}
 	b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--dns-server", w.DNSAddr(),
-		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", "3s,3s")
+		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs, "--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", "3s,3s")
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // Command mailworld starts one of the project's ready-made mail worlds (an
 // authoritative DNS server plus SMTP servers on loopback, see
-// internal/mailworld), prints the two settings bulkd needs to verify
+// internal/mailworld), prints the three settings bulkd needs to verify
 // addresses against it and runs until SIGINT or SIGTERM.
 //
 //	go run ./hack/mailworld --scenario demo|classes|bench [--env-file var/mailworld.env] [--rtt 50ms] [--seed 1]
@@ -10,6 +10,7 @@
 //
 //	BULKD_DNS_SERVER=127.0.0.1:PORT
 //	BULKD_SMTP_PORT=PORT
+//	BULKD_OUTBOUND_ALLOW_CIDRS=127.0.0.0/8   (the world is on loopback, which bulkd refuses by default)
 //	MAILWORLD_DOMAINS=acme.test,catchall.test,...   (env file only)
 package main
 
@@ -73,7 +74,7 @@ func run(scenario, envFile string, rtt time.Duration, seed int64, printCases boo
 		return err
 	}
 	defer w.Close()
-	settings := fmt.Sprintf("BULKD_DNS_SERVER=%s\nBULKD_SMTP_PORT=%d\n", w.DNSAddr(), w.SMTPPort())
+	settings := fmt.Sprintf("BULKD_DNS_SERVER=%s\nBULKD_SMTP_PORT=%d\nBULKD_OUTBOUND_ALLOW_CIDRS=%s\n", w.DNSAddr(), w.SMTPPort(), mailworld.AllowCIDRs)
 	fmt.Print(settings)
 	if envFile != "" {
 		doms := make([]string, 0, len(spec.Domains))

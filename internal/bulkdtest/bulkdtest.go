@@ -69,12 +69,13 @@ type Option func(*config.Config)
 func WithConfig(f func(*config.Config)) Option { return Option(f) }
 
 // WithMailWorld points the verifier and the finder at w (its DNS server
-// and SMTP port) with timings for loopback: 2 s SMTP commands, one retry
+// and SMTP port, and the outbound allowance its loopback hosts need) with timings for loopback: 2 s SMTP commands, one retry
 // of a temporary answer after 1 s, 10 s a lookup. A later option may
 // change them.
 func WithMailWorld(w *mailworld.World) Option {
 	return func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
+		c.OutboundAllowCIDRs = mailworld.AllowCIDRs // its hosts are on loopback
 		c.SMTPCommandTimeout = 2 * time.Second
 		c.VerifyRetryDelays = "1s"
 		c.LookupTimeout = 10 * time.Second

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/outbound"
 )
 
 // Config is everything `bulkd serve` (and the other server modes) needs.
@@ -27,6 +29,11 @@ type Config struct {
 	DNSServer string
 	SMTPPort  int
 	HTTPProxy string
+	// OutboundAllowCIDRs are the ranges (comma-separated) that connections
+	// made on a customer's behalf (redirect checks, SMTP, webhooks) may
+	// reach besides public addresses: empty, the default, means public
+	// addresses only (internal/outbound, docs/security.md).
+	OutboundAllowCIDRs string
 
 	ReadTimeout     time.Duration
 	WriteTimeout    time.Duration
@@ -75,7 +82,7 @@ type Config struct {
 	SMTPCommandTimeout  time.Duration // wait for one SMTP reply
 	VerifyRetryDelays   string        // waits before the retries of a greylisted address, e.g. "2m,5m,15m"
 	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
-	SMTPDenyPrivate     bool          // never connect to loopback/private addresses from MX records or address literals
+	SMTPDenyPrivate     bool          // deprecated, no effect: non-public addresses are always refused (OutboundAllowCIDRs opens ranges)
 
 	// Email lookup.
 	LookupTimeout      time.Duration // one single email lookup, end to end
@@ -195,7 +202,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SpamdMaxConns, "spamd-max-conns", "content spam checks sent to spamd at once per process (match spamd --max-children; more wait, up to 4x this many)")
 	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
-	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "refuse SMTP checks of addresses that are not public: loopback, private, link-local, CGNAT, reserved (turn on in production)")
+	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "deprecated, no effect: addresses that are not public are always refused (open ranges with --outbound-allow-cidrs)")
 	c.registerWebhooks(fs)
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
@@ -363,7 +370,19 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--spamd-addr must be host:port: %w", err)
 		}
 	}
+	if _, err := c.OutboundAllowPrefixes(); err != nil {
+		return err
+	}
 	return c.validateWebhooks()
+}
+
+// OutboundAllowPrefixes parses --outbound-allow-cidrs.
+func (c *Config) OutboundAllowPrefixes() ([]netip.Prefix, error) {
+	p, err := outbound.ParsePrefixes(c.OutboundAllowCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("--outbound-allow-cidrs: %w", err)
+	}
+	return p, nil
 }
 
 // WebhookAllowPrefixes parses --webhook-allow-cidrs.
@@ -416,6 +435,9 @@ func (c *Config) RegisterStore(fs *flag.FlagSet) {
 
 // registerWebhooks adds the webhook delivery flags (docs/webhooks.md).
 func (c *Config) registerWebhooks(fs *flag.FlagSet) {
+	// Every mode that opens connections for customers registers this (the
+	// controller delivers webhooks), so it is registered here.
+	str(fs, &c.OutboundAllowCIDRs, "outbound-allow-cidrs", "comma-separated address ranges that redirect checks, SMTP checks and webhooks may reach although they are not public (your own receivers, a test mail world: 127.0.0.0/8); default: public addresses only")
 	str(fs, &c.PublicURL, "public-url", "the API's public base URL (https://api.example.com): webhook events then carry absolute status and results URLs besides the paths")
 	boolean(fs, &c.WebhookAllowLoopback, "webhook-allow-loopback", "tests and development only: a webhook_url may be http:// or https:// to a loopback address or localhost")
 	str(fs, &c.WebhookAllowCIDRs, "webhook-allow-cidrs", "comma-separated address ranges webhooks may reach although they are not public (receivers inside your own network, e.g. 10.20.0.0/16); http:// and IP literals are accepted there")

@@ -497,6 +497,11 @@ func (w *World) sleep(d time.Duration) bool {
 // DNSAddr is the DNS server's address, "127.0.0.1:PORT" (UDP and TCP).
 func (w *World) DNSAddr() string { return w.dnsAddr }
 
+// AllowCIDRs is the outbound allowance (bulkd's --outbound-allow-cidrs)
+// that lets a bulkd reach a world: every host is on loopback, which the
+// outbound policy refuses by default.
+const AllowCIDRs = "127.0.0.0/8"
+
 // SMTPPort is the one port every host listens on.
 func (w *World) SMTPPort() int { return w.port }
 

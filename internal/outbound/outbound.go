@@ -2,6 +2,11 @@
 // makes to the outside world (DNS, SMTP, HTTP), so that every outbound path —
 // redirect checks, MX lookups, SMTP verification — uses the same resolver,
 // proxy and timeouts, and tests can point all of them at loopback servers.
+//
+// It also holds the one outbound policy (policy.go): which addresses a
+// connection made on a customer's behalf may reach (public ones, plus the
+// operator's allowance), for the redirect checks (HTTPClient), the SMTP
+// verifier and webhooks alike.
 package outbound
 
 import (
@@ -9,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -41,7 +47,14 @@ type Config struct {
 	HTTPProxy string
 	// Timeout bounds each network call; 0 means 5 s.
 	Timeout time.Duration
+	// Allow are the ranges the operator allowed besides public addresses
+	// (--outbound-allow-cidrs): the Policy of every connection made on a
+	// customer's behalf.
+	Allow []netip.Prefix
 }
+
+// Policy returns the outbound policy: public addresses and Allow.
+func (c Config) Policy() *Policy { return &Policy{Allow: c.Allow} }
 
 // WithDefaults returns c with zero fields replaced by their defaults.
 func (c Config) WithDefaults() Config {
@@ -141,30 +154,56 @@ func (c Config) DNSServers() ([]string, error) {
 	return out, nil
 }
 
-// Dialer returns a dialer that resolves names with Resolver and gives up
-// after Timeout.
-func (c Config) Dialer() *net.Dialer {
+// Dialer returns the dialer of connections made on a customer's behalf:
+// names resolved with Resolver, every address checked against Policy, the
+// checked address dialled, all within Timeout.
+func (c Config) Dialer() *Dialer {
 	c = c.WithDefaults()
-	return &net.Dialer{
-		Timeout:   c.Timeout,
-		KeepAlive: 30 * time.Second,
-		Resolver:  c.Resolver(),
-	}
+	return &Dialer{Policy: c.Policy(), Resolver: c.Resolver(), Timeout: c.Timeout, KeepAlive: 30 * time.Second}
 }
 
 // HTTPClient returns a client that sends requests through the configured
-// proxy, dials with Dialer, bounds dial/TLS handshake/response header waits
-// by Timeout and never follows redirects: the redirect checker follows them
-// itself to see every hop, and no other caller wants to be taken to a host it
-// did not ask for. Reading a body is not bounded here; callers bound it with
-// their request context. Each call builds a new Transport (its own connection
-// pool), so build the client once per component and reuse it.
+// proxy, or directly through Dialer (the policy) when no proxy applies,
+// bounds dial/TLS handshake/response header waits by Timeout and never
+// follows redirects: the redirect checker follows them itself to see every
+// hop (and to refuse hops it must not take), and no other caller wants to be
+// taken to a host it did not ask for. Reading a body is not bounded here;
+// callers bound it with their request context. Each call builds new
+// Transports (their own connection pools), so build the client once per
+// component and reuse it.
+//
+// Through a proxy, the proxy (an operator's choice, not checked) resolves
+// the target's name and connects to it: this process refuses an address
+// literal the policy does not allow, and cannot see where a name leads, so
+// the proxy's own rules must refuse internal destinations (docs/security.md).
 func (c Config) HTTPClient() *http.Client {
 	c = c.WithDefaults()
-	dialer := c.Dialer()
-	tr := &http.Transport{
-		Proxy:                 c.proxyFunc(),
-		DialContext:           dialer.DialContext,
+	pol := c.Policy()
+	proxy := c.proxyFunc()
+	plain := &net.Dialer{Timeout: c.Timeout, KeepAlive: 30 * time.Second, Resolver: c.Resolver()}
+	t := &Transport{policy: pol, proxy: proxy}
+	t.Direct = c.transport(nil, c.Dialer().DialContext)
+	t.Proxied = c.transport(func(r *http.Request) (*url.URL, error) {
+		u, err := proxy(r)
+		if err == nil && u == nil {
+			// RoundTrip sends only proxied requests here; never dial a
+			// customer's target with the unchecked dialer.
+			err = fmt.Errorf("%w: %s would not go through the proxy", ErrRefused, r.URL.Host)
+		}
+		return u, err
+	}, plain.DialContext)
+	return &http.Client{
+		Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+func (c Config) transport(proxy func(*http.Request) (*url.URL, error), dial func(context.Context, string, string) (net.Conn, error)) *http.Transport {
+	return &http.Transport{
+		Proxy:                 proxy,
+		DialContext:           dial,
 		ForceAttemptHTTP2:     true,
 		TLSHandshakeTimeout:   c.Timeout,
 		ResponseHeaderTimeout: c.Timeout,
@@ -176,12 +215,61 @@ func (c Config) HTTPClient() *http.Client {
 		// to make us buffer megabytes of headers.
 		MaxResponseHeaderBytes: 64 << 10,
 	}
-	return &http.Client{
-		Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
+}
+
+// Transport is HTTPClient's transport: a request a proxy applies to goes
+// to the proxy (Proxied), any other directly (Direct, whose dialer is the
+// policy's). Two transports rather than one, because one transport's
+// dialer cannot tell a connection to the proxy (the operator's, often an
+// internal address) from a connection to a target.
+type Transport struct {
+	Direct  *http.Transport
+	Proxied *http.Transport
+	policy  *Policy
+	proxy   func(*http.Request) (*url.URL, error)
+}
+
+// ProxyFor returns the proxy a request to u would go through (nil: none,
+// it would be sent directly).
+func (t *Transport) ProxyFor(u *url.URL) (*url.URL, error) {
+	return t.proxy(&http.Request{URL: u})
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	fail := func(err error) (*http.Response, error) {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
 	}
+	pu, err := t.proxy(req)
+	if err != nil {
+		return fail(err)
+	}
+	if pu == nil {
+		return t.Direct.RoundTrip(req)
+	}
+	// The proxy resolves names itself; only an address literal can be
+	// judged here. A numeric host Go cannot parse but a proxy might read
+	// as an address (http://2130706433/) is refused: its address is
+	// unknown here.
+	if host := req.URL.Hostname(); LooksLikeAddress(host) {
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return fail(fmt.Errorf("%w: %q may be read as an address", ErrRefused, host))
+		}
+		if err := t.policy.Check("", a); err != nil {
+			return fail(err)
+		}
+	}
+	return t.Proxied.RoundTrip(req)
+}
+
+// CloseIdleConnections closes both transports' idle connections.
+func (t *Transport) CloseIdleConnections() {
+	t.Direct.CloseIdleConnections()
+	t.Proxied.CloseIdleConnections()
 }
 
 // NoProxy reports whether HTTPClient sends every request without a proxy:

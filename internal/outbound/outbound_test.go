@@ -133,11 +133,12 @@ func TestDialerResolvesThroughDNSServer(t *testing.T) {
 	srv := startDNS(t, map[string][4]byte{"svc.example.": {127, 0, 0, 1}})
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 
-	d := Config{DNSServer: srv.addr(), Timeout: 2 * time.Second}.Dialer()
+	// The test's server is on loopback: the operator's allowance opens it.
+	d := Config{DNSServer: srv.addr(), Timeout: 2 * time.Second, Allow: LoopbackPrefixes}.Dialer()
 	if d.Timeout != 2*time.Second {
 		t.Fatalf("dialer timeout = %v", d.Timeout)
 	}
-	conn, err := d.Dial("tcp", net.JoinHostPort("svc.example", port))
+	conn, err := d.DialContext(context.Background(), "tcp", net.JoinHostPort("svc.example", port))
 	if err != nil {
 		t.Fatalf("Dial via test DNS: %v", err)
 	}
@@ -260,7 +261,7 @@ func TestHTTPClientInvalidProxyFailsClosed(t *testing.T) {
 }
 
 func TestHTTPClientTimeouts(t *testing.T) {
-	tr := Config{Timeout: 1500 * time.Millisecond}.HTTPClient().Transport.(*http.Transport)
+	tr := Config{Timeout: 1500 * time.Millisecond}.HTTPClient().Transport.(*Transport).Direct
 	if tr.TLSHandshakeTimeout != 1500*time.Millisecond || tr.ResponseHeaderTimeout != 1500*time.Millisecond {
 		t.Fatalf("timeouts: tls %v header %v", tr.TLSHandshakeTimeout, tr.ResponseHeaderTimeout)
 	}

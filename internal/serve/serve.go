@@ -29,7 +29,6 @@ import (
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/lookup"
-	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/redisconn"
 	"github.com/bulkd/bulkd/internal/rowcache"
@@ -172,9 +171,12 @@ type families struct {
 // buildFamilies builds every family once: the registry the processor
 // answers from and the bulk endpoints the API mounts.
 func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*families, error) {
-	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy}.WithDefaults()
-	if err := out.Validate(); err != nil {
+	out, err := outboundConfig(cfg)
+	if err != nil {
 		return nil, err
+	}
+	if cfg.SMTPDenyPrivate {
+		log.Warn("--smtp-deny-private is deprecated and has no effect: addresses that are not public are always refused; open ranges with --outbound-allow-cidrs")
 	}
 	companies := company.NewStore(rdb, "bulkd:")
 	ans := &enrich.Answerer{Store: companies}
@@ -232,8 +234,12 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 	}
 	probes := verify.NewRedisProbes(rdb)
 	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: cfg.SMTPSessionsPerHost, SessionsPerSecond: cfg.SMTPSessionRate})
+	out, err := outboundConfig(cfg)
+	if err != nil {
+		return nil, verifiers{}, err
+	}
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, Probes: probes}, lists, lim)
+		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes}, lists, lim)
 	if err != nil {
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
@@ -243,7 +249,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
 		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-			CommandTimeout: cfg.SMTPCommandTimeout, DenyPrivateIPs: cfg.SMTPDenyPrivate, GreylistRetry: cfg.VerifySingleRetry,
+			CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
 			Probes: probes}, lists, lim)
 		if err != nil {
 			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)

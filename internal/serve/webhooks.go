@@ -14,11 +14,26 @@ import (
 )
 
 // webhookPolicy is the policy webhook targets must pass, at submission and
-// at delivery: names resolved with --dns-server like every outbound lookup.
+// at delivery: the shared outbound policy (--outbound-allow-cidrs) plus the
+// webhook-only allowances, names resolved with --dns-server like every
+// outbound lookup.
 func webhookPolicy(cfg config.Config) *webhook.Policy {
 	allow, _ := cfg.WebhookAllowPrefixes() // validated with the config
-	return &webhook.Policy{AllowLoopback: cfg.WebhookAllowLoopback, Allow: allow,
-		Resolver: outbound.Config{DNSServer: cfg.DNSServer}.WithDefaults().Resolver()}
+	out, _ := outboundConfig(cfg)
+	return &webhook.Policy{AllowLoopback: cfg.WebhookAllowLoopback, Allow: allow, Outbound: out.Policy(),
+		Resolver: out.Resolver()}
+}
+
+// outboundConfig is the outbound configuration of every connection made on
+// a customer's behalf: resolver, SMTP port, proxy and the policy's
+// allowance, from the flags.
+func outboundConfig(cfg config.Config) (outbound.Config, error) {
+	allow, err := cfg.OutboundAllowPrefixes()
+	if err != nil {
+		return outbound.Config{}, err
+	}
+	out := outbound.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HTTPProxy: cfg.HTTPProxy, Allow: allow}.WithDefaults()
+	return out, out.Validate()
 }
 
 // NewController builds what `bulkd controller` runs beside its manager, on

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/internal/verify"
 )
@@ -47,7 +48,8 @@ func BenchmarkVerifyBenchWorld(b *testing.B) {
 			b.Fatal(err)
 		}
 		lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 3})
-		v, err := verify.New(verify.Config{DNSServer: w.DNSAddr(), SMTPPort: w.SMTPPort(), CommandTimeout: 5 * time.Second}, nil, lim)
+		v, err := verify.New(verify.Config{DNSServer: w.DNSAddr(), SMTPPort: w.SMTPPort(), CommandTimeout: 5 * time.Second,
+			Policy: &outbound.Policy{Allow: outbound.LoopbackPrefixes}}, nil, lim)
 		if err != nil {
 			b.Fatal(err)
 		}

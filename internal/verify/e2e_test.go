@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/internal/verify"
 )
@@ -33,6 +34,8 @@ func worldConfig(w *mailworld.World) verify.Config {
 		DialTimeout:    time.Second,
 		CommandTimeout: time.Second,
 		SessionTimeout: 20 * time.Second,
+		// The world's hosts are on loopback: the operator's allowance.
+		Policy: &outbound.Policy{Allow: outbound.LoopbackPrefixes},
 	}
 }
 
@@ -220,14 +223,20 @@ func TestIPLiteral(t *testing.T) {
 		b, _ := json.Marshal(r)
 		t.Fatalf("%s", b)
 	}
+	// Without the allowance (the default policy) the same world is not
+	// reached: undeliverable/no_mail_server, no session.
 	cfg := worldConfig(w)
-	cfg.DenyPrivateIPs = true
+	cfg.Policy = nil
 	v = mustNew(t, cfg, nil)
-	if r := v.VerifyOne(context.Background(), "alice@["+ip+"]"); r.Reason != verify.ReasonConnectionFailed {
-		t.Fatalf("DenyPrivateIPs: %+v", r)
+	w.ResetStats()
+	if r := v.VerifyOne(context.Background(), "alice@["+ip+"]"); r.Reason != verify.ReasonNoMailServer || r.MXHost != nil {
+		t.Fatalf("default policy, loopback literal: %+v", r)
 	}
-	if r := v.VerifyOne(context.Background(), "alice@ok.test"); r.Reason != verify.ReasonConnectionFailed {
-		t.Fatalf("DenyPrivateIPs, loopback MX: %+v", r)
+	if r := v.VerifyOne(context.Background(), "alice@ok.test"); r.Reason != verify.ReasonNoMailServer || r.MXHost == nil || *r.MXHost != "mx.ok.test" {
+		t.Fatalf("default policy, loopback MX: %+v", r)
+	}
+	if n := w.Stats().Sessions; n != 0 {
+		t.Fatalf("default policy: %d SMTP sessions", n)
 	}
 }
 

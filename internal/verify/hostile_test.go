@@ -84,7 +84,8 @@ func hostileVerifier(t *testing.T, port int, lim HostLimiter) *Verifier {
 		}
 		return true
 	})
-	v, err := New(Config{DNSServer: f.addr, SMTPPort: port, CommandTimeout: time.Second, RateLimitBackoff: 5 * time.Second}, nil, lim)
+	v, err := New(Config{DNSServer: f.addr, SMTPPort: port, CommandTimeout: time.Second, RateLimitBackoff: 5 * time.Second,
+		Policy: loopbackAllowed}, nil, lim)
 	if err != nil {
 		t.Fatal(err)
 	}

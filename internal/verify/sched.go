@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/bulkd/bulkd/internal/outbound"
 )
 
 // item is one distinct normalized address of a call.
@@ -107,6 +105,14 @@ type run struct {
 // startDomain resolves a domain and queues its addresses.
 func (r *run) startDomain(d *domainState) {
 	if d.literal.IsValid() {
+		if !r.v.cfg.Policy.Allowed(d.literal) {
+			// An address the outbound policy refuses (user@[127.0.0.1]):
+			// no session, no wait, the same answer whatever listens there.
+			r.mu.Lock()
+			r.finish(d.items, ReasonNoMailServer, "", 0)
+			r.mu.Unlock()
+			return
+		}
 		d.mx = []string{d.name}
 	} else {
 		mv := r.v.resolver.lookupMX(r.ctx, d.name)
@@ -389,17 +395,12 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 			return nil, ReasonNoMailServer
 		}
 	}
-	if r.v.cfg.DenyPrivateIPs {
-		pub := ips[:0:0]
-		for _, ip := range ips {
-			if outbound.AddrClass(ip) == "" {
-				pub = append(pub, ip)
-			}
-		}
-		if len(pub) == 0 {
-			return nil, ReasonConnectionFailed
-		}
-		ips = pub
+	// The outbound policy: every address of the host is checked, and one
+	// refused address refuses the host (its name is not ours to trust),
+	// which then counts as a host without a usable address; the sessions
+	// dial only these checked addresses (converse), never the name.
+	if r.v.cfg.Policy.CheckAll(h.name, ips) != nil {
+		return nil, ReasonNoMailServer
 	}
 	r.mu.Lock()
 	h.ips, h.resolved = ips, true

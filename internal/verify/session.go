@@ -74,7 +74,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	start := time.Now()
 	var c *smtpConn
 	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
-		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout)
+		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
 		if err == nil {
 			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
 			break

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/outbound"
 )
 
 // A small SMTP client of our own rather than github.com/emersion/go-smtp's:
@@ -57,9 +59,10 @@ type smtpConn struct {
 	pipelining bool
 }
 
-// dialSMTP connects to ip:port within timeout (and ctx).
-func dialSMTP(ctx context.Context, ip netip.Addr, port int, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
+// dialSMTP connects to ip:port within timeout (and ctx). ip was checked
+// against pol before; pol's Control refuses anything else as a last line.
+func dialSMTP(ctx context.Context, ip netip.Addr, port int, timeout time.Duration, pol *outbound.Policy) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout, Control: pol.Control}
 	return d.DialContext(ctx, "tcp", netip.AddrPortFrom(ip, uint16(port)).String())
 }
 

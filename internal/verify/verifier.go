@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/publicsuffix"
 
+	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/verify/lists"
 )
 
@@ -57,14 +58,16 @@ type Config struct {
 	// the retry passes the greylist for it too). Set it for the single-address
 	// API or tests whose greylisting is short.
 	GreylistRetry time.Duration
-	// DenyPrivateIPs refuses to connect to loopback, private, link-local
-	// and other non-public addresses (outbound.AddrClass: CGNAT, reserved,
-	// NAT64 and documentation ranges too), whether they come from an MX record
-	// or an address literal (user@[10.0.0.1]); such addresses end as
-	// connection_failed. Off by default because test worlds live on
-	// loopback; turn it on in production so a submitted address cannot make
-	// us open connections inside our own network.
-	DenyPrivateIPs bool
+	// Policy says which addresses SMTP sessions may reach (the outbound
+	// policy every connection made on a customer's behalf goes through):
+	// nil, the default, means public addresses only. An MX host with any
+	// address the policy refuses (loopback, private, link-local, CGNAT,
+	// unique-local, reserved, ...; outbound.AddrClass), and an address
+	// literal naming one (user@[10.0.0.1]), gets no connection: such
+	// addresses end as undeliverable/no_mail_server at once, unless another
+	// MX host can be used. Test worlds on loopback set
+	// outbound.LoopbackPrefixes as the allowance.
+	Policy *outbound.Policy
 	// Probes, when set, shares each domain's catch-all probe address with
 	// every process (RedisProbes), so a retry made elsewhere passes the
 	// greylist the first attempt started. Nil: per process only.

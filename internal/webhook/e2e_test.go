@@ -212,6 +212,7 @@ func TestVerificationJobWebhook(t *testing.T) {
 		hookConfig(c)
 		c.PublicURL = ""
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
+		c.OutboundAllowCIDRs = mailworld.AllowCIDRs
 		c.SMTPCommandTimeout = time.Second
 		c.VerifyRetryDelays = "400ms,400ms"
 	}))

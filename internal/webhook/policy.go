@@ -16,7 +16,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -28,27 +27,43 @@ import (
 const MaxURLLen = 2048
 
 // Resolver looks names up (net.DefaultResolver, or a test's).
-type Resolver interface {
-	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
-}
+type Resolver = outbound.Resolver
 
 // Policy says which webhook targets are allowed. Only https:// URLs whose
-// host is a DNS name resolving to public addresses only: never an IP
-// literal, and never a name with a private (RFC 1918), loopback,
-// link-local, CGNAT, unique-local, multicast, unspecified or otherwise
-// reserved address among its addresses. AllowLoopback (tests, local
-// development) also lets http:// and https:// URLs reach loopback
-// (127.0.0.0/8, ::1, by literal or by a name such as localhost).
+// host is a DNS name resolving to addresses the outbound policy allows
+// (Outbound: public addresses and the operator's --outbound-allow-cidrs),
+// every one of them: never an IP literal, and never a name with a private
+// (RFC 1918), loopback, link-local, CGNAT, unique-local, multicast,
+// unspecified or otherwise reserved address among its addresses. The rules
+// on addresses are outbound's (the same for redirect checks and SMTP);
+// what this type adds is the URL's form, and two webhook-only allowances:
+// AllowLoopback (tests, local development) also lets http:// and https://
+// URLs reach loopback (127.0.0.0/8, ::1, by literal or by a name such as
+// localhost), and Allow opens more ranges for webhooks only.
 type Policy struct {
 	AllowLoopback bool
-	// Allow are ranges an operator opens on purpose (receivers inside the
-	// operator's own network): an address in one of them is allowed
-	// whatever its class, as an IP literal too, over http:// or https://.
+	// Allow are ranges an operator opens on purpose for webhooks
+	// (--webhook-allow-cidrs: receivers inside the operator's own
+	// network), on top of Outbound's: an address in one of them (or in
+	// Outbound.Allow) is allowed whatever its class, as an IP literal too,
+	// over http:// or https://.
 	Allow []netip.Prefix
+	// Outbound is the shared outbound policy (nil: public addresses only).
+	Outbound *outbound.Policy
 	// Resolver resolves target names (nil: net.DefaultResolver).
 	Resolver Resolver
 	// ResolveTimeout bounds one resolution (0: 5 s).
 	ResolveTimeout time.Duration
+}
+
+// rules is the outbound policy of webhook connections: Outbound's, with
+// the webhook-only allowances added.
+func (p *Policy) rules() *outbound.Policy {
+	extra := p.Allow
+	if p.AllowLoopback {
+		extra = append(append([]netip.Prefix(nil), extra...), outbound.LoopbackPrefixes...)
+	}
+	return p.Outbound.With(extra...)
 }
 
 // Problem is why a URL is refused: a validation item's type and message.
@@ -123,15 +138,10 @@ func (p *Policy) parse(raw string) (*url.URL, *Problem) {
 	return u, nil
 }
 
-// opened reports whether a is in a range the operator opened (Allow).
+// opened reports whether a is in a range the operator opened (Allow or
+// Outbound.Allow).
 func (p *Policy) opened(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, pfx := range p.Allow {
-		if pfx.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return p.Outbound.With(p.Allow...).Opened(a)
 }
 
 // isLoopbackHost: a loopback literal or a name of the localhost family
@@ -147,105 +157,61 @@ func isLoopbackHost(host string) bool {
 // resolve returns host's addresses (host without brackets), every one of
 // them allowed, or a *Problem saying which is not (or a resolution error).
 func (p *Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		if !p.Allowed(a) {
-			return nil, problem(apierr.TypeValueError, "webhook_url host %s is not an allowed address", a)
-		}
-		return []netip.Addr{a.Unmap()}, nil
-	}
 	to := p.ResolveTimeout
 	if to <= 0 {
 		to = 5 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, to)
 	defer cancel()
-	var r Resolver = net.DefaultResolver
-	if p.Resolver != nil {
-		r = p.Resolver
-	}
-	addrs, err := r.LookupIPAddr(ctx, host)
-	if err != nil {
+	d := &outbound.Dialer{Policy: p.rules(), Resolver: p.Resolver}
+	addrs, err := d.Resolve(ctx, host)
+	var re *outbound.RefusedError
+	switch {
+	case errors.As(err, &re) && re.Host == "":
+		return nil, problem(apierr.TypeValueError, "webhook_url host %s is not an allowed address", re.Addr)
+	case errors.As(err, &re):
+		return nil, problem(apierr.TypeValueError, "webhook_url host %q resolves to %s, a %s address, which webhooks may not reach", host, re.Addr, re.Class)
+	case err != nil:
 		return nil, fmt.Errorf("resolve %s: %w", host, err)
 	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("resolve %s: no addresses", host)
-	}
-	out := make([]netip.Addr, 0, len(addrs))
-	for _, ia := range addrs {
-		a, ok := netip.AddrFromSlice(ia.IP)
-		if !ok {
-			return nil, fmt.Errorf("resolve %s: bad address %v", host, ia.IP)
-		}
-		a = a.Unmap()
-		if !p.Allowed(a) {
-			return nil, problem(apierr.TypeValueError, "webhook_url host %q resolves to %s, a %s address, which webhooks may not reach", host, a, outbound.AddrClass(a))
-		}
-		out = append(out, a)
-	}
-	return out, nil
+	return addrs, nil
 }
 
-// Allowed reports whether a webhook may be delivered to a: a public
-// unicast address (or loopback, with AllowLoopback).
+// Allowed reports whether a webhook may be delivered to a: an address the
+// outbound policy allows (or loopback, with AllowLoopback; or one in Allow).
 func (p *Policy) Allowed(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsValid() {
-		return false
-	}
-	if p.opened(a) {
-		return true
-	}
-	if a.IsLoopback() {
-		return p.AllowLoopback
-	}
-	return outbound.AddrClass(a) == ""
+	return p.rules().Allowed(a)
 }
 
 // ErrRefused is a delivery whose target is not (or no longer) allowed.
 var ErrRefused = errors.New("webhook target refused")
 
 // DialContext connects to addr only through addresses the policy allows:
-// it resolves the host itself, refuses the whole target when any of its
-// addresses is not allowed (a name that points inside is refused, even
-// when it also has public addresses), and dials the checked IP, so a DNS
-// answer that changes between the check and the connection (rebinding)
-// cannot reach an internal address. The dialer's Control refuses any other
-// address as a last line.
+// outbound's Dialer resolves the host itself, refuses the whole target when
+// any of its addresses is not allowed (a name that points inside is
+// refused, even when it also has public addresses), and dials the checked
+// IP, so a DNS answer that changes between the check and the connection
+// (rebinding) cannot reach an internal address; its Control refuses any
+// other address as a last line. An IP literal is refused unless it is
+// opened or (AllowLoopback) loopback, as at submission.
 func (p *Policy) DialContext(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, Control: func(network, address string, _ syscall.RawConn) error {
-		ap, err := netip.ParseAddrPort(address)
-		if err != nil || !p.Allowed(ap.Addr()) {
-			return fmt.Errorf("%w: connection to %s", ErrRefused, address)
-		}
-		return nil
-	}}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
+		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
 		if a, err := netip.ParseAddr(host); err == nil && !(p.AllowLoopback && a.Unmap().IsLoopback()) && !p.opened(a) {
 			return nil, fmt.Errorf("%w: %s is an IP address", ErrRefused, host)
 		}
-		addrs, err := p.resolve(ctx, host)
-		if err != nil {
-			var pr *Problem
-			if errors.As(err, &pr) {
-				return nil, fmt.Errorf("%w: %s", ErrRefused, pr.Msg)
-			}
-			return nil, err
+		to := p.ResolveTimeout
+		if to <= 0 {
+			to = 5 * time.Second
 		}
-		var last error
-		for _, a := range addrs {
-			c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
-			if err == nil {
-				return c, nil
-			}
-			last = err
-			if ctx.Err() != nil {
-				break
-			}
+		d := &outbound.Dialer{Policy: p.rules(), Resolver: p.Resolver, Timeout: to + timeout}
+		c, err := d.DialContext(ctx, network, addr)
+		if errors.Is(err, outbound.ErrRefused) {
+			return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 		}
-		return nil, last
+		return c, err
 	}
 }

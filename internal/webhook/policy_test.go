@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/outbound"
 )
 
 // fakeDNS is a test resolver: names to addresses, changeable while a test
@@ -211,5 +213,50 @@ func TestSignAndVerify(t *testing.T) {
 	}
 	if got := fmt.Sprint(EventID("j1", TypeCompleted) == EventID("j1", TypeCompleted), EventID("j1", TypeCompleted) != EventID("j2", TypeCompleted)); got != "true true" {
 		t.Errorf("event ids not stable/unique: %s", got)
+	}
+}
+
+// TestPolicySharesOutboundRules: webhook targets are judged by the one
+// outbound policy (internal/outbound): every address class it refuses is
+// refused here too, the mapped and IPv4-compatible forms included, and the
+// operator's shared allowance (--outbound-allow-cidrs) opens a range for
+// webhooks as --webhook-allow-cidrs does (by literal too, over http://).
+func TestPolicySharesOutboundRules(t *testing.T) {
+	dns := testDNS()
+	dns.set("compat.example.com", "::a00:1")           // IPv4-compatible 10.0.0.1
+	dns.set("thisnet.example.com", "0.1.2.3")          // 0.0.0.0/8
+	dns.set("metadata.example.com", "169.254.169.254") // cloud metadata
+	dns.set("mapped-loop.example.com", "::ffff:127.0.0.1")
+	dns.set("shared.example.com", "10.50.0.7")
+	p := &Policy{Resolver: dns}
+	for _, a := range []string{"0.1.2.3", "::a00:1", "::ffff:127.0.0.1", "169.254.169.254", "100.64.0.1", "fd00::1", "192.88.99.1"} {
+		addr := netip.MustParseAddr(a)
+		if p.Allowed(addr) || outbound.AddrClass(addr) == "" {
+			t.Errorf("Allowed(%s) = %v; the outbound policy refuses it", a, p.Allowed(addr))
+		}
+	}
+	for _, host := range []string{"compat", "thisnet", "metadata", "mapped-loop", "shared"} {
+		if prob := p.CheckURL(context.Background(), "https://"+host+".example.com/h"); prob == nil {
+			t.Errorf("%s.example.com: allowed", host)
+		}
+	}
+	shared := &Policy{Resolver: dns, Outbound: &outbound.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("10.50.0.0/16")}}}
+	for _, u := range []string{"https://shared.example.com/h", "http://10.50.1.1:8080/h", "https://10.50.1.1/h"} {
+		if prob := shared.CheckURL(context.Background(), u); prob != nil {
+			t.Errorf("%s with the shared allowance: %v", u, prob)
+		}
+	}
+	if prob := shared.CheckURL(context.Background(), "https://private.example.com/h"); prob == nil {
+		t.Error("10.1.2.3 allowed by a 10.50.0.0/16 allowance")
+	}
+	// Both allowances add up; the loopback option adds loopback only.
+	both := &Policy{Resolver: dns, Allow: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, Outbound: shared.Outbound, AllowLoopback: true}
+	for _, u := range []string{"https://private.example.com/h", "https://shared.example.com/h", "https://loop.example.com/h"} {
+		if prob := both.CheckURL(context.Background(), u); prob != nil {
+			t.Errorf("%s: %v", u, prob)
+		}
+	}
+	if prob := both.CheckURL(context.Background(), "https://metadata.example.com/h"); prob == nil {
+		t.Error("the metadata address allowed")
 	}
 }

@@ -57,9 +57,10 @@ func TestEmailLookupBulk(t *testing.T) {
 	// The family's ConfigMap, read by its pods when they start.
 	cmName := envOr("E2E_LOOKUP_CONFIGMAP", "bulkd-lookup-e2e")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cmName, Namespace: h.ns}, Data: map[string]string{
-		"BULKD_DNS_SERVER":          w.DNSAddr(),
-		"BULKD_SMTP_PORT":           fmt.Sprint(w.SMTPPort()),
-		"BULKD_VERIFY_RETRY_DELAYS": "2s,2s,2s",
+		"BULKD_DNS_SERVER":           w.DNSAddr(),
+		"BULKD_SMTP_PORT":            fmt.Sprint(w.SMTPPort()),
+		"BULKD_OUTBOUND_ALLOW_CIDRS": mailworld.AllowCIDRs, // hostNetwork pods, the world on the node's loopback
+		"BULKD_VERIFY_RETRY_DELAYS":  "2s,2s,2s",
 	}}
 	if err := h.k8s.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
 		err = h.k8s.Update(ctx, cm)

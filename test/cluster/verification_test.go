@@ -80,6 +80,7 @@ func TestEmailVerificationPoliteAcrossPods(t *testing.T) {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cmName, Namespace: h.ns}, Data: map[string]string{
 		"BULKD_DNS_SERVER":             w.DNSAddr(),
 		"BULKD_SMTP_PORT":              fmt.Sprint(w.SMTPPort()),
+		"BULKD_OUTBOUND_ALLOW_CIDRS":   mailworld.AllowCIDRs, // hostNetwork pods, the world on the node's loopback
 		"BULKD_SMTP_SESSIONS_PER_HOST": fmt.Sprint(sessionsPerHost),
 		"BULKD_VERIFY_RETRY_DELAYS":    "3s,3s",
 	}}

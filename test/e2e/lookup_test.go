@@ -55,6 +55,7 @@ func lookupStart(t *testing.T, opts ...bulkdtest.Option) (*companyAPI, *lookupWo
 	t.Cleanup(func() { _ = w.Close() })
 	opts = append([]bulkdtest.Option{bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
+		c.OutboundAllowCIDRs = mailworld.AllowCIDRs
 		c.SMTPCommandTimeout = 2 * time.Second
 		c.VerifyRetryDelays = "1500ms,1500ms,2s"
 		c.VerifySingleRetry = 0

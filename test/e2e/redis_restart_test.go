@@ -308,7 +308,8 @@ func redisRestartRun(t *testing.T, bin string, kill bool) {
 	listen := bulkdtest.FreeAddr(t)
 	p := restartServe(t, bin, listen, "--redis-url", d.URL, "--shard-size", "20", "--workers", "6",
 		"--redirect-checks=true", "--http-proxy", ps.URL, "--log-format", "text", "--rate-limit", "1000",
-		"--dns-server", w.DNSAddr(), "--smtp-port", fmt.Sprint(w.SMTPPort()), "--smtp-command-timeout", "2s",
+		"--dns-server", w.DNSAddr(), "--smtp-port", fmt.Sprint(w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs,
+		"--smtp-command-timeout", "2s",
 		"--verify-retry-delays", "1500ms,1500ms,2s", "--verify-single-retry", "0")
 	c := rrClient{t: t, url: p.url, http: &http.Client{Timeout: 60 * time.Second}}
 

@@ -35,6 +35,7 @@ func verifyStart(t *testing.T) (*companyAPI, *mailworld.World) {
 	t.Cleanup(func() { _ = w.Close() })
 	env := companyStart(t, bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
+		c.OutboundAllowCIDRs = mailworld.AllowCIDRs
 		c.SMTPCommandTimeout = time.Second
 		c.VerifyRetryDelays = "1s,1s"
 		c.VerifySingleRetry = 1500 * time.Millisecond // the single check waits out the 1 s greylist

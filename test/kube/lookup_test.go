@@ -59,9 +59,10 @@ func startPeople(t *testing.T, seed int64) (*mailworld.World, []mailworld.Person
 	}
 	t.Cleanup(func() { _ = w.Close() })
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: lookupConfigMap, Namespace: namespace}, Data: map[string]string{
-		"BULKD_DNS_SERVER":          w.DNSAddr(),
-		"BULKD_SMTP_PORT":           fmt.Sprint(w.SMTPPort()),
-		"BULKD_VERIFY_RETRY_DELAYS": "1500ms,1500ms,1500ms",
+		"BULKD_DNS_SERVER":           w.DNSAddr(),
+		"BULKD_SMTP_PORT":            fmt.Sprint(w.SMTPPort()),
+		"BULKD_OUTBOUND_ALLOW_CIDRS": mailworld.AllowCIDRs, // the world is on loopback
+		"BULKD_VERIFY_RETRY_DELAYS":  "1500ms,1500ms,1500ms",
 	}}
 	if err := h.k8s.Create(ctx, cm); err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func TestEmailVerificationEveryClass(t *testing.T) {
 	t.Cleanup(func() { _ = w.Close() })
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: verifyConfigMap, Namespace: namespace},
 		Data: map[string]string{"BULKD_DNS_SERVER": w.DNSAddr(), "BULKD_SMTP_PORT": fmt.Sprint(w.SMTPPort()),
-			"BULKD_SMTP_COMMAND_TIMEOUT": "1s", "BULKD_VERIFY_RETRY_DELAYS": "1500ms,1500ms"}}
+			"BULKD_OUTBOUND_ALLOW_CIDRS": mailworld.AllowCIDRs, "BULKD_SMTP_COMMAND_TIMEOUT": "1s", "BULKD_VERIFY_RETRY_DELAYS": "1500ms,1500ms"}}
 	if err := h.k8s.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}

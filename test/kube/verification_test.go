@@ -54,7 +54,8 @@ func TestEmailVerificationRetryRounds(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = w.Close() })
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: verifyConfigMap, Namespace: namespace},
-		Data: map[string]string{"BULKD_DNS_SERVER": w.DNSAddr(), "BULKD_SMTP_PORT": fmt.Sprint(w.SMTPPort())}}
+		Data: map[string]string{"BULKD_DNS_SERVER": w.DNSAddr(), "BULKD_SMTP_PORT": fmt.Sprint(w.SMTPPort()),
+			"BULKD_OUTBOUND_ALLOW_CIDRS": mailworld.AllowCIDRs}}
 	if err := h.k8s.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}

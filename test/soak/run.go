@@ -18,6 +18,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/mailworld"
 	"github.com/bulkd/bulkd/internal/testredis"
 )
 
@@ -194,7 +195,7 @@ func Run(tb testing.TB, cfg Config) (*Report, error) {
 
 	common := []string{"--redis-url", r.redis.URL, "--log-level", "warn", "--rate-limit", strconv.Itoa(cfg.RPS),
 		"--workers", strconv.Itoa(cfg.Workers), "--shard-size", strconv.Itoa(cfg.ShardSize), "--lease-ttl", cfg.LeaseTTL.String(),
-		"--dns-server", r.mail.w.DNSAddr(), "--smtp-port", strconv.Itoa(r.mail.w.SMTPPort()),
+		"--dns-server", r.mail.w.DNSAddr(), "--smtp-port", strconv.Itoa(r.mail.w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs,
 		"--smtp-sessions-per-host", strconv.Itoa(maxConns), "--smtp-session-rate", "100",
 		"--verify-retry-delays", cfg.RetryDelays, "--redirect-checks=true", "--http-proxy", "http://" + proxy}
 	for i := 0; i < 2; i++ {

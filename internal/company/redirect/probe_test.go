@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,7 @@ type directWorld struct {
 	hasIPv6   bool
 	mu        sync.Mutex
 	hits      map[string]int // "http://host" or "https://host"
+	conns     map[string]int // connections accepted, by local address ("127.0.0.2")
 	httpsOnly map[string]bool
 	sites     int // site-N requests being answered
 	mostSites int // the most at once
@@ -47,8 +49,13 @@ func directZone(name string) redirecttest.Answer {
 	switch name {
 	case "dead.example", "dead2.example", "inhosts.example":
 		return redirecttest.NXDomain
-	case "moved.example", "www.newhome.example", "plain.example", "www.elsewhere.example", "tlsonly.example.com":
+	case "moved.example", "www.newhome.example", "plain.example", "www.elsewhere.example", "tlsonly.example.com",
+		"meta-hop.example", "numeric-hop.example", "hang-site.example":
 		return local
+	case "metadata.example":
+		return redirecttest.Answer{A: []string{"169.254.169.254"}}
+	case "mixed.example":
+		return redirecttest.Answer{A: []string{"93.184.216.34", "127.0.0.1"}}
 	case "v6only.example":
 		return redirecttest.Answer{AAAA: []string{"::1"}}
 	case "servfail.example":
@@ -66,7 +73,7 @@ func directZone(name string) redirecttest.Answer {
 
 func startDirect(t testing.TB) *directWorld {
 	t.Helper()
-	w := &directWorld{dns: redirecttest.StartDNS(t, directZone), hits: map[string]int{},
+	w := &directWorld{dns: redirecttest.StartDNS(t, directZone), hits: map[string]int{}, conns: map[string]int{},
 		httpsOnly: map[string]bool{"tlsonly.example.com": true}}
 	site := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		scheme := "http"
@@ -91,24 +98,50 @@ func startDirect(t testing.TB) *directWorld {
 			redirectTo(rw, http.StatusMovedPermanently, "http://www.newhome.example/")
 		case "v6only.example", "tlsonly.example.com":
 			redirectTo(rw, http.StatusMovedPermanently, scheme+"://www.elsewhere.example/")
+		case "meta-hop.example":
+			// A public-looking site sending the checker to a metadata
+			// service on another address.
+			redirectTo(rw, http.StatusFound, "http://127.0.0.2/latest/meta-data/")
+		case "numeric-hop.example":
+			redirectTo(rw, http.StatusFound, "http://2130706434/latest/meta-data/") // 127.0.0.2 as one number
+		case "hang-site.example":
+			<-r.Context().Done()
 		default:
 			_, _ = fmt.Fprint(rw, "home")
 		}
 	})
-	// Plain websites: one port on 127.0.0.1 and ::1.
+	// Plain websites: one port on 127.0.0.1 and ::1, and 127.0.0.2 (an
+	// internal service a redirect may point at).
 	for try := 0; ; try++ {
 		l4, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, port, _ := net.SplitHostPort(l4.Addr().String())
+		l2, err := net.Listen("tcp", "127.0.0.2:"+port)
+		if err != nil {
+			l4.Close()
+			if try < 20 {
+				continue // port taken on 127.0.0.2: try another
+			}
+			t.Fatal(err)
+		}
 		l6, err := net.Listen("tcp", "[::1]:"+port)
 		if err != nil && try < 20 && !strings.Contains(err.Error(), "assign") {
 			l4.Close() // port taken on ::1: try another
+			l2.Close()
 			continue
 		}
-		srv := &http.Server{Handler: site, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: site, ReadHeaderTimeout: 5 * time.Second, ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				host, _, _ := net.SplitHostPort(c.LocalAddr().String())
+				w.mu.Lock()
+				w.conns[host]++
+				w.mu.Unlock()
+			}
+		}}
 		go func() { _ = srv.Serve(l4) }()
+		go func() { _ = srv.Serve(l2) }()
 		if err == nil {
 			w.hasIPv6 = true
 			go func() { _ = srv.Serve(l6) }()
@@ -136,15 +169,38 @@ func (w *directWorld) count(key string) int {
 	return w.hits[key]
 }
 
+// connsTo returns the connections w's websites accepted on local address
+// ip ("" for all of them).
+func (w *directWorld) connsTo(ip string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ip != "" {
+		return w.conns[ip]
+	}
+	n := 0
+	for _, c := range w.conns {
+		n += c
+	}
+	return n
+}
+
 // checker returns a Checker that goes direct, asks w's DNS server and
-// reaches w's websites.
+// reaches w's websites. The websites are on loopback: the test opens it, as
+// an operator's --outbound-allow-cidrs would.
 func (w *directWorld) checker(t testing.TB, opts Options) *Checker {
+	t.Helper()
+	return w.checkerAllowing(t, outbound.LoopbackPrefixes, opts)
+}
+
+// checkerAllowing is checker with the outbound allowance allow (nil: the
+// default, public addresses only).
+func (w *directWorld) checkerAllowing(t testing.TB, allow []netip.Prefix, opts Options) *Checker {
 	t.Helper()
 	for _, k := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"} {
 		t.Setenv(k, "")
 	}
-	c := NewChecker(outbound.Config{DNSServer: w.dns.Addr, Timeout: 2 * time.Second}, opts)
-	tr := c.client.Transport.(*http.Transport)
+	c := NewChecker(outbound.Config{DNSServer: w.dns.Addr, Timeout: 2 * time.Second, Allow: allow}, opts)
+	tr := c.client.Transport.(*outbound.Transport).Direct
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)

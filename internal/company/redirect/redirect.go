@@ -286,15 +286,12 @@ func (c *Checker) direct(d string) bool {
 	if c.noProxy {
 		return true
 	}
-	tr, ok := c.client.Transport.(*http.Transport)
+	tr, ok := c.client.Transport.(*outbound.Transport)
 	if !ok {
 		return false
 	}
-	if tr.Proxy == nil {
-		return true
-	}
 	for _, scheme := range []string{"http", "https"} {
-		u, err := tr.Proxy(&http.Request{URL: &url.URL{Scheme: scheme, Host: d, Path: "/"}})
+		u, err := tr.ProxyFor(&url.URL{Scheme: scheme, Host: d, Path: "/"})
 		if err != nil || u != nil {
 			return false
 		}
@@ -371,6 +368,13 @@ func (c *Checker) check(ctx context.Context, d string) (Result, error) {
 		if loc == nil {
 			return judge(home, cur.Hostname()), nil
 		}
+		if isIPLiteral(loc) {
+			// A hop to an address (http://127.0.0.2/latest/meta-data/)
+			// is not taken: it names no website, and it is how a hostile
+			// site would point bulkd at an internal address. The chain
+			// ends there: not a redirect (judge).
+			return judge(home, loc.Hostname()), nil
+		}
 		for i, u := range chain {
 			if u.String() == loc.String() {
 				return judgeLoop(home, chain[i:]), nil
@@ -400,6 +404,11 @@ func (c *Checker) firstHop(ctx context.Context, d string) (*url.URL, *url.URL, e
 		// The check's time is up; there is none left for a second try.
 		return nil, nil, err
 	}
+	if errors.Is(err, outbound.ErrRefused) {
+		// The name leads where bulkd may not go (the outbound policy):
+		// https would resolve it the same way. No connection was made.
+		return nil, nil, err
+	}
 	if notFound(err) && c.direct(d) {
 		// The name does not resolve here, and https would resolve it the
 		// same way: nothing to try.
@@ -424,6 +433,10 @@ func notFound(err error) bool {
 	var de *net.DNSError
 	return errors.As(err, &de) && de.IsNotFound
 }
+
+// isIPLiteral reports whether u's host is an address rather than a name
+// (outbound.LooksLikeAddress: numeric forms a proxy might read as one too).
+func isIPLiteral(u *url.URL) bool { return outbound.LooksLikeAddress(u.Hostname()) }
 
 // judge compares the final host with the input's registrable domain.
 func judge(home, host string) Result {

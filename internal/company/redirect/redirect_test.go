@@ -52,7 +52,7 @@ func (w *web) withTLS(t testing.TB, c *Checker) {
 	t.Cleanup(w.tls.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(w.tls.Certificate())
-	c.client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
+	c.client.Transport.(*outbound.Transport).Proxied.TLSClientConfig = &tls.Config{RootCAs: pool}
 }
 
 // tunnel answers a CONNECT by piping the connection to the TLS server.
@@ -172,6 +172,10 @@ func (w *web) serve(rw http.ResponseWriter, r *http.Request) {
 		_, _ = fmt.Fprint(rw, "bienvenue")
 	case "ip-redirect.example":
 		redirectTo(rw, http.StatusMovedPermanently, "http://192.0.2.1/")
+	case "meta-redirect.example":
+		redirectTo(rw, http.StatusFound, "http://127.0.0.2/latest/meta-data/")
+	case "127.0.0.2", "169.254.169.254":
+		redirectTo(rw, http.StatusFound, "http://www.elsewhere.example/")
 	case "mailto.example":
 		redirectTo(rw, http.StatusFound, "mailto:info@mailto.example")
 	case "nohead.example":
@@ -250,7 +254,11 @@ func TestCheck(t *testing.T) {
 		{"relative.example", Result{true, "other.example"}, map[string]int{"relative.example": 2, "other.example": 1}},
 		{"rel-same.example", Result{}, map[string]int{"rel-same.example": 2}},
 		{"nohead.example", Result{true, "gethome.example"}, map[string]int{"nohead.example": 2, "gethome.example": 1}},
-		{"ip-redirect.example", Result{}, map[string]int{"192.0.2.1": 1}},
+		// A hop to an address literal is not taken (the outbound policy:
+		// it names no website, and it is how a hostile site would point the
+		// checker inside), not even through the proxy.
+		{"ip-redirect.example", Result{}, map[string]int{"ip-redirect.example": 1, "192.0.2.1": 0}},
+		{"meta-redirect.example", Result{}, map[string]int{"meta-redirect.example": 1, "127.0.0.2": 0, "169.254.169.254": 0}},
 		{"mailto.example", Result{}, map[string]int{"mailto.example": 1}},
 		// A hop after the first that gives no HTTP answer: its host decides.
 		// (Request counts to dropped connections are not pinned: the
