@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -30,4 +31,25 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 			t.Errorf("README names --%s's variable %s, not %s", f.Name, env, EnvName(f.Name))
 		}
 	})
+}
+
+// TestOutboundAllowCIDRs: the allowance is empty by default (public
+// addresses only), parsed as CIDR ranges (a bare address is its own range),
+// and a value that is not a range fails validation, naming the flag.
+func TestOutboundAllowCIDRs(t *testing.T) {
+	c := Default()
+	if p, err := c.OutboundAllowPrefixes(); err != nil || len(p) != 0 {
+		t.Fatalf("default allowance %v, %v; want none", p, err)
+	}
+	c.OutboundAllowCIDRs = "127.0.0.0/8, 10.20.0.5,fd00:1::/64"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := c.OutboundAllowPrefixes(); len(p) != 3 || p[1].String() != "10.20.0.5/32" {
+		t.Fatalf("parsed %v", p)
+	}
+	c.OutboundAllowCIDRs = "10.0.0.0/8,intranet"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--outbound-allow-cidrs") {
+		t.Fatalf("bad range: %v", err)
+	}
 }

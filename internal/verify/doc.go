@@ -14,7 +14,8 @@
 //	undeliverable  invalid_syntax     Normalize rejects the address
 //	               no_such_domain     NXDOMAIN for the domain
 //	               null_mx            RFC 7505 null MX ("MX 0 .")
-//	               no_mail_server     no MX and no A/AAAA, or no MX host has an address
+//	               no_mail_server     no MX and no A/AAAA, or no MX host has an address, or none the
+//	                                  outbound policy allows (Config.Policy; also a literal it refuses)
 //	               mailbox_not_found  x.1.1 / x.1.6, or 550 whose text says the user is unknown
 //	               mailbox_disabled   x.2.1, or text saying disabled/inactive/suspended
 //	               rejected           any other permanent 5xx to RCPT (policy, relaying, ...)
@@ -183,10 +184,21 @@
 // defaults allow 50 concurrent connections per client; hosted providers far
 // more), and 3 is the benchmark world's cap.
 //
-// Config.DenyPrivateIPs (off by default because test worlds run on
-// loopback) refuses loopback, private and link-local addresses, from MX
-// records or literals; turn it on in production so a submitted address
-// cannot make us connect into our own network.
+// # The outbound policy (Config.Policy, internal/outbound)
+//
+// Sessions reach public addresses only, plus the ranges the operator
+// allowed (--outbound-allow-cidrs; test worlds on loopback allow
+// 127.0.0.0/8). Every address of an MX host is checked once it is resolved:
+// one that is not allowed (loopback, private, link-local, CGNAT,
+// unique-local, multicast, reserved, an IPv4-compatible or -mapped form of
+// those) refuses the whole host, which then counts as a host without an
+// address (no_mail_server; the next MX host is tried). An address literal
+// the policy refuses (user@[127.0.0.1]) is answered before any session. So
+// an address whose mail servers are all inside ends
+// undeliverable/no_mail_server at once: no connection, no wait beyond the
+// DNS answers, the same answer whatever listens there. Sessions dial the
+// checked addresses (never a name), through a dialer whose Control refuses
+// anything else.
 //
 // # Lists (package lists)
 //

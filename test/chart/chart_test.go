@@ -61,6 +61,10 @@ var scenarios = []scenario{
 				t.Error("ServiceMonitor/PodDisruptionBudget rendered by default")
 			}
 			cm := r.get(t, "ConfigMap", "bulkd-config")
+			// The outbound policy's default: public addresses only, no allowance.
+			if _, ok := asMap(cm.Object["data"])["BULKD_OUTBOUND_ALLOW_CIDRS"]; ok {
+				t.Error("an outbound allowance rendered by default")
+			}
 			for k, want := range map[string]string{"BULKD_SHARD_SIZE": "1000", "BULKD_PARALLELISM": "8", "BULKD_PARALLELISM_CAP": "32", "BULKD_RETENTION": "720h", "BULKD_LOG_FORMAT": "json"} {
 				if got := nestedString(t, cm, "data", k); got != want {
 					t.Errorf("ConfigMap %s = %q, want %q", k, got, want)
@@ -147,6 +151,8 @@ config:
   BULKD_RATE_LIMIT: 50
   BULKD_NETWORK_HOSTS: linkedin.com,xing.com
   BULKD_REDIRECT_CHECKS: false
+outbound:
+  allowCIDRs: [10.20.0.0/16, "fd00:1::/64"]
 metrics:
   serviceMonitor:
     enabled: true
@@ -251,6 +257,9 @@ tolerations: [{key: dedicated, operator: Equal, value: bulkd, effect: NoSchedule
 			cm := r.get(t, "ConfigMap", "bulkd-prod-config")
 			if nestedString(t, cm, "data", "BULKD_RATE_LIMIT") != "50" || nestedString(t, cm, "data", "BULKD_REDIRECT_CHECKS") != "false" {
 				t.Errorf("config not rendered as strings: %v", cm.Object["data"])
+			}
+			if got := nestedString(t, cm, "data", "BULKD_OUTBOUND_ALLOW_CIDRS"); got != "10.20.0.0/16,fd00:1::/64" {
+				t.Errorf("BULKD_OUTBOUND_ALLOW_CIDRS = %q", got)
 			}
 			sms := r.ofKind("ServiceMonitor")
 			if len(sms) != 2 {
@@ -527,6 +536,8 @@ func TestValuesRejected(t *testing.T) {
 		{"no redis", "redis: {url: \"\", existingSecret: \"\"}", "redis.existingSecret"},
 		{"non-BULKD config", "config: {LOG_LEVEL: debug}", "LOG_LEVEL"},
 		{"redis url in config", "config: {BULKD_REDIS_URL: \"redis://x:6379/0\"}", "BULKD_REDIS_URL"},
+		{"outbound allowance not a range", "outbound: {allowCIDRs: [internal.example]}", "allowCIDRs"},
+		{"outbound allowance twice", "outbound: {allowCIDRs: [10.0.0.0/8]}\nconfig: {BULKD_OUTBOUND_ALLOW_CIDRS: 10.1.0.0/16}", "outbound.allowCIDRs"},
 		{"shard size out of range", "jobs: {shardSize: 0}", "shardSize"},
 		{"retention not a duration", "jobs: {retention: 30d}", "retention"},
 		{"unknown family", "processor: {families: {people_search: {parallelismCap: 2}}}", "people_search"},

@@ -9,6 +9,11 @@
 // body (maxBodyBytes), time (Options.Timeout for the whole check, plus the
 // outbound per-call timeouts), and the caches (Options.CacheSize).
 //
+// Connections go through the outbound policy (internal/outbound): public
+// addresses only unless the operator allowed more, every address of a name
+// checked, no hop to an IP literal. Through a proxy, the proxy resolves the
+// names and must refuse internal destinations itself.
+//
 // When the website would be reached directly (no proxy), one DNS question
 // comes first (probe.go): a domain that does not exist (NXDOMAIN) is decided
 // by it, without any HTTP request, and remembered for its negative TTL.
@@ -173,7 +178,15 @@ func NewChecker(cfg outbound.Config, opts Options) *Checker {
 //     through the input's registrable domain the site keeps visitors at home:
 //     not a redirect. Otherwise the result is the host where the loop starts.
 //   - A final host that is not a domain (an IP address) names no website:
-//     not a redirect.
+//     not a redirect. A hop to an IP address is never taken (a hostile
+//     site's way to point the checker inside, http://127.0.0.2/...): the
+//     chain ends there, not a redirect.
+//   - Every connection goes through the outbound policy (internal/outbound):
+//     a name with any address that is not public (and not in the operator's
+//     allowance) gets no connection. Refused on the first hop, the check
+//     returns at once an error wrapping outbound.ErrRefused, not cached
+//     (the row answers "no redirect", as for a site that cannot be
+//     reached); refused on a later hop, it is a hop that cannot be fetched.
 //   - The first hop is http://<domain>/, or https://<domain>/ when http
 //     gets no HTTP answer or a gateway error (502/504), unless the name
 //     does not resolve: https cannot reach a host http could not find.
