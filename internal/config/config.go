@@ -440,7 +440,7 @@ func (c *Config) registerWebhooks(fs *flag.FlagSet) {
 	str(fs, &c.OutboundAllowCIDRs, "outbound-allow-cidrs", "comma-separated address ranges that redirect checks, SMTP checks and webhooks may reach although they are not public (your own receivers, a test mail world: 127.0.0.0/8); default: public addresses only")
 	str(fs, &c.PublicURL, "public-url", "the API's public base URL (https://api.example.com): webhook events then carry absolute status and results URLs besides the paths")
 	boolean(fs, &c.WebhookAllowLoopback, "webhook-allow-loopback", "tests and development only: a webhook_url may be http:// or https:// to a loopback address or localhost")
-	str(fs, &c.WebhookAllowCIDRs, "webhook-allow-cidrs", "comma-separated address ranges webhooks may reach although they are not public (receivers inside your own network, e.g. 10.20.0.0/16); http:// and IP literals are accepted there")
+	str(fs, &c.WebhookAllowCIDRs, "webhook-allow-cidrs", "comma-separated address ranges webhooks (only) may reach although they are not public (receivers inside your own network, e.g. 10.20.0.0/16), on top of --outbound-allow-cidrs; http:// and IP literals are accepted there")
 	dur(fs, &c.WebhookTimeout, "webhook-timeout", "time limit of one webhook delivery attempt (connect, send, answer)")
 	dur(fs, &c.WebhookMaxAge, "webhook-max-age", "how long a webhook event is retried before it is given up")
 	dur(fs, &c.WebhookBackoff, "webhook-backoff", "wait after a webhook event's first failed attempt; doubled after each, with jitter")
