@@ -120,6 +120,9 @@ redis.server.password there, or every render makes a new password.
 {{- if eq $k "BULKD_REDIS_URL" }}
 {{- fail "config.BULKD_REDIS_URL: the Redis URL is a secret; use redis.existingSecret or redis.url" }}
 {{- end }}
+{{- if and (eq $k "BULKD_OUTBOUND_ALLOW_CIDRS") $.Values.outbound.allowCIDRs }}
+{{- fail "config.BULKD_OUTBOUND_ALLOW_CIDRS: set outbound.allowCIDRs only" }}
+{{- end }}
 {{- end }}
 {{- end }}
 
