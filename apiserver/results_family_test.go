@@ -2,7 +2,10 @@ package apiserver_test
 
 import (
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/serve"
 )
 
 // Issue 18 item 6: reading a company job's results through another
@@ -51,14 +55,33 @@ func TestResultsOfAnotherFamilyDoNotFillTheCache(t *testing.T) {
 
 	cached := e.Get("/v1/company-enrichment/bulk/"+sub.JobID+"/results", key)
 	cachedCSV := e.Get("/v1/company-enrichment/bulk/"+sub.JobID+"/results?format=csv", key)
-	// A fresh read: the same request with the cache set aside, rendered
-	// from Redis (nothing else reads the engine's cache meanwhile: the
-	// job is complete and the test is the only client).
-	rc := e.Parts.Engine.RowCache
-	e.Parts.Engine.RowCache = nil
-	fresh := e.Get("/v1/company-enrichment/bulk/"+sub.JobID+"/results", key)
-	freshCSV := e.Get("/v1/company-enrichment/bulk/"+sub.JobID+"/results?format=csv", key)
-	e.Parts.Engine.RowCache = rc
+	// A fresh read: the same requests to a second replica on the same
+	// Redis without a row cache, which renders from Redis.
+	cfg := e.Config
+	cfg.ResultsCacheBytes = 0
+	replica, err := serve.BuildWith(cfg, e.Redis, slog.New(slog.NewTextHandler(io.Discard, nil)), serve.Options{Now: e.Clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replica.Engine.RowCache != nil {
+		t.Fatal("the replica has a row cache")
+	}
+	ts := httptest.NewServer(replica.API)
+	defer ts.Close()
+	get := func(path string) bulkdtest.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+path, nil)
+		req.Header.Set("X-API-Key", key)
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return bulkdtest.Response{Status: res.StatusCode, Body: b, Header: res.Header}
+	}
+	fresh := get("/v1/company-enrichment/bulk/" + sub.JobID + "/results")
+	freshCSV := get("/v1/company-enrichment/bulk/" + sub.JobID + "/results?format=csv")
 
 	if cached.Status != http.StatusOK || fresh.Status != http.StatusOK || string(cached.Body) != string(fresh.Body) {
 		t.Fatalf("company results after the 404s (%d):\n%s\nfresh read (%d):\n%s", cached.Status, cached.Body, fresh.Status, fresh.Body)
