@@ -139,7 +139,7 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 		// No job has more than MaxRows rows, so every offset past that reads
 		// the same empty page; clamping keeps offset+limit from overflowing
 		// in the row arithmetic. The answer echoes the offset asked.
-		res, err := s.Jobs.Results(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, m.Family.MaxRows()), limit, m.Family.RenderRow)
+		res, err := s.Jobs.Results(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, m.Family.MaxRows()), limit, m.Family)
 		var j *jobs.Job
 		if res != nil {
 			defer res.Release()

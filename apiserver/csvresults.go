@@ -63,7 +63,7 @@ func (s *Server) writeResultsCSV(w http.ResponseWriter, r *http.Request, f famil
 	for off := offset; ; off += csvPage {
 		if res == nil {
 			var err error
-			res, err = s.Jobs.Results(r.Context(), first.Job.KeyID, first.Job.ID, off, csvPage, f.RenderRow)
+			res, err = s.Jobs.Results(r.Context(), first.Job.KeyID, first.Job.ID, off, csvPage, f)
 			if err != nil {
 				s.Logger.Error("csv results: read page; the download is cut short", "request_id", RequestIDFrom(r.Context()), "job", first.Job.ID, "offset", off, "err", err)
 				return

@@ -107,6 +107,13 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
 # world listens on loopback (127.x.y.z); their ConfigMap, which the suite
 # creates, says where (BULKD_DNS_SERVER, BULKD_SMTP_PORT). Email lookup pods
 # talk SMTP too: the same profile with their own ConfigMap.
+# Private destinations are refused by default (bulkd's outbound policy and
+# the chart's NetworkPolicies): the test world is private, so it is allowed
+# on purpose: the mail world on loopback (hostNetwork pods) and the node
+# address (Redis, spamd, the website proxy, webhook receivers). The
+# NetworkPolicies are installed as in production; this cluster's CNI (the
+# bridge plugin) does not enforce them (docs/e2e.md); the Kubernetes API's
+# address is looked up by helm install.
 "${CL}" exec "${HELM}" install bulkd charts/bulkd --kubeconfig "${LC_DIR}/admin.kubeconfig" -n "${NAMESPACE}" \
   --set image.tag="${TAG}" --set image.pullPolicy=Never \
   --set redis.existingSecret=bulkd-redis \
@@ -122,6 +129,9 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_DASHBOARD_ALLOW_HTTP=true \
   --set jobs.maxShards=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
+  --set "outbound.allowCIDRs={127.0.0.0/8,${NODE_IP}/32}" \
+  --set "networkPolicy.redis.cidrs={${NODE_IP}/32}" --set "networkPolicy.spamd.cidrs={${NODE_IP}/32}" \
+  --set "networkPolicy.allowEgress[0].cidrs={${NODE_IP}/32}" \
   --set-json "processor.families={\"email_verification\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${VERIFY_CM}\"},\"email_lookup\":{\"hostNetwork\":true,\"parallelismCap\":2,\"configMap\":\"${LOOKUP_CM}\"}}" \
   ${E2E_HELM_ARGS:-} --wait --timeout 5m >&2
 mark "helm install (ready)"

@@ -20,7 +20,7 @@ const UserUsage = `  user create ACCOUNT --email E [--password-stdin] [--base-ur
                                                    (valid 24 h), or with --password-stdin set the password
                                                    read from stdin and print the user id
   user link EMAIL [--base-url URL]                 print a new one-time sign-in link
-  user password EMAIL --password-stdin             set the password read from stdin
+  user password EMAIL --password-stdin             set the password read from stdin; the user's sessions end
   user revoke-sessions EMAIL                       sign the user out everywhere; print how many sessions ended
   user list ACCOUNT                                print the account's dashboard users (id and email), one a line
 `
@@ -90,7 +90,8 @@ func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []str
 			if err != nil {
 				return err
 			}
-			if err := us.SetPassword(ctx, u.ID, pw); err != nil {
+			// Setting a password ends every session the user has.
+			if _, err := us.SetPassword(ctx, u.ID, pw); err != nil {
 				return err
 			}
 			fmt.Fprintln(env.Stdout, u.ID)

@@ -30,6 +30,25 @@ func TestAdminDashboardUsers(t *testing.T) {
 	if _, err := us.CheckPassword(ctx, "ann@example.com", "a long enough password"); err != nil {
 		t.Fatalf("password sign-in: %v", err)
 	}
+	// user password: the new password works, the old one does not, and
+	// the user's sessions end (issue 18 item 5).
+	ann, _, _ := us.ByEmail(ctx, "ann@example.com")
+	sess, _, err := us.NewSession(ctx, ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	err = admin.Main(ctx, []string{"--redis-url", srv.URL, "user", "password", "ann@example.com", "--password-stdin"},
+		admin.Env{Stdout: &stdout, Stderr: &stderr, Stdin: strings.NewReader("another long password\n"), Now: time.Now})
+	if err != nil || strings.TrimSpace(stdout.String()) != ann.ID {
+		t.Fatalf("user password: %q %v %s", stdout.String(), err, stderr.String())
+	}
+	if _, err := us.Session(ctx, sess); err == nil {
+		t.Fatal("a session outlived user password")
+	}
+	if _, err := us.CheckPassword(ctx, "ann@example.com", "another long password"); err != nil {
+		t.Fatalf("new password: %v", err)
+	}
 	// The same email again: refused.
 	if _, err := c.try("user", "create", acct, "--email", "ann@example.com"); err == nil {
 		t.Fatal("a second user with the same email")

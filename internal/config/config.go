@@ -116,6 +116,10 @@ type Config struct {
 	// that every dashboard POST's Origin must be; empty: the request's own
 	// Host (set it behind a proxy that rewrites Host).
 	DashboardOrigin string
+	// TrustedProxies are comma-separated CIDR ranges of the proxies in
+	// front of bulkd: X-Forwarded-For is read only from a peer in them
+	// (the dashboard's sign-in throttle counts the client, not the proxy).
+	TrustedProxies string
 }
 
 // Default returns the defaults.
@@ -208,6 +212,27 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
 	str(fs, &c.DashboardOrigin, "dashboard-origin", "the dashboard's public origin, e.g. https://bulkd.example.com, that dashboard form posts must come from (default: the request's Host)")
 	boolean(fs, &c.DashboardAllowHTTP, "dashboard-allow-http", "send the dashboard's session cookie without Secure, for plain-HTTP local development (never in production)")
+	str(fs, &c.TrustedProxies, "trusted-proxies", "comma-separated CIDR ranges of the proxies in front of bulkd (ingress, load balancer); X-Forwarded-For is believed only from a peer in them, and its right-most address outside them is the client (default: none, the TCP peer is the client)")
+}
+
+// TrustedProxyPrefixes parses --trusted-proxies.
+func (c *Config) TrustedProxyPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(c.TrustedProxies, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			a, aerr := netip.ParseAddr(f) // a single address is its own /32 or /128
+			if aerr != nil {
+				return nil, fmt.Errorf("--trusted-proxies: %q is not a CIDR range or an address", f)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // EnvName is the environment variable of a flag: redis-url -> BULKD_REDIS_URL.
@@ -351,6 +376,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--smtp-command-timeout must be at least 100ms")
 	}
 	if _, err := c.RetryDelays(); err != nil {
+		return err
+	}
+	if _, err := c.TrustedProxyPrefixes(); err != nil {
 		return err
 	}
 	if c.LookupTimeout < time.Second || c.LookupTimeout > 5*time.Minute {

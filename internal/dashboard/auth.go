@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,8 +44,12 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	email := strings.TrimSpace(r.PostFormValue("email"))
+	if len(email) > 320 { // no longer than an email can be: it keys the throttle
+		email = email[:320]
+	}
 	data := loginData{Email: email, Next: safeNext(r.PostFormValue("next"))}
-	ok, wait, err := d.Users.Attempt(r.Context(), email, clientIP(r))
+	client := d.clientIP(r)
+	ok, wait, err := d.Users.Attempt(r.Context(), email, client)
 	if err != nil {
 		d.serverError(w, r, err)
 		return
@@ -62,7 +67,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
-	_ = d.Users.Succeeded(r.Context(), email)
+	_ = d.Users.Succeeded(r.Context(), email, client)
 	d.startSession(w, r, u, data.Next)
 }
 
@@ -70,9 +75,12 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 // attempts (wait is how long until one is allowed again) and returns its
 // message.
 func tooManyAttempts(w http.ResponseWriter, wait time.Duration) string {
-	w.Header().Set("Retry-After", fmt.Sprint(int(wait/time.Second)+1))
-	mins := int((wait + time.Minute - 1) / time.Minute)
-	return fmt.Sprintf("Too many sign-in attempts. Try again in %d minute(s).", max(mins, 1))
+	secs := max(int((wait+time.Second-1)/time.Second), 1)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	if secs < 120 {
+		return fmt.Sprintf("Too many sign-in attempts. Try again in %d second(s).", secs)
+	}
+	return fmt.Sprintf("Too many sign-in attempts. Try again in %d minute(s).", (secs+59)/60)
 }
 
 // startSession signs u in with a brand-new session id (whatever cookie
@@ -118,7 +126,8 @@ func (d *Dashboard) linkLogin(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusRequestEntityTooLarge, "Request too large", err.Error())
 		return
 	}
-	ok, wait, err := d.Users.Attempt(r.Context(), "", clientIP(r))
+	client := d.clientIP(r)
+	ok, wait, err := d.Users.Attempt(r.Context(), "", client)
 	if err != nil {
 		d.serverError(w, r, err)
 		return
@@ -136,6 +145,7 @@ func (d *Dashboard) linkLogin(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
+	_ = d.Users.Succeeded(r.Context(), "", client)
 	d.startSession(w, r, u, Base+"/")
 }
 

@@ -25,8 +25,8 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -64,6 +64,11 @@ type Deps struct {
 	// Origin, when set, is the only Origin (scheme://host[:port]) a POST
 	// may come from; empty: one whose host is the request's Host.
 	Origin string
+	// TrustedProxies are the ranges of the proxies in front of bulkd
+	// (--trusted-proxies): only from a peer in them is X-Forwarded-For
+	// read for the client's address (clientIP). Empty: the TCP peer is
+	// the client.
+	TrustedProxies []netip.Prefix
 	// MaxUploadBytes bounds an uploaded or pasted list (default 16 MiB).
 	MaxUploadBytes int64
 	Logger         *slog.Logger
@@ -302,17 +307,6 @@ func (d *Dashboard) setSessionCookie(w http.ResponseWriter, id string) {
 func (d *Dashboard) clearCookie(w http.ResponseWriter) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Base, HttpOnly: true, Secure: !d.AllowHTTP,
 		SameSite: http.SameSiteLaxMode, MaxAge: -1})
-}
-
-// clientIP is the peer's address. X-Forwarded-For is not trusted (anyone
-// can send it); behind a proxy every client shares the proxy's address
-// for the per-IP limit (docs/dashboard.md).
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // account reads the signed-in account fresh (balance, plan).

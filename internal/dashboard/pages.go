@@ -182,8 +182,16 @@ func (d *Dashboard) keys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := view{Title: "API keys", Nav: "keys", Data: data}
+	// The notice after a revocation names the key by its prefix; only a
+	// revoked key of this account is ever named, so the address cannot be
+	// used to put words on the page.
 	if p := r.URL.Query().Get("revoked"); p != "" {
-		v.Notice = "Key " + p + " is revoked: it stopped working at once."
+		for _, k := range data.Keys {
+			if k.Revoked && k.Prefix == p {
+				v.Notice = "Key " + k.Prefix + " is revoked: it stopped working at once."
+				break
+			}
+		}
 	}
 	d.render(w, r, http.StatusOK, "keys", v)
 }

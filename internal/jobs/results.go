@@ -69,24 +69,36 @@ func (r *Results) Release() {
 	}
 }
 
+// Renderer renders the results rows of one family's jobs (a
+// family.Family is one).
+type Renderer interface {
+	// Name is the family's name: the Family of the jobs it renders.
+	Name() string
+	RenderRow(buf *bytes.Buffer, row Row, ans *StoredAnswer)
+}
+
 // Results reads rows [offset, offset+limit) of a job keyID owns and renders
-// them with render.
+// them with f, which must be the job's family: a job of another family is
+// ErrJobNotFound, checked before anything is rendered or cached (a
+// company job's id asked through the verification mount must not leave
+// verification-shaped rows behind for the company mount to serve).
 //
 // A completed job never changes, so with a RowCache its rows are rendered
 // once per row chunk and kept: a page then costs one metadata read (which
 // also proves the job still exists and is keyID's) and no answer traffic.
 // A running job is read and rendered for each request, pending rows in
 // place.
-func (e *Engine) Results(ctx context.Context, keyID, jobID string, offset, limit int, render RenderRow) (*Results, error) {
-	if parts, ok := e.cachedWindow(jobID, offset, limit); ok {
+func (e *Engine) Results(ctx context.Context, keyID, jobID string, offset, limit int, f Renderer) (*Results, error) {
+	ck := cacheKey(f.Name(), jobID)
+	if parts, ok := e.cachedWindow(ck, offset, limit); ok {
 		j, err := e.Store.Get(ctx, jobID)
 		if errors.Is(err, ErrJobNotFound) {
-			e.RowCache.DropJob(jobID) // deleted or expired: stop holding it
+			e.RowCache.DropJob(ck) // deleted or expired: stop holding it
 		}
 		if err != nil {
 			return nil, err
 		}
-		if j.KeyID != keyID {
+		if j.KeyID != keyID || j.Family != f.Name() {
 			return nil, ErrJobNotFound
 		}
 		return &Results{Job: j, Parts: parts, Cached: true}, nil
@@ -95,8 +107,12 @@ func (e *Engine) Results(ctx context.Context, keyID, jobID string, offset, limit
 	if err != nil {
 		return nil, err
 	}
+	if p.Job.Family != f.Name() {
+		return nil, ErrJobNotFound
+	}
+	render := f.RenderRow
 	if e.RowCache != nil && p.Job.Status == StatusCompleted && len(p.Rows) > 0 {
-		parts, err := e.fillWindow(ctx, p, offset, render)
+		parts, err := e.fillWindow(ctx, p, ck, offset, render)
 		if err == nil {
 			return &Results{Job: p.Job, Parts: parts, Cached: true}, nil
 		}
@@ -112,13 +128,20 @@ func (e *Engine) Results(ctx context.Context, keyID, jobID string, offset, limit
 	return &Results{Job: p.Job, Parts: [][]byte{buf.Bytes()}, release: func() { putPageBuffer(buf) }}, nil
 }
 
-// cachedWindow assembles the window from cached chunks alone.
-func (e *Engine) cachedWindow(jobID string, offset, limit int) ([][]byte, bool) {
+// cacheKey is what a job's chunks are cached under: its id and the
+// family they were rendered for. The family is checked before a chunk is
+// rendered; keying by it as well means rows of one shape can never be
+// served for another, whatever a caller passes.
+func cacheKey(family, jobID string) string { return jobID + "/" + family }
+
+// cachedWindow assembles the window from cached chunks alone (ck is the
+// job's cacheKey).
+func (e *Engine) cachedWindow(ck string, offset, limit int) ([][]byte, bool) {
 	if e.RowCache == nil {
 		return nil, false
 	}
 	first := offset / RowChunk
-	ch, ok := e.RowCache.Get(jobID, first)
+	ch, ok := e.RowCache.Get(ck, first)
 	if !ok {
 		return nil, false
 	}
@@ -130,7 +153,7 @@ func (e *Engine) cachedWindow(jobID string, offset, limit int) ([][]byte, bool) 
 	parts := make([][]byte, 0, last-first+1)
 	for c := first; c <= last; c++ {
 		if c != first {
-			if ch, ok = e.RowCache.Get(jobID, c); !ok {
+			if ch, ok = e.RowCache.Get(ck, c); !ok {
 				return nil, false
 			}
 		}
@@ -148,15 +171,15 @@ const chunkFillTimeout = 10 * time.Second
 // fillWindow renders the row chunks a window of a completed job touches
 // into the cache and returns the window from them. A chunk the window covers
 // whole is rendered from the page already read; a partly covered one is read
-// whole first (once per chunk, whoever asks).
-func (e *Engine) fillWindow(ctx context.Context, p *Page, offset int, render RenderRow) ([][]byte, error) {
+// whole first (once per chunk, whoever asks). ck is the job's cacheKey.
+func (e *Engine) fillWindow(ctx context.Context, p *Page, ck string, offset int, render RenderRow) ([][]byte, error) {
 	id, total := p.Job.ID, p.Job.TotalRows
 	end := offset + len(p.Rows)
 	first, last := offset/RowChunk, (end-1)/RowChunk
 	parts := make([][]byte, 0, last-first+1)
 	for c := first; c <= last; c++ {
 		cStart, cEnd := c*RowChunk, min((c+1)*RowChunk, int(total))
-		ch, err := e.RowCache.Load(id, c, func() (*rowcache.Chunk, error) {
+		ch, err := e.RowCache.Load(ck, c, func() (*rowcache.Chunk, error) {
 			src, lo := p, cStart-offset
 			if cStart < offset || cEnd > end {
 				// Other readers may be waiting on this fill: it must not

@@ -13,10 +13,24 @@ import (
 	"github.com/bulkd/bulkd/internal/rowcache"
 )
 
-// renderTest is the test family's row shape: enough of the row and its
+// renderer is a Renderer made of a family name and a row function.
+type renderer struct {
+	name string
+	row  RenderRow
+}
+
+func (r renderer) Name() string { return r.name }
+func (r renderer) RenderRow(buf *bytes.Buffer, row Row, ans *StoredAnswer) {
+	r.row(buf, row, ans)
+}
+
+// renderTest renders the test family's rows.
+var renderTest = renderer{testFamily, renderTestRow}
+
+// renderTestRow is the test family's row shape: enough of the row and its
 // answer that any mix-up (wrong row, wrong answer, lost duplicate flag)
 // shows in the bytes.
-func renderTest(buf *bytes.Buffer, row Row, ans *StoredAnswer) {
+func renderTestRow(buf *bytes.Buffer, row Row, ans *StoredAnswer) {
 	v := map[string]any{"index": row.Index, "echo": row.Echo, "first": row.First, "reason": row.Reason}
 	if ans != nil {
 		v["outcome"], v["data"] = ans.Outcome, ans.Data
@@ -145,6 +159,41 @@ func TestResultsCacheStillChecksTheJob(t *testing.T) {
 	}
 	if s := e.eng.RowCache.Stats(); s.Chunks != 0 || s.Bytes != 0 {
 		t.Errorf("deleted job still cached: %+v", s)
+	}
+}
+
+// A job asked for with another family's renderer is not found, and
+// nothing is rendered for it or cached (issue 18: a company job's id sent
+// to the verification mount filled the cache with verification-shaped
+// rows that the company mount then served). Also when the job's own
+// family has filled the cache first.
+func TestResultsOfAnotherFamily(t *testing.T) {
+	e := newEnv(t)
+	j := completedJob(t, e, 1203)
+	e.eng.RowCache = rowcache.New(64 << 20)
+	rendered := 0
+	other := renderer{"another_family", func(buf *bytes.Buffer, row Row, ans *StoredAnswer) {
+		rendered++
+		buf.WriteString(`{"shape":"wrong"}`)
+	}}
+	for pass := 0; pass < 2; pass++ {
+		if r, err := e.eng.Results(e.ctx, e.p.Key.ID, j.ID, 0, 500, other); !errors.Is(err, ErrJobNotFound) {
+			t.Fatalf("pass %d: another family's read: %v %+v", pass, err, r)
+		}
+		if rendered != 0 {
+			t.Fatalf("pass %d: %d rows rendered for another family", pass, rendered)
+		}
+		r, err := e.eng.Results(e.ctx, e.p.Key.ID, j.ID, 0, 500, renderTest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := joined(t, r); bytes.Contains([]byte(got), []byte("wrong")) || !r.Cached {
+			t.Fatalf("pass %d: the family's own read (cached=%v): %.200s", pass, r.Cached, got)
+		}
+		r.Release()
+	}
+	if s := e.eng.RowCache.Stats(); s.Chunks != 1 {
+		t.Errorf("cache holds %d chunks, want the one of the job's own family", s.Chunks)
 	}
 }
 

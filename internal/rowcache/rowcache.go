@@ -77,7 +77,9 @@ func New(maxBytes int64) *Cache {
 	return &Cache{max: maxBytes, ll: list.New(), items: map[key]*list.Element{}, flight: map[key]*call{}}
 }
 
-// Get returns a cached chunk.
+// Get returns a cached chunk. job is whatever names a job's rendering to
+// the caller (internal/jobs: the job id with the family it was rendered
+// for, so rows of one shape are never served for another).
 func (c *Cache) Get(job string, chunk int) (*Chunk, bool) {
 	if c == nil {
 		return nil, false

@@ -17,12 +17,14 @@ import (
 // newDashboard builds the account dashboard the API mounts under
 // /dashboard; its API field is set once the API is built.
 func newDashboard(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, now func() time.Time) *dashboard.Dashboard {
+	proxies, _ := cfg.TrustedProxyPrefixes() // checked by cfg.Validate
 	return dashboard.New(dashboard.Deps{
-		Users:     users.New(rdb, now, users.Options{}),
-		AllowHTTP: cfg.DashboardAllowHTTP,
-		Origin:    cfg.DashboardOrigin,
-		Logger:    log,
-		Now:       now,
+		Users:          users.New(rdb, now, users.Options{}),
+		AllowHTTP:      cfg.DashboardAllowHTTP,
+		Origin:         cfg.DashboardOrigin,
+		TrustedProxies: proxies,
+		Logger:         log,
+		Now:            now,
 	})
 }
 

@@ -194,6 +194,11 @@ processor:
       parallelismCap: 16
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Equal, value: bulkd, effect: NoSchedule}]
+trustedProxies: [10.0.0.0/8]
+networkPolicy:
+  kubeAPI: {cidrs: [10.96.0.1/32]}
+  redis: {cidrs: [10.10.0.0/16]}
+  allowEgress: [{cidrs: [10.20.0.0/16], ports: [8443]}]
 `,
 		check: func(t *testing.T, r *rendered, s scenario) {
 			const img = "registry.example.com/team/bulkd:1.2.3"
@@ -411,6 +416,11 @@ func checkCommon(t *testing.T, r *rendered, s scenario) {
 			if !mounted {
 				t.Errorf("%s/%s: no writable /tmp", name, c["name"])
 			}
+			for _, v := range asSlice(pod["volumes"]) {
+				if ed, ok := asMap(v)["emptyDir"]; ok && asMap(ed)["sizeLimit"] == nil {
+					t.Errorf("%s: emptyDir %v without a sizeLimit", name, asMap(v)["name"])
+				}
+			}
 			if asMap(c["resources"])["requests"] == nil {
 				t.Errorf("%s/%s: no resource requests", name, c["name"])
 			}
@@ -542,6 +552,11 @@ func TestValuesRejected(t *testing.T) {
 		{"retention not a duration", "jobs: {retention: 30d}", "retention"},
 		{"unknown family", "processor: {families: {people_search: {parallelismCap: 2}}}", "people_search"},
 		{"unknown family setting", "processor: {families: {email_verification: {parallelism: 2}}}", "parallelism"},
+		{"allowance without cidrs", "networkPolicy: {allowEgress: [{ports: [443]}]}", "cidrs"},
+		{"not a CIDR", "networkPolicy: {nonPublicCIDRs: [10.0.0.0]}", "nonPublicCIDRs"},
+		{"outbound allowance twice", "{outbound: {allowCIDRs: [10.0.0.0/8]}, config: {BULKD_OUTBOUND_ALLOW_CIDRS: 10.0.0.0/8}}", "BULKD_OUTBOUND_ALLOW_CIDRS"},
+		{"trusted proxy by name", "trustedProxies: [ingress.local]", "trustedProxies"},
+		{"tmp size not a quantity", "tmpSizeLimit: lots", "tmpSizeLimit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, "bulkd", "default", parseValues(t, tc.values))

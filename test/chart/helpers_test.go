@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -114,6 +115,13 @@ func parseValues(t *testing.T, y string) map[string]any {
 // schema included.
 func render(t *testing.T, release, namespace string, vals map[string]any) (*rendered, error) {
 	t.Helper()
+	return renderWith(t, release, namespace, vals, nil)
+}
+
+// renderWith renders like render, and with a cluster (cfg not nil) the way
+// `helm install` does: the templates' lookup function reads from it.
+func renderWith(t *testing.T, release, namespace string, vals map[string]any, cfg *rest.Config) (*rendered, error) {
+	t.Helper()
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -125,7 +133,12 @@ func render(t *testing.T, release, namespace string, vals map[string]any) (*rend
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(chrt, rv)
+	var files map[string]string
+	if cfg != nil {
+		files, err = engine.RenderWithClient(chrt, rv, cfg)
+	} else {
+		files, err = engine.Render(chrt, rv)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +196,7 @@ var (
 	envOnce   sync.Once
 	testEnv   *envtest.Environment
 	k8sClient client.Client
+	k8sConfig *rest.Config
 	envErr    error
 )
 
@@ -238,6 +252,7 @@ func cluster(t *testing.T) client.Client {
 			envErr = fmt.Errorf("start envtest (assets %s): %w", assets, err)
 			return
 		}
+		k8sConfig = cfg
 		k8sClient, envErr = client.New(cfg, client.Options{})
 	})
 	if envErr != nil {

@@ -96,7 +96,8 @@ spamd:
 	for _, a := range asSlice(c["args"]) {
 		args = append(args, a.(string))
 	}
-	for _, want := range []string{"--listen=0.0.0.0:783", "--max-children=3", "--local", "--nouser-config", "--cf=use_bayes 0", "--cf=required_score 6.0"} {
+	for _, want := range []string{"--listen=0.0.0.0:783", "--max-children=3", "--local", "--nouser-config", "--cf=use_bayes 0", "--cf=required_score 6.0",
+		"--allowed-ips=10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fc00::/7"} { // the private ranges, not 0.0.0.0/0
 		found := false
 		for _, a := range args {
 			found = found || a == want
@@ -162,7 +163,9 @@ func runRenderedSpamd(t *testing.T, args []string) {
 		case strings.HasPrefix(a, "--listen="):
 			a = "--listen=" + addr
 		case strings.HasPrefix(a, "--allowed-ips="):
-			a = "--allowed-ips=127.0.0.1"
+			// The rendered list (spamd must parse it: IPv6 ranges
+			// included) plus this test's loopback client.
+			a += ",127.0.0.1"
 		}
 		local = append(local, a)
 	}

@@ -48,6 +48,11 @@ type User struct {
 	CreatedAt time.Time
 	// HasPassword: a user made without one signs in with links only.
 	HasPassword bool
+	// sgen is the user's session generation when the record was read (as
+	// one read with the password hash): a session made for this User is
+	// made under it, so a password change that lands between the
+	// password check and the new session still ends that session.
+	sgen string
 }
 
 // Session is a signed-in browser.
@@ -63,10 +68,23 @@ type Options struct {
 	IdleTTL     time.Duration // a session unused this long ends (12 h)
 	AbsoluteTTL time.Duration // a session ends this long after sign-in whatever (7 d)
 	LinkTTL     time.Duration // a sign-in link is valid this long (24 h)
-	// Attempts sign-in attempts per email and per client IP are allowed in
-	// each AttemptWindow (10 per 15 min).
-	Attempts      int64
-	AttemptWindow time.Duration
+
+	// The sign-in throttle (Attempt). Attempts are counted per (email,
+	// client): the first FreeAttempts go ahead at once; after that each
+	// must wait AttemptDelay after the one before, doubled for every
+	// further attempt, at most MaxAttemptDelay (5; 1 s, 2 s, 4 s … 60 s).
+	// A pair's count is forgotten AttemptWindow after its last attempt,
+	// and at once when it signs in. Delays rather than a lock: failures
+	// from one client never hold the same email back on another.
+	FreeAttempts    int64
+	AttemptDelay    time.Duration
+	MaxAttemptDelay time.Duration
+	// ClientAttempts attempts per client, whatever the emails, are allowed
+	// in each fixed AttemptWindow (50 per 15 min): the guard against one
+	// address spraying passwords over many emails. A successful sign-in
+	// gives its attempt back.
+	ClientAttempts int64
+	AttemptWindow  time.Duration
 }
 
 func (o *Options) defaults() {
@@ -79,8 +97,17 @@ func (o *Options) defaults() {
 	if o.LinkTTL <= 0 {
 		o.LinkTTL = 24 * time.Hour
 	}
-	if o.Attempts <= 0 {
-		o.Attempts = 10
+	if o.FreeAttempts <= 0 {
+		o.FreeAttempts = 5
+	}
+	if o.AttemptDelay <= 0 {
+		o.AttemptDelay = time.Second
+	}
+	if o.MaxAttemptDelay < o.AttemptDelay {
+		o.MaxAttemptDelay = max(time.Minute, o.AttemptDelay)
+	}
+	if o.ClientAttempts <= 0 {
+		o.ClientAttempts = 50
 	}
 	if o.AttemptWindow <= 0 {
 		o.AttemptWindow = 15 * time.Minute
@@ -112,6 +139,17 @@ func sessionKey(hash string) string      { return prefix + "sess:{" + hash + "}"
 func linkKey(hash string) string         { return prefix + "link:{" + hash + "}" }
 func accountUsersKey(acct string) string { return "bulkd:acct:{" + acct + "}:dashusers" }
 func attemptKey(kind, v string) string   { return prefix + "attempts:" + kind + ":{" + digest(v) + "}" }
+
+// pairKey is the attempt record of one email from one client.
+func pairKey(email, client string) string {
+	return attemptKey("pair", NormalizeEmail(email)+"\x00"+client)
+}
+
+// clientKey is a client's attempt count in the fixed window starting at
+// windowStart (unix ms).
+func clientKey(client string, windowStart int64) string {
+	return attemptKey("client", client) + ":" + strconv.FormatInt(windowStart, 10)
+}
 
 // digest is the hex SHA-256 of s: what is stored of every secret.
 func digest(s string) string {
@@ -215,19 +253,33 @@ func userFromMap(m map[string]string) (*User, string) {
 	}
 	ca, _ := strconv.ParseInt(m["created_at"], 10, 64)
 	return &User{ID: m["id"], AccountID: m["account"], Email: m["email"], CreatedAt: time.Unix(ca, 0).UTC(),
-		HasPassword: m["password"] != ""}, m["password"]
+		HasPassword: m["password"] != "", sgen: m["sgen"]}, m["password"]
 }
 
-// SetPassword replaces a user's password.
-func (s *Store) SetPassword(ctx context.Context, id, password string) error {
+// SetPassword replaces a user's password and ends every session the user
+// has: whoever signed in with the old password (or a stolen cookie) is
+// out. It returns how many sessions were live.
+//
+// The end is certain even against a sign-in racing it: the new hash and a
+// new session generation are written in one HSET, and Session refuses a
+// session made under an older generation. The dashboard has no password
+// page; one would re-issue its own browser's session after this (a fresh
+// NewSession), so that only the user's other sessions end.
+func (s *Store) SetPassword(ctx context.Context, id, password string) (int, error) {
 	if _, err := s.Get(ctx, id); err != nil {
-		return err
+		return 0, err
 	}
 	h, err := HashPassword(password)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return s.rdb.HSet(ctx, userKey(id), "password", h).Err()
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, userKey(id), "password", h)
+	pipe.HIncrBy(ctx, userKey(id), "sgen", 1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("set password: %w", err)
+	}
+	return s.dropSessions(ctx, id)
 }
 
 // AccountUsers lists an account's dashboard users.
@@ -340,14 +392,19 @@ func (s *Store) RedeemLink(ctx context.Context, token string) (*User, error) {
 
 // NewSession signs u in: a new random session id (never one the browser
 // brought), stored as its hash with the idle expiry. It returns the id for
-// the cookie.
+// the cookie. u must be as the store read it (CheckPassword, RedeemLink,
+// ByEmail, Get): it carries the session generation the session is made
+// under.
 func (s *Store) NewSession(ctx context.Context, u *User) (string, *Session, error) {
 	id := Token()
 	h := digest(id)
 	now := s.now()
 	ss := &Session{User: *u, CSRF: Token(), CreatedAt: now, hash: h}
+	// Made under the user's session generation as read with the password
+	// (or link) that signed in: a password change or revoke-sessions
+	// raises it, which ends this session (Session).
 	pipe := s.rdb.Pipeline()
-	pipe.HSet(ctx, sessionKey(h), "user", u.ID, "csrf", ss.CSRF, "created", now.UnixMilli())
+	pipe.HSet(ctx, sessionKey(h), "user", u.ID, "csrf", ss.CSRF, "created", now.UnixMilli(), "gen", u.sgen)
 	pipe.PExpire(ctx, sessionKey(h), s.ttl(now, now))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return "", nil, fmt.Errorf("new session: %w", err)
@@ -398,7 +455,9 @@ func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	u, _ := userFromMap(uc.Val())
-	if u == nil { // the user is gone
+	// The user is gone, or has changed password or been signed out
+	// everywhere since this session began.
+	if u == nil || uc.Val()["sgen"] != m["gen"] {
 		_ = s.rdb.Del(ctx, sessionKey(h)).Err()
 		return nil, ErrNotFound
 	}
@@ -414,8 +473,18 @@ func (s *Store) EndSession(ctx context.Context, ss *Session) error {
 }
 
 // RevokeSessions ends every session of a user; it returns how many were
-// live.
+// live. Like SetPassword it raises the user's session generation first,
+// so a session made while it runs ends too.
 func (s *Store) RevokeSessions(ctx context.Context, userID string) (int, error) {
+	if err := s.rdb.HIncrBy(ctx, userKey(userID), "sgen", 1).Err(); err != nil {
+		return 0, fmt.Errorf("revoke sessions: %w", err)
+	}
+	return s.dropSessions(ctx, userID)
+}
+
+// dropSessions deletes the sessions the user's list names (their
+// generation is already past: this frees them rather than ends them).
+func (s *Store) dropSessions(ctx context.Context, userID string) (int, error) {
 	hs, err := s.rdb.SMembers(ctx, userSessionsKey(userID)).Result()
 	if err != nil {
 		return 0, err
@@ -431,40 +500,86 @@ func (s *Store) RevokeSessions(ctx context.Context, userID string) (int, error) 
 	return n, s.rdb.Del(ctx, userSessionsKey(userID)).Err()
 }
 
-// Attempt counts a sign-in attempt for an email and a client IP (fixed
-// windows of Opts.AttemptWindow) and reports whether it may go ahead, and
-// if not, how long until it may. An empty email counts the IP alone (a
-// sign-in link).
-func (s *Store) Attempt(ctx context.Context, email, ip string) (bool, time.Duration, error) {
-	var wait time.Duration
-	ok := true
-	keys := []string{attemptKey("ip", ip)}
-	if email != "" {
-		keys = append(keys, attemptKey("email", NormalizeEmail(email)))
+// Sign-in throttle scripts. Each touches one key (Redis Cluster).
+var (
+	// pairScript: KEYS[1] the pair's record; ARGV now (ms), free
+	// attempts, first delay (ms), longest delay (ms), memory (ms). It
+	// returns how many ms the attempt must still wait (nothing counted),
+	// or 0: the attempt is counted and goes ahead, and the next one's
+	// earliest time is set.
+	pairScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local nxt = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
+if now < nxt then return nxt - now end
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+local free = tonumber(ARGV[2])
+if n >= free then
+  local d = math.min(tonumber(ARGV[3]) * 2 ^ math.min(n - free, 40), tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[1], 'next', string.format('%d', now + d))
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 0`)
+	// clientScript: KEYS[1] the client's count in this window; ARGV the
+	// limit, the key's lifetime (ms). It counts the attempt and returns
+	// 1 when it is over the limit.
+	clientScript = redis.NewScript(`
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if n > tonumber(ARGV[1]) then return 1 end
+return 0`)
+	// refundScript: KEYS[1] the client's count; gives one attempt back
+	// (never below zero, never recreating an expired count).
+	refundScript = redis.NewScript(`
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+return 0`)
+)
+
+// Attempt asks whether a sign-in attempt for email from client (the
+// caller's idea of the client: its IP) may go ahead now, and counts it.
+// When not, wait is how long until one may. An empty email (a sign-in
+// link) counts against the client alone.
+//
+// The client's window is checked and counted first: an attempt refused
+// for its pair still spends the client's allowance, so a client that
+// keeps knocking runs out sooner. The pair is checked and counted in one
+// script, so concurrent attempts cannot all pass as "free".
+func (s *Store) Attempt(ctx context.Context, email, client string) (bool, time.Duration, error) {
+	now := s.now()
+	win := s.Opts.AttemptWindow
+	start := now.Truncate(win)
+	over, err := clientScript.Run(ctx, s.rdb, []string{clientKey(client, start.UnixMilli())},
+		s.Opts.ClientAttempts, (win + time.Minute).Milliseconds()).Int()
+	if err != nil {
+		return false, 0, fmt.Errorf("sign-in attempts: %w", err)
 	}
-	for _, k := range keys {
-		// The window starts with the first attempt: SET NX with its
-		// expiry, then INCR (which keeps it), in one MULTI on one key.
-		pipe := s.rdb.TxPipeline()
-		pipe.SetNX(ctx, k, 0, s.Opts.AttemptWindow)
-		n := pipe.Incr(ctx, k)
-		t := pipe.PTTL(ctx, k)
-		if _, err := pipe.Exec(ctx); err != nil {
-			return false, 0, fmt.Errorf("sign-in attempts: %w", err)
-		}
-		if n.Val() > s.Opts.Attempts {
-			ok = false
-			wait = max(wait, t.Val())
-		}
+	if over == 1 {
+		return false, start.Add(win).Sub(now), nil
 	}
-	return ok, wait, nil
+	if email == "" {
+		return true, 0, nil
+	}
+	ms, err := pairScript.Run(ctx, s.rdb, []string{pairKey(email, client)}, now.UnixMilli(), s.Opts.FreeAttempts,
+		s.Opts.AttemptDelay.Milliseconds(), s.Opts.MaxAttemptDelay.Milliseconds(), win.Milliseconds()).Int64()
+	if err != nil {
+		return false, 0, fmt.Errorf("sign-in attempts: %w", err)
+	}
+	if ms > 0 {
+		return false, time.Duration(ms) * time.Millisecond, nil
+	}
+	return true, 0, nil
 }
 
-// Succeeded forgets an email's attempts after a successful sign-in (the
-// IP's count stays: many people may share one address, but each success
-// is still an attempt).
-func (s *Store) Succeeded(ctx context.Context, email string) error {
-	return s.rdb.Del(ctx, attemptKey("email", NormalizeEmail(email))).Err()
+// Succeeded is told that an attempt signed in: the pair's count is
+// forgotten, and the client gets its attempt back (many people may share
+// one address; only failures should use its allowance up).
+func (s *Store) Succeeded(ctx context.Context, email, client string) error {
+	if email != "" {
+		if err := s.rdb.Del(ctx, pairKey(email, client)).Err(); err != nil {
+			return err
+		}
+	}
+	start := s.now().Truncate(s.Opts.AttemptWindow)
+	return refundScript.Run(ctx, s.rdb, []string{clientKey(client, start.UnixMilli())}).Err()
 }
 
 // argon2id parameters (OWASP's minimum: 19 MiB, 2 passes, 1 lane).

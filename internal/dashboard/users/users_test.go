@@ -3,6 +3,7 @@ package users_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,7 +24,7 @@ func TestUsersAndSessions(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	us := users.New(rdb, clock, users.Options{IdleTTL: time.Hour, AbsoluteTTL: 3 * time.Hour, Attempts: 3, AttemptWindow: time.Minute})
+	us := users.New(rdb, clock, users.Options{IdleTTL: time.Hour, AbsoluteTTL: 3 * time.Hour})
 
 	u, err := us.Create(ctx, "acct_1", " Ann@Example.COM ", "a long enough password")
 	if err != nil {
@@ -86,24 +87,136 @@ func TestUsersAndSessions(t *testing.T) {
 		t.Fatalf("a link signed in %d times", wins.Load())
 	}
 
-	// Attempts: 3 per window per email and per IP.
-	for i := 1; i <= 4; i++ {
-		ok, wait, err := us.Attempt(ctx, "ann@example.com", "10.0.0.1")
+}
+
+// The sign-in throttle: per (email, client) free attempts, then growing
+// delays up to a cap; other clients of the same email are never held
+// back; a success resets the pair; each client has a window allowance
+// over all emails. Runs on a Redis Cluster too.
+func TestAttemptThrottle(t *testing.T) {
+	rdb := testredis.Universal(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	us := users.New(rdb, clock, users.Options{FreeAttempts: 3, AttemptDelay: time.Second, MaxAttemptDelay: 5 * time.Second,
+		ClientAttempts: 25, AttemptWindow: time.Hour})
+	attempt := func(email, client string) (bool, time.Duration) {
+		t.Helper()
+		ok, wait, err := us.Attempt(ctx, email, client)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok != (i <= 3) || (!ok && (wait <= 0 || wait > time.Minute)) {
-			t.Fatalf("attempt %d: %v %v", i, ok, wait)
+		return ok, wait
+	}
+	// 3 free, then 1 s, 2 s, 4 s, 5 s (the cap), 5 s.
+	for i := 1; i <= 3; i++ {
+		if ok, _ := attempt("ann@example.com", "10.0.0.1"); !ok {
+			t.Fatalf("free attempt %d refused", i)
 		}
 	}
-	if ok, _, _ := us.Attempt(ctx, "other@example.com", "10.0.0.1"); ok {
-		t.Fatal("the IP's limit did not apply to another email")
+	for _, d := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		ok, wait := attempt("ANN@example.com", "10.0.0.1")
+		if ok || wait != d {
+			t.Fatalf("want a wait of %v, got ok=%v wait=%v", d, ok, wait)
+		}
+		advance(d - time.Millisecond)
+		if ok, wait := attempt("ann@example.com", "10.0.0.1"); ok || wait != time.Millisecond {
+			t.Fatalf("1 ms early: ok=%v wait=%v", ok, wait)
+		}
+		advance(time.Millisecond)
+		if ok, _ := attempt("ann@example.com", "10.0.0.1"); !ok {
+			t.Fatalf("after the wait of %v: refused", d)
+		}
 	}
-	if ok, _, _ := us.Attempt(ctx, "ann@example.com", "10.0.0.2"); ok {
-		t.Fatal("the email's limit did not apply from another IP")
+	// Another client of the same email, and another email of the same
+	// client, are not held back.
+	if ok, _ := attempt("ann@example.com", "10.0.0.2"); !ok {
+		t.Fatal("another client of the email was refused")
 	}
-	_ = us.Succeeded(ctx, "ann@example.com")
-	if ok, _, _ := us.Attempt(ctx, "ann@example.com", "10.0.0.3"); !ok {
-		t.Fatal("a success did not reset the email's attempts")
+	if ok, _ := attempt("bob@example.com", "10.0.0.1"); !ok {
+		t.Fatal("another email of the client was refused")
+	}
+	// A success forgets the pair.
+	if err := us.Succeeded(ctx, "ann@example.com", "10.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if ok, _ := attempt("ann@example.com", "10.0.0.1"); !ok {
+			t.Fatalf("after a success, attempt %d refused", i)
+		}
+	}
+	// The client's window: 25 attempts over any emails (refused ones
+	// count too), a success gives its attempt back.
+	for i := 1; i <= 25; i++ {
+		if ok, _ := attempt(fmt.Sprintf("u%d@example.com", i), "10.0.0.9"); !ok {
+			t.Fatalf("client attempt %d refused", i)
+		}
+	}
+	ok, wait := attempt("new@example.com", "10.0.0.9")
+	if ok || wait <= 0 || wait > time.Hour {
+		t.Fatalf("26th attempt of the client in its window: ok=%v wait=%v", ok, wait)
+	}
+	if err := us.Succeeded(ctx, "u1@example.com", "10.0.0.9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := us.Succeeded(ctx, "u2@example.com", "10.0.0.9"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := attempt("new@example.com", "10.0.0.9"); !ok {
+		t.Fatal("a refunded attempt was refused")
+	}
+	if ok, _ := attempt("", "10.0.0.9"); ok {
+		t.Fatal("a link attempt of a client over its allowance went ahead")
+	}
+	if ok, _ := attempt("new@example.com", "10.0.0.3"); !ok {
+		t.Fatal("another client was refused")
+	}
+	advance(wait)
+	if ok, _ := attempt("new2@example.com", "10.0.0.9"); !ok {
+		t.Fatal("the next window still refused")
+	}
+}
+
+// A password change ends every session of the user, also one being made
+// from a password check that came just before it.
+func TestSetPasswordEndsSessions(t *testing.T) {
+	rdb := testredis.Universal(t)
+	ctx := context.Background()
+	us := users.New(rdb, nil, users.Options{})
+	u, err := us.Create(ctx, "acct_1", "ann@example.com", "the old password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := us.NewSession(ctx, u)
+	b, _, _ := us.NewSession(ctx, u)
+	checked, err := us.CheckPassword(ctx, "ann@example.com", "the old password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := us.SetPassword(ctx, u.ID, "the new password")
+	if err != nil || n != 2 {
+		t.Fatalf("SetPassword: %d sessions, %v", n, err)
+	}
+	late, _, err := us.NewSession(ctx, checked) // signed in with the old password
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a, b, late} {
+		if _, err := us.Session(ctx, id); !errors.Is(err, users.ErrNotFound) {
+			t.Fatalf("a session from before the change still works: %v", err)
+		}
+	}
+	if _, err := us.CheckPassword(ctx, "ann@example.com", "the old password"); !errors.Is(err, users.ErrBadCredentials) {
+		t.Fatalf("old password: %v", err)
+	}
+	fresh, err := us.CheckPassword(ctx, "ann@example.com", "the new password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := us.NewSession(ctx, fresh)
+	if _, err := us.Session(ctx, id); err != nil {
+		t.Fatalf("a session after the change: %v", err)
 	}
 }
