@@ -46,23 +46,35 @@ func New(rdb redis.UniversalClient, perSecond int) *Limiter {
 
 // Allow checks and counts one request of key.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	res, err := l.lim.Allow(ctx, "bulkd:rl:"+key, l.limit)
+	return l.allow(ctx, key, l.limit, l.perSecond)
+}
+
+// AllowRate checks and counts one request of key against perSecond
+// requests per second (with a burst of as many) instead of the limiter's
+// own rate: for limits whose rate differs per key, such as an account's
+// ceiling with its override. perSecond must be positive.
+func (l *Limiter) AllowRate(ctx context.Context, key string, perSecond int) (Result, error) {
+	return l.allow(ctx, key, redis_rate.Limit{Rate: perSecond, Burst: perSecond, Period: time.Second}, perSecond)
+}
+
+func (l *Limiter) allow(ctx context.Context, key string, limit redis_rate.Limit, perSecond int) (Result, error) {
+	res, err := l.lim.Allow(ctx, "bulkd:rl:"+key, limit)
 	if err != nil {
 		return Result{}, fmt.Errorf("rate limit: %w", err)
 	}
 	now := time.Now()
 	out := Result{
 		Allowed: res.Allowed > 0,
-		Limit:   l.perSecond,
+		Limit:   perSecond,
 		Reset:   now.Add(res.ResetAfter),
 	}
 	// redis_rate floors a float for Remaining and loses one to rounding
 	// (19.999 -> 19); the budget in use is ResetAfter / emission interval,
 	// so derive Remaining from that, rounded to the nearest request.
-	interval := time.Second / time.Duration(l.perSecond)
+	interval := time.Second / time.Duration(perSecond)
 	used := int((res.ResetAfter + interval/2) / interval)
-	if out.Allowed && used <= l.perSecond {
-		out.Remaining = l.perSecond - used
+	if out.Allowed && used <= perSecond {
+		out.Remaining = perSecond - used
 	}
 	// X-RateLimit-Reset is whole Unix seconds; round up so a client that
 	// waits until then finds the budget restored.
@@ -80,7 +92,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	pipe := l.rdb.Pipeline()
 	incr := pipe.Incr(ctx, k)
 	pipe.Expire(ctx, k, 2*time.Second)
-	if _, err := pipe.Exec(ctx); err == nil && int(incr.Val())+l.perSecond >= 3*l.perSecond {
+	if _, err := pipe.Exec(ctx); err == nil && int(incr.Val())+perSecond >= 3*perSecond {
 		out.RetryAfter = 5
 	}
 	return out, nil
