@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -114,7 +115,7 @@ func accountLimits(ctx context.Context, rdb redis.UniversalClient, st *accounts.
 			return err
 		}
 	}
-	v, err := limitsView(ctx, rdb, st, env.Limits, id)
+	v, err := limitsView(ctx, rdb, st, env.Limits, id, env.Now())
 	if err != nil {
 		return err
 	}
@@ -124,7 +125,7 @@ func accountLimits(ctx context.Context, rdb redis.UniversalClient, st *accounts.
 }
 
 // limitsView reads an account's limits and usage.
-func limitsView(ctx context.Context, rdb redis.UniversalClient, st *accounts.Store, defaults accounts.Limits, id string) (*LimitsView, error) {
+func limitsView(ctx context.Context, rdb redis.UniversalClient, st *accounts.Store, defaults accounts.Limits, id string, now time.Time) (*LimitsView, error) {
 	over, err := st.LimitOverrides(ctx, id)
 	if err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func limitsView(ctx context.Context, rdb redis.UniversalClient, st *accounts.Sto
 			e.Override = &o
 		}
 	}
-	u, err := jobs.AccountUsage(ctx, rdb, id)
+	u, err := jobs.AccountUsage(ctx, rdb, id, now)
 	if err != nil {
 		return nil, err
 	}

@@ -122,7 +122,8 @@ func (b *Builder) AddValid(echo, key, payload string) {
 // echo is kept for the whole retention, so 30,000 invalid rows of 2,048
 // characters stored about 63 MB for the one credit of a single valid row.
 // A longer echo is stored as its first MaxInvalidEcho characters and
-// InvalidEchoMarker, and the row's reason says how long the value was.
+// InvalidEchoMarker, and the row's reason says how long the value was
+// (kept short: it is stored per row too).
 const MaxInvalidEcho = 256
 
 // InvalidEchoMarker ends an invalid row's echo that was cut.
@@ -137,7 +138,7 @@ func (b *Builder) AddInvalid(echo, reason string) {
 	if tag := min(b.EchoTag, len(echo)); len(echo)-tag > MaxInvalidEcho {
 		if capped, n, cut := CapEcho(echo[tag:]); cut {
 			echo = echo[:tag] + capped
-			reason += fmt.Sprintf(" (the value has %d characters; only its first %d are kept)", n, MaxInvalidEcho)
+			reason += fmt.Sprintf(" (value cut from %d characters)", n)
 		}
 	}
 	b.rows = append(b.rows, Row{Echo: echo, Index: -1, Reason: reason})

@@ -199,9 +199,9 @@ type Usage struct {
 	StoredBytes int64
 }
 
-// AccountUsage reads an account's job usage (bulkd admin).
-func AccountUsage(ctx context.Context, rdb redis.UniversalClient, accountID string) (Usage, error) {
-	res, err := usageScript.Run(ctx, rdb, usageKeys(accountID), "", time.Now().UnixMilli()).Int64Slice()
+// AccountUsage reads an account's job usage at now (bulkd admin).
+func AccountUsage(ctx context.Context, rdb redis.UniversalClient, accountID string, now time.Time) (Usage, error) {
+	res, err := usageScript.Run(ctx, rdb, usageKeys(accountID), "", now.UnixMilli()).Int64Slice()
 	if err != nil {
 		return Usage{}, fmt.Errorf("read the usage of account %s: %w", accountID, err)
 	}
