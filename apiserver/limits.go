@@ -68,7 +68,9 @@ func LimitAPIError(le *accounts.LimitError) *apierr.Error {
 // accountRate checks one request of p against its account's request-rate
 // ceiling (all the account's keys together; its override, else the
 // default). It returns the result, allowed when the account has no
-// ceiling.
+// ceiling. The ceiling is never below one key's own limit: a key must be
+// able to use the rate its X-RateLimit-Limit announces (and a test or load
+// run that raises --rate-limit raises the ceiling with it).
 func (s *Server) accountRate(ctx context.Context, p *accounts.Principal) (ratelimit.Result, error) {
 	rate := s.Limits.RequestRate
 	if v, ok := p.Account.Overrides[accounts.LimitRequestRate]; ok {
@@ -77,6 +79,7 @@ func (s *Server) accountRate(ctx context.Context, p *accounts.Principal) (rateli
 	if rate <= 0 {
 		return ratelimit.Result{Allowed: true}, nil
 	}
+	rate = max(rate, int64(s.Limiter.PerSecond()))
 	rl, err := s.Limiter.AllowRate(ctx, "acct:"+p.Account.ID, int(min(rate, 1<<20)))
 	if err != nil {
 		return rl, fmt.Errorf("rate limit of account %s: %w", p.Account.ID, err)

@@ -191,7 +191,7 @@ func Default() Config {
 		WebhookBackoffMax: time.Hour,
 
 		AccountMaxActiveJobs:  50,
-		AccountMaxStoredBytes: 2 << 30,
+		AccountMaxStoredBytes: 1 << 30,
 		AccountMaxDrafts:      10,
 		AccountMaxDraftBytes:  32 << 20,
 		AccountMaxKeys:        20,

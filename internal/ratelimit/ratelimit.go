@@ -44,6 +44,9 @@ func New(rdb redis.UniversalClient, perSecond int) *Limiter {
 	}
 }
 
+// PerSecond is the limiter's own rate (requests per second per key).
+func (l *Limiter) PerSecond() int { return l.perSecond }
+
 // Allow checks and counts one request of key.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	return l.allow(ctx, key, l.limit, l.perSecond)
