@@ -4,14 +4,12 @@ package apiserver
 // at one, and the account's request-rate ceiling.
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
-	"github.com/bulkd/bulkd/internal/ratelimit"
 )
 
 // noFitRetryAfter is the Retry-After of a request that cannot fit the
@@ -65,24 +63,18 @@ func LimitAPIError(le *accounts.LimitError) *apierr.Error {
 	return e
 }
 
-// accountRate checks one request of p against its account's request-rate
-// ceiling (all the account's keys together; its override, else the
-// default). It returns the result, allowed when the account has no
-// ceiling. The ceiling is never below one key's own limit: a key must be
-// able to use the rate its X-RateLimit-Limit announces (and a test or load
-// run that raises --rate-limit raises the ceiling with it).
-func (s *Server) accountRate(ctx context.Context, p *accounts.Principal) (ratelimit.Result, error) {
+// accountRate is p's account's request-rate ceiling (all the account's
+// keys together): its override, else the default; 0 for none. It is never
+// below one key's own limit: a key must be able to use the rate its
+// X-RateLimit-Limit announces (and a test or load run that raises
+// --rate-limit raises the ceiling with it).
+func (s *Server) accountRate(p *accounts.Principal) int {
 	rate := s.Limits.RequestRate
 	if v, ok := p.Account.Overrides[accounts.LimitRequestRate]; ok {
 		rate = v
 	}
 	if rate <= 0 {
-		return ratelimit.Result{Allowed: true}, nil
+		return 0
 	}
-	rate = max(rate, int64(s.Limiter.PerSecond()))
-	rl, err := s.Limiter.AllowRate(ctx, "acct:"+p.Account.ID, int(min(rate, 1<<20)))
-	if err != nil {
-		return rl, fmt.Errorf("rate limit of account %s: %w", p.Account.ID, err)
-	}
-	return rl, nil
+	return int(min(max(rate, int64(s.Limiter.PerSecond())), 1<<30))
 }

@@ -207,32 +207,23 @@ func (s *Server) keyAndLimit(w http.ResponseWriter, r *http.Request) (_ *http.Re
 		return r, nil, rl, per, fmt.Errorf("authenticate key: %w", err)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
-	rl, err = s.Limiter.Allow(r.Context(), p.Key.ID)
+	// The key's limit and its account's ceiling (limits.go: many keys
+	// must not multiply an account's rate), in one round trip. The
+	// headers are the key's (SPEC 8), with nothing remaining when the
+	// account refuses.
+	pr, err := s.Limiter.KeyAndAccount(r.Context(), p.Key.ID, p.Account.ID, s.accountRate(p))
 	if err != nil {
 		return r, nil, rl, per, fmt.Errorf("rate limit of key %s: %w", p.Key.Prefix, err)
 	}
+	rl = pr.Key
 	// Set by map key, not Header.Set, so the names go out spelled as in
 	// the spec rather than canonicalised to X-Ratelimit-*.
 	h := w.Header()
 	h["X-RateLimit-Limit"] = []string{strconv.Itoa(rl.Limit)}
 	h["X-RateLimit-Remaining"] = []string{strconv.Itoa(rl.Remaining)}
 	h["X-RateLimit-Reset"] = []string{strconv.FormatInt(rl.Reset.Unix(), 10)}
-	if rl.Allowed {
-		// The account's ceiling, once the key's own limit let the
-		// request through: many keys must not multiply an account's
-		// rate. The headers stay the key's (SPEC 8), with nothing
-		// remaining when the account refuses.
-		arl, err := s.accountRate(r.Context(), p)
-		if err != nil {
-			return r, nil, rl, per, err
-		}
-		if !arl.Allowed {
-			h["X-RateLimit-Remaining"] = []string{"0"}
-			if arl.Reset.After(rl.Reset) {
-				h["X-RateLimit-Reset"] = []string{strconv.FormatInt(arl.Reset.Unix(), 10)}
-			}
-			return r, p, arl, "requests per second per account (all its API keys together)", nil
-		}
+	if pr.ByAccount {
+		return r, p, pr.Account, "requests per second per account (all its API keys together)", nil
 	}
 	return r, p, rl, per, nil
 }

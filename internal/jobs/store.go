@@ -137,21 +137,19 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 // deletion (the janitor's rollback, the controller's finalizer), and
 // expires with the job otherwise.
 func (s *Store) Delete(ctx context.Context, id string) error {
+	pipe := s.rdb.Pipeline()
 	// Whose usage it was (usage.go): released once the keys are gone. A
 	// job already gone has no account to read; its reservation, if any
 	// was left, is released by whoever knows the account (a rollback,
-	// the janitor) or when it expires.
-	acct, err := s.rdb.HGet(ctx, metaKey(id), "account").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("delete job %s: %w", id, err)
-	}
-	pipe := s.rdb.Pipeline()
+	// the janitor), dropped by the next refusal's repair, or expires.
 	pipe.SRem(ctx, activeKey, id)
 	pipe.ZRem(ctx, retryingKey, id)
 	pipe.ZRem(ctx, settlingKey, id)
-	if _, err := pipe.Exec(ctx); err != nil {
+	owner := pipe.HGet(ctx, metaKey(id), "account") // last: Exec reports the first error, and only this one may be redis.Nil
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
+	acct := owner.Val()
 	if err := s.rdb.Del(ctx, jobKeys(id)...).Err(); err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
