@@ -46,7 +46,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
   account create --name NAME [--credits N]         print the new account id
   account show ACCOUNT                             print the account as JSON
   account list                                     print account ids, one a line
-  credits add ACCOUNT AMOUNT [--note TEXT]         print the new balance
+` + LimitsUsage + `  credits add ACCOUNT AMOUNT [--note TEXT]         print the new balance
   credits remove ACCOUNT AMOUNT [--note TEXT]      print the new balance (never below 0)
   key create ACCOUNT [--type payg|unlimited]       print the new key (shown only this once)
   key revoke KEY_ID|PREFIX                         print the revoked key's prefix
@@ -54,7 +54,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-` + LimitsUsage + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage
+` + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -320,6 +320,10 @@ func keyCreate(ctx context.Context, st *accounts.Store, env Env, args []string) 
 		return err
 	}
 	value, _, err := st.CreateKey(ctx, pos[0], accounts.KeyType(*typ))
+	var le *accounts.LimitError
+	if errors.As(err, &le) {
+		return fmt.Errorf("%w; revoke a key, or raise the account's limit: bulkd admin account limits %s --keys N", err, pos[0])
+	}
 	if err != nil {
 		return err
 	}
