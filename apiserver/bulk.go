@@ -210,7 +210,8 @@ func (s *Server) chargeError(ctx context.Context, err error) *apierr.Error {
 }
 
 // chargeRefused is the answer to a charge the account cannot pay (403
-// insufficient credits, 429 quota), counted; nil for any other error.
+// insufficient credits, 429 quota) or a submission past an account limit
+// (429, limits.go), counted; nil for any other error.
 func (s *Server) chargeRefused(err error) *apierr.Error {
 	var ie *billing.InsufficientError
 	if errors.As(err, &ie) {
@@ -221,6 +222,12 @@ func (s *Server) chargeRefused(err error) *apierr.Error {
 	if errors.As(err, &qe) {
 		s.Metrics.ChargesByOutcome.WithLabelValues("quota").Inc()
 		return quotaExceeded(qe)
+	}
+	var le *accounts.LimitError
+	if errors.As(err, &le) {
+		// Refused before the charge (jobs.Engine.Submit): nothing taken.
+		s.Metrics.ChargesByOutcome.WithLabelValues("limit").Inc()
+		return LimitAPIError(le)
 	}
 	return nil
 }

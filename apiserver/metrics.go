@@ -44,7 +44,7 @@ func NewMetrics() *Metrics {
 			Name: "bulkd_auth_failures_total", Help: "Requests refused with 401.",
 		}),
 		ChargesByOutcome: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bulkd_charges_total", Help: "Charge attempts by outcome: ok, insufficient, failed (the submission failed; any charge taken was reversed).",
+			Name: "bulkd_charges_total", Help: "Charge attempts by outcome: ok, insufficient, quota, limit (refused at an account limit before any charge), failed (the submission failed; any charge taken was reversed).",
 		}, []string{"outcome"}),
 		AdmissionBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bulkd_admission_bytes", Help: "Bytes of request bodies admitted and being decoded now (weighed by Content-Length, or the route's body limit when chunked).",

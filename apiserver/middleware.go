@@ -143,7 +143,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			r, p, rl, err := s.keyAndLimit(w, r)
+			r, p, rl, per, err := s.keyAndLimit(w, r)
 			switch {
 			case err != nil:
 				s.internalError(w, r, err)
@@ -153,7 +153,7 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 				apierr.Write(w, apierr.ErrAPIKeyRequired)
 				return
 			case !rl.Allowed:
-				s.rateLimited(w, rl, "requests per second per API key")
+				s.rateLimited(w, rl, per)
 				return
 			}
 
@@ -189,32 +189,43 @@ func (s *Server) keyFamilyError(f Family, p *accounts.Principal) *apierr.Error {
 // X-API-Key and, for a valid key, spends one request of the key's rate
 // limit and sets the X-RateLimit-* headers on w, so that every answer from
 // here on carries them. p is nil when there is no single valid key (nothing
-// is counted then); rl.Allowed is false when the key is over its limit. The
-// request returned carries the principal.
-func (s *Server) keyAndLimit(w http.ResponseWriter, r *http.Request) (_ *http.Request, p *accounts.Principal, rl ratelimit.Result, err error) {
+// is counted then); rl.Allowed is false when the key is over its limit, or
+// its account over its request-rate ceiling (all its keys together,
+// limits.go), and per then says which, for the 429's detail. The request
+// returned carries the principal.
+func (s *Server) keyAndLimit(w http.ResponseWriter, r *http.Request) (_ *http.Request, p *accounts.Principal, rl ratelimit.Result, per string, err error) {
+	per = "requests per second per API key"
 	vals := r.Header.Values("X-API-Key")
 	if len(vals) != 1 {
-		return r, nil, rl, nil
+		return r, nil, rl, per, nil
 	}
 	p, err = s.Accounts.Authenticate(r.Context(), vals[0])
 	if errors.Is(err, accounts.ErrInvalidKey) {
-		return r, nil, rl, nil
+		return r, nil, rl, per, nil
 	}
 	if err != nil {
-		return r, nil, rl, fmt.Errorf("authenticate key: %w", err)
+		return r, nil, rl, per, fmt.Errorf("authenticate key: %w", err)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), principalKey, p))
-	rl, err = s.Limiter.Allow(r.Context(), p.Key.ID)
+	// The key's limit and its account's ceiling (limits.go: many keys
+	// must not multiply an account's rate), in one round trip. The
+	// headers are the key's (SPEC 8), with nothing remaining when the
+	// account refuses.
+	pr, err := s.Limiter.KeyAndAccount(r.Context(), p.Key.ID, p.Account.ID, s.accountRate(p))
 	if err != nil {
-		return r, nil, rl, fmt.Errorf("rate limit of key %s: %w", p.Key.Prefix, err)
+		return r, nil, rl, per, fmt.Errorf("rate limit of key %s: %w", p.Key.Prefix, err)
 	}
+	rl = pr.Key
 	// Set by map key, not Header.Set, so the names go out spelled as in
 	// the spec rather than canonicalised to X-Ratelimit-*.
 	h := w.Header()
 	h["X-RateLimit-Limit"] = []string{strconv.Itoa(rl.Limit)}
 	h["X-RateLimit-Remaining"] = []string{strconv.Itoa(rl.Remaining)}
 	h["X-RateLimit-Reset"] = []string{strconv.FormatInt(rl.Reset.Unix(), 10)}
-	return r, p, rl, nil
+	if pr.ByAccount {
+		return r, p, pr.Account, "requests per second per account (all its API keys together)", nil
+	}
+	return r, p, rl, per, nil
 }
 
 // unmatched answers a request no route takes (404) or whose method its
@@ -226,14 +237,14 @@ func (s *Server) keyAndLimit(w http.ResponseWriter, r *http.Request) (_ *http.Re
 // the API's, and stay keyless.
 func (s *Server) unmatched(w http.ResponseWriter, r *http.Request, e *apierr.Error) {
 	if p := r.URL.Path; (p == "/v1" || strings.HasPrefix(p, "/v1/")) && r.Header.Get("X-API-Key") != "" {
-		_, pr, rl, err := s.keyAndLimit(w, r)
+		_, pr, rl, per, err := s.keyAndLimit(w, r)
 		switch {
 		case err != nil:
 			// The route does not exist whatever the key: answer that
 			// rather than a 500, without the headers (nothing was counted).
 			s.Logger.Warn("rate limit of an unmatched request", "request_id", RequestIDFrom(r.Context()), "err", err)
 		case pr != nil && !rl.Allowed:
-			s.rateLimited(w, rl, "requests per second per API key")
+			s.rateLimited(w, rl, per)
 			return
 		}
 	}

@@ -66,6 +66,10 @@ type Deps struct {
 	// Webhooks is the policy a submission's webhook_url must pass
 	// (webhook.go); nil: https to public addresses only.
 	Webhooks *webhook.Policy
+	// Limits are the default per-account limits (limits.go): the API
+	// enforces RequestRate across an account's keys; the engine, the
+	// account store and the dashboard the others. Zero: no limit.
+	Limits accounts.Limits
 }
 
 // Server holds the API's state.

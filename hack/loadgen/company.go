@@ -236,7 +236,9 @@ func startBulkd(bin, redisURL string, extra ...string) (*bulkd, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000"}, extra...)
+	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
+		// Load runs submit far more than one account may hold at once.
+		"--account-max-active-jobs", "0", "--account-max-stored-bytes", "0"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

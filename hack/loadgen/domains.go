@@ -302,7 +302,9 @@ func startBulkdEnv(bin, redisURL string, env []string, extra ...string) (*bulkd,
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000"}, extra...)
+	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
+		// Load runs submit far more than one account may hold at once.
+		"--account-max-active-jobs", "0", "--account-max-stored-bytes", "0"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.Stderr = os.Stderr

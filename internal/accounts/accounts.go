@@ -73,6 +73,10 @@ type Account struct {
 	PlanState PlanState
 	PeriodEnd time.Time // end of the current billing period; zero when no plan
 	CreatedAt time.Time
+	// Overrides are the account's own limits (limits.go): limit name ->
+	// value, absent where the default applies. Authenticate reads only
+	// the request rate's.
+	Overrides map[string]int64
 }
 
 // PlanActive reports whether the unlimited plan may be used at now: a plan is
@@ -111,6 +115,9 @@ type Store struct {
 	rdb  redis.UniversalClient
 	now  func() time.Time
 	seen seenKeys
+	// Limits are the default per-account limits (limits.go); the store
+	// enforces Keys when it makes a key. Zero: no limit.
+	Limits Limits
 }
 
 // NewStore returns a store; now may be nil for time.Now.
@@ -221,6 +228,7 @@ func accountFromMap(m map[string]string) *Account {
 	if pe > 0 {
 		a.PeriodEnd = time.Unix(pe, 0).UTC()
 	}
+	a.Overrides = overridesFrom(m)
 	return a
 }
 
@@ -267,14 +275,19 @@ func (s *Store) CreateKey(ctx context.Context, accountID string, typ KeyType) (s
 	// The key's record and the account's key list are in different hash
 	// slots (no MULTI spans both on Redis Cluster). The list is written
 	// first and the hash that makes the key work last, so a key that
-	// authenticates is always listed (and can be found and revoked).
-	if err := s.rdb.SAdd(ctx, AccountKeysKey(accountID), id).Err(); err != nil {
-		return "", nil, fmt.Errorf("create key: %w", err)
+	// authenticates is always listed (and can be found and revoked). The
+	// list takes it only under the account's key limit (listKey, one
+	// script on the account's slot: two concurrent creations cannot both
+	// take the last place).
+	if err := s.listKey(ctx, accountID, id); err != nil {
+		_ = s.rdb.Del(context.WithoutCancel(ctx), apiKeyKey(id)).Err() // the placeholder HSETNX made
+		return "", nil, err
 	}
 	if err := s.rdb.HSet(ctx, apiKeyKey(id), "type", string(typ), "hash", hex.EncodeToString(sum[:]), "revoked", 0,
 		"created_at", k.CreatedAt.Unix()).Err(); err != nil {
 		return "", nil, fmt.Errorf("create key: %w", err)
 	}
+	s.pruneRevoked(ctx, accountID)
 	return value, k, nil
 }
 
@@ -302,7 +315,7 @@ type Principal struct {
 // keyFields and accountFields are what authentication reads.
 var (
 	keyFields     = []string{"account", "type", "hash", "revoked", "created_at"}
-	accountFields = []string{"id", "name", "balance", "plan", "plan_state", "period_end", "created_at"}
+	accountFields = []string{"id", "name", "balance", "plan", "plan_state", "period_end", "created_at", LimitField(LimitRequestRate)}
 )
 
 // Authenticate checks a presented key. It returns ErrInvalidKey for any
@@ -422,14 +435,24 @@ func (s *Store) RevokeKey(ctx context.Context, idOrPrefix string) error {
 	if i := strings.IndexByte(id, '_'); i >= 0 { // a whole key value was given
 		id = id[:i]
 	}
-	n, err := s.rdb.Exists(ctx, apiKeyKey(id)).Result()
+	owner, err := s.rdb.HGet(ctx, apiKeyKey(id), "account").Result()
+	if errors.Is(err, redis.Nil) {
+		return ErrNotFound
+	}
 	if err != nil {
 		return fmt.Errorf("revoke key: %w", err)
 	}
-	if n == 0 {
-		return ErrNotFound
+	if err := s.rdb.HSet(ctx, apiKeyKey(id), "revoked", 1, "revoked_at", s.now().UTC().Unix()).Err(); err != nil {
+		return fmt.Errorf("revoke key: %w", err)
 	}
-	return s.rdb.HSet(ctx, apiKeyKey(id), "revoked", 1, "revoked_at", s.now().UTC().Unix()).Err()
+	// Second, in the account's slot: the key limit counts the keys not
+	// revoked from this set. A crash before it only makes the count too
+	// high until the next refusal checks it against the records
+	// (listKey).
+	if err := s.rdb.SAdd(ctx, revokedKeysKey(owner), id).Err(); err != nil {
+		return fmt.Errorf("revoke key: %w", err)
+	}
+	return nil
 }
 
 // Keys lists an account's keys.

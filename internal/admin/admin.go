@@ -31,6 +31,10 @@ type Env struct {
 	Now            func() time.Time
 	// Extra holds commands registered by other packages (e.g. companies).
 	Extra map[string]Command
+	// Limits are the default per-account limits (accounts.Limits): key
+	// creation enforces Keys, `account limits` shows them. Main fills them
+	// from the --account-max-* flags (BULKD_* variables, as the servers).
+	Limits accounts.Limits
 }
 
 // Command runs one admin sub-command with its arguments.
@@ -42,7 +46,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
   account create --name NAME [--credits N]         print the new account id
   account show ACCOUNT                             print the account as JSON
   account list                                     print account ids, one a line
-  credits add ACCOUNT AMOUNT [--note TEXT]         print the new balance
+` + LimitsUsage + `  credits add ACCOUNT AMOUNT [--note TEXT]         print the new balance
   credits remove ACCOUNT AMOUNT [--note TEXT]      print the new balance (never below 0)
   key create ACCOUNT [--type payg|unlimited]       print the new key (shown only this once)
   key revoke KEY_ID|PREFIX                         print the revoked key's prefix
@@ -61,6 +65,10 @@ func Main(ctx context.Context, args []string, env Env) error {
 		redisURL = v
 	}
 	fs.StringVar(&redisURL, "redis-url", redisURL, "Redis URL ["+config.EnvName("redis-url")+"]")
+	// The per-account limits' defaults, from the same flags and BULKD_*
+	// variables as the servers'.
+	cfg := config.Default()
+	cfg.RegisterLimits(fs)
 	fs.Usage = func() { fmt.Fprint(env.Stderr, Usage) }
 	if env.Stdin == nil {
 		env.Stdin = os.Stdin
@@ -87,6 +95,7 @@ func Main(ctx context.Context, args []string, env Env) error {
 	if env.Now == nil {
 		env.Now = time.Now
 	}
+	env.Limits = cfg.AccountLimits()
 	return Run(ctx, rdb, env, rest)
 }
 
@@ -114,9 +123,12 @@ func Run(ctx context.Context, rdb redis.UniversalClient, env Env, args []string)
 		return fmt.Errorf("unknown command %q; see bulkd admin help", strings.Join(args, " "))
 	}
 	st := accounts.NewStore(rdb, env.Now)
+	st.Limits = env.Limits
 	bl := billing.New(rdb, env.Now)
 	verb, rest := args[0]+" "+args[1], args[2:]
 	switch verb {
+	case "account limits":
+		return accountLimits(ctx, rdb, st, env, rest)
 	case "account create":
 		return accountCreate(ctx, st, env, rest)
 	case "account show":
@@ -308,6 +320,10 @@ func keyCreate(ctx context.Context, st *accounts.Store, env Env, args []string) 
 		return err
 	}
 	value, _, err := st.CreateKey(ctx, pos[0], accounts.KeyType(*typ))
+	var le *accounts.LimitError
+	if errors.As(err, &le) {
+		return fmt.Errorf("%w; revoke a key, or raise the account's limit: bulkd admin account limits %s --keys N", err, pos[0])
+	}
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,14 @@ const (
 	// as its memory bound allows; nothing was read or charged, retry after
 	// Retry-After (our addition: SPEC 7's only 503 is engine_unavailable).
 	CodeServerBusy = "server_busy"
+	// Per-account limits (docs/security.md; our additions, 429 like the
+	// spec's bulk_searches_limited: nothing was charged or stored, and
+	// Retry-After says when the same request may fit). The account's
+	// request-rate ceiling answers the spec's rate_limited.
+	CodeActiveJobsLimited  = "active_jobs_limited"
+	CodeStoredBytesLimited = "stored_bytes_limited"
+	CodeDraftsLimited      = "drafts_limited"
+	CodeKeysLimited        = "keys_limited"
 )
 
 // Validation item types (the type field of errors[]).

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/outbound"
 )
 
@@ -120,6 +121,42 @@ type Config struct {
 	// front of bulkd: X-Forwarded-For is read only from a peer in them
 	// (the dashboard's sign-in throttle counts the client, not the proxy).
 	TrustedProxies string
+
+	// Per-account limits (docs/security.md), defaults for every account;
+	// `bulkd admin account limits` overrides them for one. 0: no limit.
+	AccountMaxActiveJobs  int64 // jobs not completed yet
+	AccountMaxStoredBytes int64 // bytes of retained jobs' data in Redis
+	AccountMaxDrafts      int64 // dashboard uploads between their steps
+	AccountMaxDraftBytes  int64 // bytes of those uploads
+	AccountMaxKeys        int64 // API keys not revoked
+	AccountRateLimit      int64 // requests per second of all the account's keys together
+}
+
+// AccountLimits are the default per-account limits.
+func (c *Config) AccountLimits() accounts.Limits {
+	return accounts.Limits{ActiveJobs: c.AccountMaxActiveJobs, StoredBytes: c.AccountMaxStoredBytes, Drafts: c.AccountMaxDrafts,
+		DraftBytes: c.AccountMaxDraftBytes, Keys: c.AccountMaxKeys, RequestRate: c.AccountRateLimit}
+}
+
+// RegisterLimits adds the per-account limit flags (`bulkd serve`,
+// `bulkd apiserver`, and `bulkd admin`, which shows and enforces the same
+// defaults).
+func (c *Config) RegisterLimits(fs *flag.FlagSet) {
+	num64(fs, &c.AccountMaxActiveJobs, "account-max-active-jobs", "jobs of one account not completed yet; past it a submission gets 429 active_jobs_limited, nothing charged (0: no limit)")
+	num64(fs, &c.AccountMaxStoredBytes, "account-max-stored-bytes", "bytes of job data (rows, inputs, answers) one account's retained jobs may hold in Redis; past it a submission gets 429 stored_bytes_limited, nothing charged (0: no limit)")
+	num64(fs, &c.AccountMaxDrafts, "account-max-drafts", "dashboard uploads of one account waiting between their steps (0: no limit)")
+	num64(fs, &c.AccountMaxDraftBytes, "account-max-draft-bytes", "bytes of one account's waiting dashboard uploads (0: no limit)")
+	num64(fs, &c.AccountMaxKeys, "account-max-keys", "API keys of one account that are not revoked (0: no limit)")
+	num64(fs, &c.AccountRateLimit, "account-rate-limit", "requests per second of all one account's keys together, on top of --rate-limit per key; past it 429 rate_limited (0: no limit)")
+}
+
+func (c *Config) validateLimits() error {
+	for _, v := range []int64{c.AccountMaxActiveJobs, c.AccountMaxStoredBytes, c.AccountMaxDrafts, c.AccountMaxDraftBytes, c.AccountMaxKeys, c.AccountRateLimit} {
+		if v < 0 {
+			return fmt.Errorf("the --account-max-* limits and --account-rate-limit cannot be negative (0: no limit)")
+		}
+	}
+	return nil
 }
 
 // Default returns the defaults.
@@ -162,6 +199,13 @@ func Default() Config {
 		WebhookMaxAge:     24 * time.Hour,
 		WebhookBackoff:    10 * time.Second,
 		WebhookBackoffMax: time.Hour,
+
+		AccountMaxActiveJobs:  50,
+		AccountMaxStoredBytes: 1 << 30,
+		AccountMaxDrafts:      10,
+		AccountMaxDraftBytes:  32 << 20,
+		AccountMaxKeys:        20,
+		AccountRateLimit:      100,
 	}
 }
 
@@ -213,6 +257,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.DashboardOrigin, "dashboard-origin", "the dashboard's public origin, e.g. https://bulkd.example.com, that dashboard form posts must come from (default: the request's Host)")
 	boolean(fs, &c.DashboardAllowHTTP, "dashboard-allow-http", "send the dashboard's session cookie without Secure, for plain-HTTP local development (never in production)")
 	str(fs, &c.TrustedProxies, "trusted-proxies", "comma-separated CIDR ranges of the proxies in front of bulkd (ingress, load balancer); X-Forwarded-For is believed only from a peer in them, and its right-most address outside them is the client (default: none, the TCP peer is the client)")
+	c.RegisterLimits(fs)
 }
 
 // TrustedProxyPrefixes parses --trusted-proxies.
@@ -399,6 +444,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, err := c.OutboundAllowPrefixes(); err != nil {
+		return err
+	}
+	if err := c.validateLimits(); err != nil {
 		return err
 	}
 	return c.validateWebhooks()

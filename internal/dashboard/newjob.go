@@ -217,26 +217,69 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dr := &draft{ID: users.Token()[:24], Family: spec.Name, Pay: data.Pay, Name: name, Data: text}
-	if err := d.saveDraft(r, dr); err != nil {
+	if err := d.createDraft(r.Context(), sessionFrom(r.Context()).User.AccountID, dr); err != nil {
+		var le *accounts.LimitError
+		if errors.As(err, &le) {
+			e := apiserver.LimitAPIError(le)
+			if e.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+			}
+			d.render(w, r, limitStatus, "newjob", view{Title: "New job", Nav: "new", Data: data, Error: e.Detail})
+			return
+		}
 		d.serverError(w, r, err)
 		return
 	}
 	http.Redirect(w, r, Base+"/jobs/new/"+dr.ID, http.StatusSeeOther)
 }
 
+// draftFields are a draft's fields as stored: its upload, and the
+// mapping once chosen.
+func draftFields(dr *draft) []any {
+	return append([]any{"family", dr.Family, "pay", dr.Pay, "name", dr.Name, "data", dr.Data}, mappingFields(dr)...)
+}
+
+// mappingFields are the fields of a draft's chosen mapping (none before
+// it is chosen).
+func mappingFields(dr *draft) []any {
+	if dr.Mapping == nil {
+		return nil
+	}
+	m, _ := json.Marshal(dr.Mapping)
+	return []any{"header", strconv.FormatBool(dr.HasHeader), "map", string(m)}
+}
+
+// updateDraftScript saves a draft's mapping and renews its expiry, and its
+// entry among the account's drafts (drafts.go) with it, if the draft still
+// exists (an expired one is not brought back half). KEYS = the draft's
+// hash, drafts zset, bytes hash. ARGV = draft id, expires ms, field-value
+// pairs. Returns 1, or 0 when the draft is gone.
+var updateDraftScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if #ARGV > 2 then redis.call('HSET', KEYS[1], unpack(ARGV, 3)) end
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[2])
+end
+return 1
+`)
+
+// saveDraft saves a reviewed draft's mapping (its upload was stored by
+// createDraft and is not sent again).
 func (d *Dashboard) saveDraft(r *http.Request, dr *draft) error {
 	acct := sessionFrom(r.Context()).User.AccountID
-	fields := []any{"family", dr.Family, "pay", dr.Pay, "name", dr.Name, "data", dr.Data}
-	if dr.Mapping != nil {
-		m, _ := json.Marshal(dr.Mapping)
-		fields = append(fields, "header", strconv.FormatBool(dr.HasHeader), "map", string(m))
+	// Without the upload: family, pay, name and data never change.
+	fields := append([]any{dr.ID, d.Now().Add(draftTTL).UnixMilli()}, mappingFields(dr)...)
+	n, err := updateDraftScript.Run(r.Context(), d.API.Redis, []string{draftKey(acct, dr.ID), draftsKey(acct), draftBytesKey(acct)}, fields...).Int()
+	if err != nil {
+		return err
 	}
-	k := draftKey(acct, dr.ID)
-	pipe := d.API.Redis.Pipeline()
-	pipe.HSet(r.Context(), k, fields...)
-	pipe.Expire(r.Context(), k, draftTTL)
-	_, err := pipe.Exec(r.Context())
-	return err
+	if n == 0 {
+		return errNoDraft
+	}
+	return nil
 }
 
 var errNoDraft = errors.New("no such draft")
@@ -569,7 +612,7 @@ func (d *Dashboard) review(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := d.saveDraft(r, dr); err != nil {
-		d.serverError(w, r, err)
+		d.draftMissing(w, r, err)
 		return
 	}
 	if msg := mappingProblem(spec, dr.Mapping); msg != "" {
@@ -740,6 +783,10 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := d.API.Redis.HSet(r.Context(), k, "job", j.ID).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		d.Logger.Warn("dashboard: recording the draft's job", "job", j.ID, "err", err)
+	} else {
+		// Submitted: it no longer counts among the account's drafts, and
+		// its upload (now the job's rows) is not kept twice.
+		d.releaseDraft(r.Context(), sessionFrom(r.Context()).User.AccountID, dr.ID)
 	}
 	d.Logger.Info("dashboard job submitted", "user", sessionFrom(r.Context()).User.ID, "job", j.ID, "family", j.Family,
 		"charge", j.Charge.String(), "quota_units", j.QuotaUnits)

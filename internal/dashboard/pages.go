@@ -208,6 +208,16 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	value, k, err := d.API.Accounts.CreateKey(r.Context(), sessionFrom(r.Context()).User.AccountID, t)
+	var le *accounts.LimitError
+	if errors.As(err, &le) { // the account's key limit (docs/security.md)
+		data, derr := d.keysData(r)
+		if derr != nil {
+			d.serverError(w, r, derr)
+			return
+		}
+		d.render(w, r, limitStatus, "keys", view{Title: "API keys", Nav: "keys", Data: data, Error: apiserver.LimitAPIError(le).Detail})
+		return
+	}
 	if err != nil {
 		d.serverError(w, r, err)
 		return

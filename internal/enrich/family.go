@@ -134,6 +134,7 @@ func (f *CompanyFamily) Status(j *jobs.Job) any {
 // the cases SPEC 4.1 lists (and for JSON of the wrong shape); invalid rows
 // are added to b as skipped.
 func (f *CompanyFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
+	b.EchoTag = 1 // Echo's field tag: the engine caps only the value after it
 	var v apierr.Validation
 	tooMany := func() *apierr.Error {
 		return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeTooLong,

@@ -48,6 +48,48 @@ type Builder struct {
 	// WebhookURL, when set, is where the job's transitions are announced
 	// (the submission's webhook_url, checked by the API).
 	WebhookURL string
+
+	// EchoTag is how many bytes at the start of every echo are the
+	// family's own tag, not the submitted value (company enrichment: 1,
+	// which field the value came from): the cap of invalid rows' echoes
+	// keeps them and counts only what follows (AddInvalid).
+	EchoTag int
+
+	// enc is the encoded row map and inputs (encode), kept so that
+	// measuring them and storing them encode once.
+	enc *encoded
+}
+
+// encoded is a submission as it is written to Redis: the row map's
+// chunks and the inputs' shards.
+type encoded struct {
+	shardSize    int
+	rows, shards [][]byte
+	bytes        int64 // of both
+}
+
+// encode returns the row map and the inputs in shards of shardSize,
+// encoding them on first use.
+func (b *Builder) encode(shardSize int) (*encoded, error) {
+	if b.enc != nil && b.enc.shardSize == shardSize {
+		return b.enc, nil
+	}
+	rows, err := b.rowChunks()
+	if err != nil {
+		return nil, err
+	}
+	shards, err := b.shardChunks(shardSize)
+	if err != nil {
+		return nil, err
+	}
+	enc := &encoded{shardSize: shardSize, rows: rows, shards: shards}
+	for _, part := range [][][]byte{rows, shards} {
+		for _, c := range part {
+			enc.bytes += int64(len(c))
+		}
+	}
+	b.enc = enc
+	return enc, nil
 }
 
 // NewBuilder starts a submission of a family; sizeHint is the expected row
@@ -75,10 +117,51 @@ func (b *Builder) AddValid(echo, key, payload string) {
 	b.rows = append(b.rows, Row{Echo: echo, Index: i, First: true})
 }
 
-// AddInvalid adds a row skipped as invalid.
+// MaxInvalidEcho is the most characters of an invalid row's echo that
+// are stored (docs/security.md): an invalid row costs nothing, and its
+// echo is kept for the whole retention, so 30,000 invalid rows of 2,048
+// characters stored about 63 MB for the one credit of a single valid row.
+// A longer echo is stored as its first MaxInvalidEcho characters and
+// InvalidEchoMarker, and the row's reason says how long the value was
+// (kept short: it is stored per row too).
+const MaxInvalidEcho = 256
+
+// InvalidEchoMarker ends an invalid row's echo that was cut.
+const InvalidEchoMarker = "…"
+
+// AddInvalid adds a row skipped as invalid. Its echo after the family's
+// tag (EchoTag) must be a plain string, because one over MaxInvalidEcho
+// characters is cut (CapEcho): every family's invalid rows get the same
+// cap here, in the engine.
 func (b *Builder) AddInvalid(echo, reason string) {
 	b.invalid++
+	if tag := min(b.EchoTag, len(echo)); len(echo)-tag > MaxInvalidEcho {
+		if capped, n, cut := CapEcho(echo[tag:]); cut {
+			echo = echo[:tag] + capped
+			reason += fmt.Sprintf(" (value cut from %d characters)", n)
+		}
+	}
 	b.rows = append(b.rows, Row{Echo: echo, Index: -1, Reason: reason})
+}
+
+// CapEcho cuts an echo longer than MaxInvalidEcho characters (runes) to
+// that many and InvalidEchoMarker; it returns the echo, its length in
+// characters when cut, and whether it was.
+func CapEcho(echo string) (string, int, bool) {
+	if len(echo) <= MaxInvalidEcho { // bytes >= runes: short enough
+		return echo, 0, false
+	}
+	n, cut := 0, -1
+	for i := range echo {
+		if n == MaxInvalidEcho {
+			cut = i
+		}
+		n++
+	}
+	if cut < 0 {
+		return echo, 0, false
+	}
+	return echo[:cut] + InvalidEchoMarker, n, true
 }
 
 // Rows is the number of rows in the row map.

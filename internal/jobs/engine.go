@@ -75,6 +75,13 @@ type Engine struct {
 	// RowCache, when set, keeps the rendered rows of completed jobs
 	// (Results); nil renders every page from Redis.
 	RowCache *rowcache.Cache
+	// Limits are the default per-account limits a submission must fit
+	// (usage.go: ActiveJobs and StoredBytes; an account's overrides in
+	// its hash win). Zero: no limit.
+	Limits accounts.Limits
+	// AnswerBytes is the bytes reserved per distinct input for its answer
+	// until the job completes (0: DefaultAnswerBytes).
+	AnswerBytes int64
 
 	// failpoint, when set (tests only), is called before each step of a
 	// submission; an error there behaves like a failure of that step.
@@ -106,6 +113,7 @@ func (e *Engine) fail(step string) error {
 // Submission steps, in order (the failpoint names).
 const (
 	StepMark    = "mark"
+	StepReserve = "reserve"
 	StepCharge  = "charge"
 	StepStore   = "store"
 	StepEnqueue = "enqueue"
@@ -119,7 +127,8 @@ const (
 // finds and rolls back.
 //
 // A *billing.InsufficientError or *billing.QuotaError means the account
-// cannot pay; nothing was taken.
+// cannot pay, and a *accounts.LimitError that the job does not fit the
+// account's limits (usage.go); nothing was taken.
 func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, m Metering) (*Job, error) {
 	now := e.Now().UTC()
 	j := &Job{
@@ -142,13 +151,23 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		j.RefundOutcome, j.Price = m.RefundOutcome, m.Price
 	}
 
+	// The bytes the job will hold: its row map and inputs exactly (encoded
+	// once here; create writes these same chunks), and an estimate for
+	// its answers, replaced by their exact size when it completes.
+	enc, err := b.encode(j.ShardSize)
+	if err != nil {
+		return nil, err
+	}
+	answerBytes := cmp.Or(e.AnswerBytes, DefaultAnswerBytes)
+	reserveBytes := enc.bytes + j.Distinct*answerBytes
+
 	if err := e.fail(StepMark); err != nil {
 		return nil, err
 	}
 	if err := e.Store.markPending(ctx, j.ID, j.AccountID, now); err != nil {
 		return nil, fmt.Errorf("mark submission: %w", err)
 	}
-	charged := false
+	charged, reserved := false, false
 	// enqueued: the executor may have heard of the job (Enqueue was called,
 	// whatever it returned: a Kubernetes create that timed out may still
 	// have made the BulkJob). Only then is there anything to cancel; a
@@ -170,6 +189,11 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		if err := e.Store.Delete(rctx, j.ID); err != nil {
 			errs = append(errs, err)
 		}
+		if reserved {
+			if err := e.Store.releaseUsage(rctx, j.AccountID, j.ID, "gone", -1); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if charged {
 			if _, err := e.Billing.Reverse(rctx, j.AccountID, j.ID, "submission failed: "+cause.Error()); err != nil && !errors.Is(err, billing.ErrChargeNotFound) {
 				errs = append(errs, err)
@@ -189,6 +213,20 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		}
 		return cause
 	}
+
+	// The account's limits before its money: a submission that does not
+	// fit is refused with nothing charged and nothing in the ledger.
+	if err := e.fail(StepReserve); err != nil {
+		return nil, rollback(err)
+	}
+	if err := e.reserve(ctx, j, reserveBytes); err != nil {
+		// A refusal reserved nothing; after any other error the script
+		// may have run (a lost reply): release in case it did.
+		var le *accounts.LimitError
+		reserved = !errors.As(err, &le)
+		return nil, rollback(err)
+	}
+	reserved = true
 
 	if err := e.fail(StepCharge); err != nil {
 		return nil, rollback(err)
@@ -323,6 +361,9 @@ func (e *Engine) reclaimOne(ctx context.Context, jobID, accountID, note string) 
 		e.Log.Error("reclaim: cancel", "job", jobID, "err", err)
 	}
 	err := e.Store.Delete(ctx, jobID)
+	if err == nil {
+		err = e.Store.releaseUsage(ctx, accountID, jobID, "gone", -1)
+	}
 	if err == nil {
 		_, err = e.Billing.Reverse(ctx, accountID, jobID, note)
 		if errors.Is(err, billing.ErrChargeNotFound) {

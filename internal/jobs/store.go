@@ -50,14 +50,11 @@ const (
 // deletes when it rolls the submission back (the pending mark is still
 // there: commit comes after create).
 func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
-	rows, err := b.rowChunks()
+	enc, err := b.encode(j.ShardSize)
 	if err != nil {
 		return err
 	}
-	shards, err := b.shardChunks(j.ShardSize)
-	if err != nil {
-		return err
-	}
+	rows, shards := enc.rows, enc.shards
 	exp := j.ExpiresAt
 	pipe := s.rdb.Pipeline()
 	queued, cmds := 0, 0
@@ -100,6 +97,9 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		"charge": int64(j.Charge), "quota_units": j.QuotaUnits, "quota_window": j.QuotaWindow,
 		"price": int64(j.Price), "refund_outcome": j.RefundOutcome, "refunded": 0,
 		"created_at": j.CreatedAt.UnixMilli(), "completed_at": 0, "expires_at": exp.UnixMilli(),
+		// The bytes of the row map and inputs: with the answers' bytes
+		// (answer_bytes, recordScript) what the job holds (usage.go).
+		"base_bytes": enc.bytes,
 	}
 	if j.Status == StatusCompleted {
 		meta["completed_at"] = j.CompletedAt.UnixMilli()
@@ -138,14 +138,23 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 // expires with the job otherwise.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	pipe := s.rdb.Pipeline()
+	// Whose usage it was (usage.go): released once the keys are gone. A
+	// job already gone has no account to read; its reservation, if any
+	// was left, is released by whoever knows the account (a rollback,
+	// the janitor), dropped by the next refusal's repair, or expires.
 	pipe.SRem(ctx, activeKey, id)
 	pipe.ZRem(ctx, retryingKey, id)
 	pipe.ZRem(ctx, settlingKey, id)
-	if _, err := pipe.Exec(ctx); err != nil {
+	owner := pipe.HGet(ctx, metaKey(id), "account") // last: Exec reports the first error, and only this one may be redis.Nil
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
+	acct := owner.Val()
 	if err := s.rdb.Del(ctx, jobKeys(id)...).Err(); err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)
+	}
+	if acct != "" {
+		return s.releaseUsage(ctx, acct, id, "gone", -1)
 	}
 	return nil
 }
@@ -280,7 +289,7 @@ type Recorded struct {
 var recordScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, -1, 0, 0} end
 local replace = ARGV[4] == 'replace'
-local rows, fresh, changed, retrying, touched = 0, 0, 0, 0, false
+local rows, fresh, changed, retrying, touched, abytes = 0, 0, 0, 0, false, 0
 for i = 5, #ARGV, 5 do
   local idx, m, out, due = ARGV[i], tonumber(ARGV[i+1]), ARGV[i+2], tonumber(ARGV[i+4])
   local val = out .. '\n' .. ARGV[i+3]
@@ -288,6 +297,7 @@ for i = 5, #ARGV, 5 do
     if redis.call('HSETNX', KEYS[2], idx, val) == 1 then
       rows = rows + m
       fresh = fresh + 1
+      abytes = abytes + #val
       redis.call('HINCRBY', KEYS[1], 'out:' .. out, m)
       if due > 0 then
         redis.call('ZADD', KEYS[3], due, idx)
@@ -299,6 +309,7 @@ for i = 5, #ARGV, 5 do
     local prev = redis.call('HGET', KEYS[2], idx)
     local pout = string.match(prev or '', '^([^\n]*)')
     redis.call('HSET', KEYS[2], idx, val)
+    abytes = abytes + #val - #(prev or '')
     if pout ~= out then
       redis.call('HINCRBY', KEYS[1], 'out:' .. pout, -m)
       redis.call('HINCRBY', KEYS[1], 'out:' .. out, m)
@@ -318,6 +329,7 @@ if fresh > 0 then
   redis.call('HINCRBY', KEYS[1], 'distinct_processed', fresh)
 end
 if retrying ~= 0 then redis.call('HINCRBY', KEYS[1], 'retrying', retrying) end
+if abytes ~= 0 then redis.call('HINCRBY', KEYS[1], 'answer_bytes', abytes) end
 local state, completed, due = -1, 0, 0
 if fresh > 0 or changed > 0 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[3])
@@ -456,7 +468,13 @@ func (s *Store) settle(ctx context.Context, jobID, accountID, keyID string, due 
 	pipe := s.rdb.Pipeline()
 	pipe.ZRem(ctx, retryingKey, jobID)
 	pipe.SRem(ctx, activeKey, jobID)
+	sizes := pipe.HMGet(ctx, metaKey(jobID), "base_bytes", "answer_bytes")
 	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("settle %s: %w", jobID, err)
+	}
+	// Its place among the account's active jobs ends, and its reserved
+	// bytes become what it holds (usage.go).
+	if err := s.releaseUsage(ctx, accountID, jobID, "done", storedBytes(sizes.Val())); err != nil {
 		return fmt.Errorf("settle %s: %w", jobID, err)
 	}
 	if err := completeScript.Run(ctx, s.rdb, []string{metaKey(jobID)}, int64(paid)).Err(); err != nil {

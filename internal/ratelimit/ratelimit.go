@@ -1,8 +1,10 @@
 // Package ratelimit enforces the per-key request rate of SPEC section 8 in
 // Redis, so every API replica shares one budget per key. The limiting itself
-// is GCRA from go-redis/redis_rate; this package adds what the spec asks on
-// top: the X-RateLimit-* figures and the longer Retry-After for callers who
-// exceed the limit by a factor of three or more.
+// is GCRA from go-redis/redis_rate (Allow), and the same algorithm in one
+// script for a key and its account's ceiling (KeyAndAccount, the API's
+// path); this package adds what the spec asks on top: the X-RateLimit-*
+// figures and the longer Retry-After for callers who exceed the limit by a
+// factor of three or more.
 package ratelimit
 
 import (
@@ -44,31 +46,45 @@ func New(rdb redis.UniversalClient, perSecond int) *Limiter {
 	}
 }
 
+// PerSecond is the limiter's own rate (requests per second per key).
+func (l *Limiter) PerSecond() int { return l.perSecond }
+
 // Allow checks and counts one request of key.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	res, err := l.lim.Allow(ctx, "bulkd:rl:"+key, l.limit)
+	return l.allow(ctx, key, l.limit, l.perSecond)
+}
+
+func (l *Limiter) allow(ctx context.Context, key string, limit redis_rate.Limit, perSecond int) (Result, error) {
+	res, err := l.lim.Allow(ctx, "bulkd:rl:"+key, limit)
 	if err != nil {
 		return Result{}, fmt.Errorf("rate limit: %w", err)
 	}
+	return l.result(ctx, res.Allowed > 0, res.ResetAfter, perSecond, key), nil
+}
+
+// result is the Result of one check of key at perSecond: allowed or not,
+// with resetAfter until its budget is full again; a refusal counts
+// towards the longer Retry-After.
+func (l *Limiter) result(ctx context.Context, allowed bool, resetAfter time.Duration, perSecond int, key string) Result {
 	now := time.Now()
 	out := Result{
-		Allowed: res.Allowed > 0,
-		Limit:   l.perSecond,
-		Reset:   now.Add(res.ResetAfter),
+		Allowed: allowed,
+		Limit:   perSecond,
+		Reset:   now.Add(resetAfter),
 	}
 	// redis_rate floors a float for Remaining and loses one to rounding
 	// (19.999 -> 19); the budget in use is ResetAfter / emission interval,
 	// so derive Remaining from that, rounded to the nearest request.
-	interval := time.Second / time.Duration(l.perSecond)
-	used := int((res.ResetAfter + interval/2) / interval)
-	if out.Allowed && used <= l.perSecond {
-		out.Remaining = l.perSecond - used
+	interval := time.Second / time.Duration(perSecond)
+	used := int((resetAfter + interval/2) / interval)
+	if out.Allowed && used <= perSecond {
+		out.Remaining = perSecond - used
 	}
 	// X-RateLimit-Reset is whole Unix seconds; round up so a client that
 	// waits until then finds the budget restored.
 	out.Reset = time.Unix(ceilSeconds(out.Reset), 0)
 	if out.Allowed {
-		return out, nil
+		return out
 	}
 	out.RetryAfter = 1
 	// Only rejected requests pay for this second counter. The requests of
@@ -80,10 +96,89 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	pipe := l.rdb.Pipeline()
 	incr := pipe.Incr(ctx, k)
 	pipe.Expire(ctx, k, 2*time.Second)
-	if _, err := pipe.Exec(ctx); err == nil && int(incr.Val())+l.perSecond >= 3*l.perSecond {
+	if _, err := pipe.Exec(ctx); err == nil && int(incr.Val())+perSecond >= 3*perSecond {
 		out.RetryAfter = 5
 	}
-	return out, nil
+	return out
+}
+
+// pairScript is GCRA (the algorithm and arithmetic of redis_rate's, for a
+// burst of one second's worth and a cost of 1) for an API key and then,
+// if the key is within its limit, for its account's ceiling, in one step:
+// one round trip for both on the hottest path (every authenticated
+// request). A request the key refuses does not count against the account,
+// and one the account refuses does not spend the key's budget.
+// KEYS = key's state, account's state (one hash slot: the account's tag).
+// ARGV = key rate per second, account rate per second (0: no ceiling).
+// Returns {refused by: 0 none, 1 key, 2 account; the key's reset after
+// (s); the refusing limit's reset after (s)} as strings.
+var pairScript = redis.NewScript(`
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = (t[1] - 1483228800) + (t[2] / 1000000)
+local function gcra(k, rate)
+  local interval = 1 / rate
+  local tat = math.max(tonumber(redis.call('GET', k) or now), now)
+  local new_tat = tat + interval
+  if now - (new_tat - interval * rate) < 0 then return nil, tat - now end
+  return new_tat, new_tat - now
+end
+local kt, kreset = gcra(KEYS[1], tonumber(ARGV[1]))
+if not kt then return {'1', tostring(kreset), tostring(kreset)} end
+local arate = tonumber(ARGV[2])
+if arate > 0 then
+  local at, areset = gcra(KEYS[2], arate)
+  if not at then
+    local cur = math.max(tonumber(redis.call('GET', KEYS[1]) or now), now)
+    return {'2', tostring(cur - now), tostring(areset)}
+  end
+  -- As redis_rate: at a rate so high that one request's interval is
+  -- lost in the float, there is nothing to keep.
+  if areset > 0 then redis.call('SET', KEYS[2], at, 'EX', math.ceil(areset)) end
+end
+if kreset > 0 then redis.call('SET', KEYS[1], kt, 'EX', math.ceil(kreset)) end
+return {'0', tostring(kreset), tostring(kreset)}
+`)
+
+// Pair is the outcome of KeyAndAccount.
+type Pair struct {
+	// Key is the key's own limit (its X-RateLimit-* figures; Remaining 0
+	// when the account refused); Allowed is false when either refused.
+	Key Result
+	// ByAccount: the account's ceiling refused the request; Account then
+	// holds its figures (Limit, Reset, RetryAfter) for the answer.
+	ByAccount bool
+	Account   Result
+}
+
+// KeyAndAccount checks and counts one request of API key keyID, at the
+// limiter's own rate, and of its account accountID, at accountRate
+// requests per second with a burst of as many (0: no ceiling), in one
+// round trip. Both states live on the account's hash slot.
+func (l *Limiter) KeyAndAccount(ctx context.Context, keyID, accountID string, accountRate int) (Pair, error) {
+	tag := "bulkd:rl:{" + accountID + "}:"
+	v, err := pairScript.Run(ctx, l.rdb, []string{tag + "k:" + keyID, tag + "a"}, l.perSecond, max(accountRate, 0)).StringSlice()
+	if err != nil || len(v) != 3 {
+		return Pair{}, fmt.Errorf("rate limit: %v %w", v, err)
+	}
+	secs := func(s string) time.Duration {
+		f, _ := strconv.ParseFloat(s, 64)
+		return time.Duration(f * float64(time.Second))
+	}
+	switch v[0] {
+	case "0":
+		return Pair{Key: l.result(ctx, true, secs(v[1]), l.perSecond, keyID)}, nil
+	case "1":
+		return Pair{Key: l.result(ctx, false, secs(v[1]), l.perSecond, keyID)}, nil
+	}
+	key := l.result(ctx, true, secs(v[1]), l.perSecond, keyID)
+	key.Allowed, key.Remaining = false, 0
+	acct := l.result(ctx, false, secs(v[2]), accountRate, "acct:"+accountID)
+	if acct.Reset.After(key.Reset) {
+		key.Reset = acct.Reset
+	}
+	key.RetryAfter = acct.RetryAfter
+	return Pair{Key: key, ByAccount: true, Account: acct}, nil
 }
 
 func ceilSeconds(t time.Time) int64 {

@@ -87,6 +87,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		}
 	}
 	st := accounts.NewStore(rdb, o.Now)
+	st.Limits = cfg.AccountLimits() // the key limit; the engine and API take the others below
 	bl := billing.New(rdb, o.Now)
 	proc := newProcessor(cfg, rdb, fams.registry, log)
 	var local *jobs.Local
@@ -107,6 +108,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	}
 	eng.MaxShards = cfg.MaxShards
 	eng.Retention = cfg.Retention
+	eng.Limits = cfg.AccountLimits()
 	if cfg.ResultsCacheBytes > 0 {
 		eng.RowCache = rowcache.New(cfg.ResultsCacheBytes)
 	}
@@ -122,7 +124,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
-		Dashboard: dash,
+		Dashboard: dash, Limits: cfg.AccountLimits(),
 	})
 	dash.API = api
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,

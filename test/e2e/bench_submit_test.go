@@ -15,7 +15,10 @@ import (
 // distinct network URLs (decode, classify, dedupe, charge, store), with no
 // workers running so only the submission is timed.
 func BenchmarkSubmit100k(b *testing.B) {
-	env := bulkdtest.Start(b, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) { c.ShardSize = 1000; c.RateLimit = 1_000_000 }))
+	env := bulkdtest.Start(b, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) {
+		c.ShardSize, c.RateLimit = 1000, 1_000_000
+		c.AccountMaxActiveJobs, c.AccountMaxStoredBytes = 0, 0 // b.N jobs of 100,000 rows, none completed
+	}))
 	_, key := env.Account(credits.Whole(int64(b.N+1) * 100_000))
 	var body bytes.Buffer
 	body.WriteString(`{"input":[`)

@@ -395,7 +395,9 @@ func TestUnlimitedBulkLookupQuota(t *testing.T) {
 // 10,000-a-day plan, from two keys of one account: exactly 100 are
 // accepted, the rest are 429, and the day's use ends at exactly 10,000.
 func TestUnlimitedBulkLookupConcurrentQuota(t *testing.T) {
-	env, _ := lookupStart(t, bulkdtest.NoWorkers())
+	// The quota is under test: 200 jobs that never run, past the default
+	// limit of active jobs per account (docs/security.md).
+	env, _ := lookupStart(t, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) { c.AccountMaxActiveJobs = 0 }))
 	acct, key := unlimitedAccount(t, env, accounts.PlanStarter)
 	keys := []string{key, env.Key(acct, accounts.Unlimited)}
 	var mu sync.Mutex
