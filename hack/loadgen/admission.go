@@ -67,7 +67,7 @@ func admissionMain(args []string) error {
 		}
 		res := admissionRun(b, key, body, *bodies, sc.retry)
 		fmt.Printf("%-28s bound=%s  %s  peak RSS %s  peak heap in use %d MiB  (rejections %s)\n", sc.name,
-			boundName(sc.bound), res, b.peakRSS(), res.peakHeap>>20, metricValue(b.base, "bulkd_admission_rejections_total"))
+			boundName(sc.bound), res, b.peakRSS(), res.peakHeap>>20, metricValue(b.metrics, "bulkd_admission_rejections_total"))
 		b.stop()
 	}
 	return nil
@@ -123,7 +123,7 @@ func admissionRun(b *bulkd, key string, body []byte, n int, retry bool) admissio
 	go func() {
 		defer close(sampled)
 		for {
-			if h := int64(metricFloat(b.base, "go_memstats_heap_inuse_bytes")); h > res.peakHeap {
+			if h := int64(metricFloat(b.metrics, "go_memstats_heap_inuse_bytes")); h > res.peakHeap {
 				res.peakHeap = h
 			}
 			select {
@@ -179,7 +179,8 @@ func metricValue(base, name string) string {
 	return strconv.FormatFloat(metricFloat(base, name), 'f', -1, 64)
 }
 
-// metricFloat reads one unlabelled metric from /metrics (0 when absent).
+// metricFloat reads one unlabelled metric from /metrics at base, bulkd's
+// --metrics-listen (0 when absent).
 func metricFloat(base, name string) float64 {
 	r, err := http.Get(base + "/metrics")
 	if err != nil {

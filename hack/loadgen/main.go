@@ -103,7 +103,7 @@ func credits_(bin string, clients, nkeys int, duration, warmup time.Duration, ra
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--redis-url", srv.URL, "--log-level", "warn",
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "0", "--redis-url", srv.URL, "--log-level", "warn",
 		"--rate-limit", fmt.Sprint(rateLimit))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

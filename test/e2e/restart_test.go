@@ -58,13 +58,18 @@ func TestRestart(t *testing.T) {
 	})
 }
 
-// restartLeaseFlags shortens shard leases when the binary can.
+// restartLeaseFlags shortens shard leases when the binary can, and turns
+// its metrics listener off (two lives overlap on the default address).
 func restartLeaseFlags(bin string) []string {
 	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
+	var flags []string
 	if strings.Contains(string(out), "-lease-ttl") {
-		return []string{"--lease-ttl", "2s"}
+		flags = append(flags, "--lease-ttl", "2s")
 	}
-	return nil
+	if strings.Contains(string(out), "-metrics-listen") {
+		flags = append(flags, "--metrics-listen", "0")
+	}
+	return flags
 }
 
 const (
