@@ -203,7 +203,7 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 			api.do(fmt.Sprintf("MADEUP%d", i), path, "")
 		}
 		api.do(http.MethodGet, fmt.Sprintf("/v1/nothing-%d/deeper", i), "", "X-API-Key", key)
-		api.do(http.MethodPut, "/v1/credits", "", "X-API-Key", key) // 405
+		api.do(http.MethodPut, "/v1/credits", "", "X-API-Key", key)                                        // 405
 		api.do(http.MethodGet, fmt.Sprintf("/v1/company-enrichment/bulk/job-%d", i), "", "X-API-Key", key) // 422
 	}
 	junk(0)
