@@ -305,17 +305,30 @@ func TestStalledUploadsOfOneAccountDoNotTurnOthersAway(t *testing.T) {
 		}
 	}
 
-	// A's stalled uploads are dropped after the grace: 408, connection closed.
+	// A's stalled uploads are dropped after the grace: 408, connection
+	// closed. Only one at a time may hold A's 1 MiB share (each may need all
+	// of it); the others wait their 2 s and get 429 account_busy: A's own.
+	ended := map[int]int{}
 	for i, u := range ups {
 		r, closing := u.answer(t, time.Until(started[i].Add(grace+5*time.Second)))
-		checkErrorBody(t, r, 408, "")
-		if !closing {
-			t.Fatalf("408 without Connection: close: %v", r.Header)
+		ended[r.Status]++
+		switch r.Status {
+		case 408:
+			checkErrorBody(t, r, 408, "")
+			if !closing {
+				t.Fatalf("408 without Connection: close: %v", r.Header)
+			}
+		default:
+			checkErrorBody(t, r, 429, "account_busy")
 		}
 	}
-	if n := testutil.ToFloat64(env.Parts.API.Metrics.SlowBodies); n != 40 {
-		t.Fatalf("slow bodies counted %v, want 40", n)
+	if ended[408] < 2 || ended[408]+ended[429] != 40 {
+		t.Fatalf("A's uploads ended %v", ended)
 	}
+	if n := testutil.ToFloat64(env.Parts.API.Metrics.SlowBodies); n != float64(ended[408]) {
+		t.Fatalf("slow bodies counted %v, want %d", n, ended[408])
+	}
+	t.Logf("A's 40 stalled uploads ended %v", ended)
 	admittedBytes(t, env, 0)
 }
 
@@ -450,4 +463,76 @@ func TestAccountShareBoundsOneAccount(t *testing.T) {
 func checkErrorBody(t *testing.T, r bulkdtest.Response, status int, code string) {
 	t.Helper()
 	checkError(t, response{Status: r.Status, Header: r.Header, Body: r.Body}, status, code)
+}
+
+// pacedPost POSTs body in 64 KiB pieces, one every pause, and returns the
+// answer: a client at full speed that is still in the middle of its body
+// while the others are in the middle of theirs.
+func pacedPost(t *testing.T, url, key string, body []byte, pause time.Duration) bulkdtest.Response {
+	pr, pw := io.Pipe()
+	go func() {
+		for off := 0; off < len(body); off += 64 << 10 {
+			if _, err := pw.Write(body[off:min(off+64<<10, len(body))]); err != nil {
+				return
+			}
+			time.Sleep(pause)
+		}
+		_ = pw.Close()
+	}()
+	req, err := http.NewRequest(http.MethodPost, url, pr)
+	if err != nil {
+		t.Error(err)
+		return bulkdtest.Response{}
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		_ = pr.CloseWithError(err)
+		return bulkdtest.Response{Status: -1, Body: []byte(err.Error())}
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	_ = pr.Close()
+	return bulkdtest.Response{Status: res.StatusCode, Header: res.Header, Body: b}
+}
+
+// TestConcurrentLargeBodiesAllFinish: weighing bytes as they arrive must
+// not let bodies that each hold part of the room all wait for more (hold
+// and wait). With a budget of 1.25 bodies of the largest size (the
+// automatic floor) and a share of one, two accounts' largest bodies sent
+// at the same time, and four of one account's, are all accepted: a read
+// is granted only while every body in flight can still finish, so one
+// goes on while the others wait for its room. Without that test, every
+// one of them held a part and was turned away after the 2 s wait.
+func TestConcurrentLargeBodiesAllFinish(t *testing.T) {
+	const mib = 1 << 20
+	env := bulkdtest.Start(t, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) {
+		c.MaxBodyBytes = mib
+		c.MaxDecodingBytes = mib + mib/4
+		c.RateLimit = 1_000_000
+	}))
+	_, keyX := env.Account(credits.Whole(1_000_000))
+	_, keyY := env.Account(credits.Whole(1_000_000))
+	const bulk = "/v1/company-enrichment/bulk"
+	body := companyBody(mib)
+	for c, keys := range [][]string{{keyX, keyY}, {keyX, keyX, keyX, keyX}} {
+		answers := make([]bulkdtest.Response, len(keys))
+		var wg sync.WaitGroup
+		for i, k := range keys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i] = pacedPost(t, env.URL+bulk, k, body, 10*time.Millisecond)
+			}()
+		}
+		wg.Wait()
+		for i, r := range answers {
+			if r.Status != 200 {
+				t.Fatalf("case %d, %d concurrent largest bodies: body %d got %d %s", c, len(keys), i, r.Status, r.Body)
+			}
+		}
+		admittedBytes(t, env, 0)
+	}
 }
