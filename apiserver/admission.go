@@ -10,21 +10,21 @@ package apiserver
 // Bytes are weighed as they ARRIVE, not by what a request declares: every
 // read of a body reserves the bytes it returns, from the account's share
 // (--max-decoding-bytes-per-account) and from the process's budget
-// (--max-decoding-bytes), when the grant leaves every body in flight a way
-// to finish (admission, below). Reserving a declared Content-Length up front let
-// one account's uploads that sent their headers and stalled hold the whole
-// budget without sending anything (issue 18, item 2: 120 stalled 64 MiB
-// uploads from one account made another account's 45-byte submission
-// answer 503). Now a stalled upload holds only what it sent.
+// (--max-decoding-bytes), when the grant leaves every body in flight a
+// way to finish (admission, below). Reserving a declared Content-Length up
+// front let one account's uploads that sent their headers and stalled hold
+// the whole budget without sending anything (issue 18, item 2: 120 stalled
+// 64 MiB uploads from one account made another account's 45-byte
+// submission answer 503). Now a stalled upload holds only what it sent.
 //
 // The reservation is held until the handler returns, not only while the
 // body streams in: the decoded rows live until the job is stored, and they
 // are what the bound is for.
 //
-// A read that finds no room waits up to 2 s (Deps.AdmissionWait) for it; then
-// the request is answered 429 account_busy when it was the account's own
-// share that was full (its own other bodies; the rest of the process is
-// untouched), else 503 server_busy. Either way nothing was charged.
+// A read that finds no room waits up to 2 s (Deps.AdmissionWait) for it;
+// then the request is answered 429 account_busy when it was the account's
+// own share that was full (its own other bodies; the rest of the process
+// is untouched), else 503 server_busy. Either way nothing was charged.
 //
 // A body must keep arriving: after --body-grace, at least --body-min-rate
 // bytes a second on average, and no single wait for the client longer than
