@@ -171,17 +171,25 @@ func (a *admission) leave(b *meteredBody) int64 {
 	if len(b.share.bodies) == 0 {
 		delete(a.accounts, b.account)
 	}
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.broadcast()
 	return held
 }
 
 // finish says b needs no more room (refused, or all read): it only holds
-// what it has until it leaves.
+// what it has until it leaves. That may make a waiting grant safe.
 func (a *admission) finish(b *meteredBody) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	b.max = b.held
+	if b.max != b.held {
+		b.max = b.held
+		a.broadcast()
+	}
+}
+
+// broadcast wakes the reads waiting for room; a.mu is held.
+func (a *admission) broadcast() {
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
 
 // refusal is why a reservation failed.
@@ -198,15 +206,17 @@ const (
 // process's budget, waiting up to a.wait for a grant that keeps both safe.
 // Bytes past b.max (only a chunked body over its limit, which its reader
 // is about to refuse with a 400) are not weighed.
-func (a *admission) reserve(ctx context.Context, b *meteredBody, n int64) refusal {
+// It returns how many bytes it took.
+func (a *admission) reserve(ctx context.Context, b *meteredBody, n int64) (refusal, int64) {
 	var timer *time.Timer
 	for {
 		a.mu.Lock()
-		why := a.tryGrant(b, min(n, max(b.max-b.held, 0)))
+		r := min(n, max(b.max-b.held, 0))
+		why := a.tryGrant(b, r)
 		ch := a.changed
 		a.mu.Unlock()
 		if why == admitted {
-			return admitted
+			return admitted, r
 		}
 		if timer == nil {
 			timer = time.NewTimer(a.wait)
@@ -215,9 +225,9 @@ func (a *admission) reserve(ctx context.Context, b *meteredBody, n int64) refusa
 		select {
 		case <-ch: // room was given back: try again
 		case <-timer.C:
-			return why
+			return why, 0
 		case <-ctx.Done():
-			return clientGone
+			return clientGone, 0
 		}
 	}
 }
@@ -364,9 +374,9 @@ func (b *meteredBody) Read(p []byte) (int, error) {
 		return 0, b.err
 	}
 	if n > 0 {
-		switch b.a.reserve(b.r.Context(), b, int64(n)) {
+		switch why, took := b.a.reserve(b.r.Context(), b, int64(n)); why {
 		case admitted:
-			b.s.Metrics.AdmissionBytes.Add(float64(n))
+			b.s.Metrics.AdmissionBytes.Add(float64(took))
 		case accountFull:
 			return 0, b.refuse(b.accountBusy())
 		case processFull:
@@ -432,7 +442,7 @@ func (b *meteredBody) refuse(e *apierr.Error) *apierr.Error {
 
 func (b *meteredBody) tooSlow() *apierr.Error {
 	b.s.Metrics.SlowBodies.Inc()
-	b.s.Logger.Info("admission: body dropped, it arrived too slowly",
+	b.s.Logger.Debug("admission: body dropped, it arrived too slowly",
 		"request_id", RequestIDFrom(b.r.Context()), "account", b.account, "route", b.pattern,
 		"received_bytes", b.received, "waited_ms", b.waited.Milliseconds())
 	if b.r.ProtoMajor == 1 {

@@ -58,18 +58,13 @@ func TestRestart(t *testing.T) {
 	})
 }
 
-// restartLeaseFlags shortens shard leases when the binary can, and turns
-// its metrics listener off (two lives overlap on the default address).
+// restartLeaseFlags shortens shard leases when the binary can.
 func restartLeaseFlags(bin string) []string {
 	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
-	var flags []string
 	if strings.Contains(string(out), "-lease-ttl") {
-		flags = append(flags, "--lease-ttl", "2s")
+		return []string{"--lease-ttl", "2s"}
 	}
-	if strings.Contains(string(out), "-metrics-listen") {
-		flags = append(flags, "--metrics-listen", "0")
-	}
-	return flags
+	return nil
 }
 
 const (
@@ -177,6 +172,11 @@ type restartProc struct {
 func restartServe(t *testing.T, bin, listen string, args ...string) *restartProc {
 	t.Helper()
 	all := append([]string{"serve", "--listen", listen}, args...)
+	// No metrics listener when the binary has one: its default address
+	// would be shared by every bulkd the suites start at once.
+	if out, _ := exec.Command(bin, "serve", "-h").CombinedOutput(); strings.Contains(string(out), "-metrics-listen") {
+		all = append(all, "--metrics-listen", "0")
+	}
 	cmd := exec.Command(bin, all...)
 	for _, kv := range os.Environ() { // only our flags configure it
 		k, _, _ := strings.Cut(kv, "=")
