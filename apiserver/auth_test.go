@@ -2,10 +2,13 @@ package apiserver_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
@@ -159,15 +162,15 @@ func TestCreditsAndUsage(t *testing.T) {
 }
 
 // /metrics exposes requests by route pattern (never raw paths), latency,
-// auth failures and rate-limit rejections.
+// auth failures and rate-limit rejections. It is served by MetricsHandler
+// (on --metrics-listen), not by the API's router.
 func TestMetricsEndpoint(t *testing.T) {
 	api := newTestAPI(t, withRateLimit(1))
 	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
 	api.get("/v1/credits", key)
 	api.get("/v1/credits", key) // over the limit of 1/s
 	api.get("/v1/credits", "")
-	r := api.do("GET", "/metrics", "")
-	body := string(r.Body)
+	body := api.metrics()
 	for _, want := range []string{
 		`bulkd_http_requests_total{method="GET",route="/v1/credits",status="200"} 1`,
 		`bulkd_http_requests_total{method="GET",route="/v1/credits",status="429"} 1`,
@@ -178,6 +181,53 @@ func TestMetricsEndpoint(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+	// Not on the API's own address.
+	checkError(t, api.do("GET", "/metrics", ""), 404, "")
+}
+
+// TestMetricsLabelsAreBounded is issue 18's item 4: the request metrics'
+// labels take only values bulkd chooses. 100 unauthenticated requests with
+// made-up methods and paths, after one of each kind, add no line to
+// /metrics (before, each new method added a counter and a histogram: 100
+// grew /metrics from 262 to 2,080 lines); routes are labelled by their
+// pattern, whatever the path's ids, and what no route takes is
+// "unmatched".
+func TestMetricsLabelsAreBounded(t *testing.T) {
+	api := newTestAPI(t)
+	_, key := api.account(credits.Whole(1), accounts.PayAsYouGo)
+	junk := func(i int) {
+		for _, path := range []string{"/v1/credits", fmt.Sprintf("/v1/nothing-%d", i), fmt.Sprintf("/x%d", i),
+			"/v1/company-enrichment/bulk/" + uuid.NewString()} {
+			api.do(fmt.Sprintf("MADEUP%d", i), path, "")
+		}
+		api.do(http.MethodGet, fmt.Sprintf("/v1/nothing-%d/deeper", i), "", "X-API-Key", key)
+		api.do(http.MethodPut, "/v1/credits", "", "X-API-Key", key)                                        // 405
+		api.do(http.MethodGet, fmt.Sprintf("/v1/company-enrichment/bulk/job-%d", i), "", "X-API-Key", key) // 422
+	}
+	junk(0)
+	before := api.metrics()
+	for i := 1; i <= 100; i++ {
+		junk(i)
+	}
+	after := api.metrics()
+	if b, a := strings.Count(before, "\n"), strings.Count(after, "\n"); a != b {
+		t.Errorf("/metrics grew from %d to %d lines with 100 made-up methods and paths", b, a)
+	}
+	for _, want := range []string{
+		`bulkd_http_requests_total{method="OTHER",route="unmatched",status="405"}`,
+		`bulkd_http_requests_total{method="GET",route="unmatched",status="404"} 101`,
+		`bulkd_http_requests_total{method="PUT",route="unmatched",status="405"} 101`,
+		`bulkd_http_requests_total{method="GET",route="/v1/company-enrichment/bulk/{job_id}",status="422"} 101`,
+	} {
+		if !strings.Contains(after, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, bad := range []string{"MADEUP", "nothing-", `route="/x`, "job-"} {
+		if strings.Contains(after, bad) {
+			t.Errorf("a client's %q made it into /metrics", bad)
 		}
 	}
 }

@@ -40,6 +40,9 @@ func DecodeJSONBytes(b []byte, v any) *apierr.Error {
 }
 
 func readError(err error) *apierr.Error {
+	if e := apierr.Carried(err); e != nil {
+		return e // admission control's answer (admission.go)
+	}
 	if e := apierr.TooLarge(err); e != nil {
 		return e
 	}

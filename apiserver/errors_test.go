@@ -100,7 +100,6 @@ func TestErrorBodies(t *testing.T) {
 		"/v1/company-enrichment/bulk/x": "GET",
 		"/v1/unlimited/usage":           "GET",
 		"/healthz":                      "GET",
-		"/metrics":                      "GET",
 	} {
 		r := api.do(http.MethodPut, path, "", k...)
 		if r.Status != 405 || r.Header.Get("Allow") != allow {
@@ -220,7 +219,7 @@ func TestEveryAnswerIsNoStore(t *testing.T) {
 		{http.MethodGet, "/v1/credits", true}, {http.MethodGet, "/v1/credits", false},
 		{http.MethodGet, "/v1/nothing", false}, {http.MethodPut, "/v1/credits", false},
 		{http.MethodGet, "/healthz", false}, {http.MethodGet, "/readyz", false},
-		{http.MethodGet, "/metrics", false}, {http.MethodGet, "/openapi.json", false},
+		{http.MethodGet, "/openapi.json", false},
 	} {
 		var h []string
 		if c.key {

@@ -76,6 +76,18 @@ func newTestAPI(t *testing.T, opts ...option) *testAPI {
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}}
 }
 
+// metrics is what GET /metrics answers (Server.MetricsHandler, served on
+// its own listener by bulkd).
+func (a *testAPI) metrics() string {
+	a.t.Helper()
+	rec := httptest.NewRecorder()
+	a.Server.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != 200 {
+		a.t.Fatalf("GET /metrics: %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
 // account makes an account with a balance and returns it with one key of typ.
 func (a *testAPI) account(bal credits.Amount, typ accounts.KeyType) (string, string) {
 	a.t.Helper()

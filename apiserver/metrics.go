@@ -18,9 +18,12 @@ type Metrics struct {
 	AuthFailures     prometheus.Counter
 	ChargesByOutcome *prometheus.CounterVec
 	// Admission control (admission.go).
-	AdmissionBytes    prometheus.Gauge
-	AdmissionMax      prometheus.Gauge
-	AdmissionRejected prometheus.Counter
+	AdmissionBytes           prometheus.Gauge
+	AdmissionMax             prometheus.Gauge
+	AdmissionRejected        prometheus.Counter
+	AdmissionAccountMax      prometheus.Gauge
+	AdmissionAccountRejected prometheus.Counter
+	SlowBodies               prometheus.Counter
 }
 
 // NewMetrics registers the collectors on a fresh registry.
@@ -28,7 +31,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bulkd_http_requests_total", Help: "HTTP requests by route pattern, method and status.",
+			Name: "bulkd_http_requests_total", Help: "HTTP requests by route pattern (\"unmatched\" when no route took it), method (OTHER when not a standard one) and status.",
 		}, []string{"route", "method", "status"}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "bulkd_http_request_duration_seconds", Help: "HTTP request latency by route pattern and method.",
@@ -47,7 +50,7 @@ func NewMetrics() *Metrics {
 			Name: "bulkd_charges_total", Help: "Charge attempts by outcome: ok, insufficient, quota, limit (refused at an account limit before any charge), failed (the submission failed; any charge taken was reversed).",
 		}, []string{"outcome"}),
 		AdmissionBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "bulkd_admission_bytes", Help: "Bytes of request bodies admitted and being decoded now (weighed by Content-Length, or the route's body limit when chunked).",
+			Name: "bulkd_admission_bytes", Help: "Bytes of request bodies received and being decoded now, weighed as they arrive.",
 		}),
 		AdmissionMax: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bulkd_admission_max_bytes", Help: "The bound on bulkd_admission_bytes (--max-decoding-bytes).",
@@ -55,9 +58,18 @@ func NewMetrics() *Metrics {
 		AdmissionRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bulkd_admission_rejections_total", Help: "Requests answered 503 server_busy because their body did not fit under --max-decoding-bytes in time.",
 		}),
+		AdmissionAccountMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bulkd_admission_account_max_bytes", Help: "One account's share of --max-decoding-bytes (--max-decoding-bytes-per-account).",
+		}),
+		AdmissionAccountRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bulkd_admission_account_rejections_total", Help: "Requests answered 429 account_busy because their account's other bodies took its whole share of --max-decoding-bytes.",
+		}),
+		SlowBodies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bulkd_slow_bodies_total", Help: "Requests answered 408 and closed because their body arrived slower than --body-min-rate after --body-grace.",
+		}),
 	}
 	m.Registry.MustRegister(m.Requests, m.Latency, m.RateLimited, m.CreditsCharged, m.AuthFailures, m.ChargesByOutcome,
-		m.AdmissionBytes, m.AdmissionMax, m.AdmissionRejected,
+		m.AdmissionBytes, m.AdmissionMax, m.AdmissionRejected, m.AdmissionAccountMax, m.AdmissionAccountRejected, m.SlowBodies,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -44,6 +44,16 @@ type Deps struct {
 	AdmissionWait time.Duration
 	Now           func() time.Time
 
+	// MaxDecodingBytesPerAccount is one account's share of
+	// MaxDecodingBytes (a 429 account_busy past it); 0 is
+	// DefaultMaxDecodingBytesPerAccount.
+	MaxDecodingBytesPerAccount int64
+	// BodyMinRate is the least rate, in bytes a second, a request body
+	// must arrive at after BodyGrace (a 408 below it); 0: no such rule,
+	// only the HTTP server's read timeout.
+	BodyMinRate int64
+	BodyGrace   time.Duration // 0: 5 s
+
 	Jobs *jobs.Engine
 	// Bulk are the families' bulk endpoints, mounted in order.
 	Bulk []Bulk
@@ -107,20 +117,53 @@ func New(d Deps) *Server {
 	if d.AdmissionWait <= 0 {
 		d.AdmissionWait = defaultAdmissionWait
 	}
+	if d.MaxDecodingBytesPerAccount == 0 {
+		d.MaxDecodingBytesPerAccount = DefaultMaxDecodingBytesPerAccount(d.MaxDecodingBytes, d.MaxBodyBytes)
+	}
+	// At least one body of the largest size, at most the whole bound.
+	d.MaxDecodingBytesPerAccount = min(max(d.MaxDecodingBytesPerAccount, d.MaxBodyBytes), d.MaxDecodingBytes)
+	if d.BodyGrace <= 0 {
+		d.BodyGrace = defaultBodyGrace
+	}
 	d.Idempotency.defaults()
 	s := &Server{Deps: d, idem: newIdemMetrics(d.Metrics.Registry)}
 	s.spamChecks = newSpamMetrics(d.Metrics.Registry)
 	if d.Jobs != nil && d.Jobs.RowCache != nil {
 		d.Metrics.Registry.MustRegister(rowCacheCollector{d.Jobs.RowCache})
 	}
-	s.admission = newAdmission(d.MaxDecodingBytes, d.AdmissionWait)
+	s.admission = newAdmission(d.MaxDecodingBytes, d.MaxDecodingBytesPerAccount, d.AdmissionWait, d.BodyMinRate, d.BodyGrace)
 	d.Metrics.AdmissionMax.Set(float64(d.MaxDecodingBytes))
+	d.Metrics.AdmissionAccountMax.Set(float64(d.MaxDecodingBytesPerAccount))
+	if d.MaxDecodingBytesPerAccount >= d.MaxDecodingBytes {
+		d.Logger.Warn("admission: one account's share of --max-decoding-bytes is all of it, so one account's bodies can turn every other account away; "+
+			"give --max-decoding-bytes more than --max-decoding-bytes-per-account",
+			"max_decoding_bytes", d.MaxDecodingBytes, "max_decoding_bytes_per_account", d.MaxDecodingBytesPerAccount)
+	}
 	s.router = s.routes()
 	return s
 }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// MetricsHandler serves GET /metrics (Prometheus) and nothing else. It is
+// not on the API's router: bulkd serves it on a listener of its own
+// (--metrics-listen, internal/serve), so that the API's address, and the
+// chart's API Service, never expose the process's internals.
+func (s *Server) MetricsHandler() http.Handler {
+	prom := promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		prom.ServeHTTP(w, r)
+	})
+	return mux
+}
 
 // Routes is the router, for walking its routes (tests sweep every route).
 func (s *Server) Routes() chi.Routes { return s.router }
@@ -150,7 +193,6 @@ func (s *Server) routes() chi.Router {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", serveOpenAPI)
 	if s.Dashboard != nil {
 		r.Mount("/dashboard", s.Dashboard)

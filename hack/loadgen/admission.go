@@ -31,6 +31,7 @@ func admissionMain(args []string) error {
 	bodies := fs.Int("bodies", 20, "concurrent submissions")
 	bodyMiB := fs.Int("body-mib", 64, "size of each submission body, MiB (at most --max-body-bytes)")
 	bound := fs.Int64("max-decoding-bytes", 0, "bulkd --max-decoding-bytes of the bounded runs (0: bulkd's default)")
+	nAccounts := fs.Int("accounts", 1, "accounts the bodies are spread over (each account has its share of the bound)")
 	_ = fs.Parse(args)
 
 	srv, rdb, cleanup, err := privateRedis()
@@ -41,7 +42,7 @@ func admissionMain(args []string) error {
 	ctx := context.Background()
 	st := accounts.NewStore(rdb, nil)
 	body := bigCompanyBody(*bodyMiB << 20)
-	fmt.Printf("%d concurrent bodies of %d bytes (100,000 distinct network URLs each)\n", *bodies, len(body))
+	fmt.Printf("%d concurrent bodies of %d bytes (100,000 distinct network URLs each) from %d accounts\n", *bodies, len(body), max(*nAccounts, 1))
 
 	for _, sc := range []struct {
 		name  string
@@ -55,19 +56,21 @@ func admissionMain(args []string) error {
 		if err := rdb.FlushDB(ctx).Err(); err != nil {
 			return err
 		}
-		// Each scenario on a fresh account.
-		key, err := paygKey(ctx, st, "admission", credits.Whole(1_000_000_000))
-		if err != nil {
-			return err
+		// Each scenario on fresh accounts.
+		keys := make([]string, max(*nAccounts, 1))
+		for i := range keys {
+			if keys[i], err = paygKey(ctx, st, fmt.Sprintf("admission-%d", i), credits.Whole(1_000_000_000)); err != nil {
+				return err
+			}
 		}
 		// No workers' memory in the numbers: only the submissions run.
 		b, err := startBulkd(*bin, srv.URL, "--max-decoding-bytes", strconv.FormatInt(sc.bound, 10), "--workers", "1")
 		if err != nil {
 			return err
 		}
-		res := admissionRun(b, key, body, *bodies, sc.retry)
+		res := admissionRun(b, keys, body, *bodies, sc.retry)
 		fmt.Printf("%-28s bound=%s  %s  peak RSS %s  peak heap in use %d MiB  (rejections %s)\n", sc.name,
-			boundName(sc.bound), res, b.peakRSS(), res.peakHeap>>20, metricValue(b.base, "bulkd_admission_rejections_total"))
+			boundName(sc.bound), res, b.peakRSS(), res.peakHeap>>20, metricValue(b.metrics, "bulkd_admission_rejections_total"))
 		b.stop()
 	}
 	return nil
@@ -113,8 +116,8 @@ func (r admissionResult) String() string {
 
 // admissionRun sends n concurrent submissions of body and samples the
 // server's heap while they run. With retry, a client turned away with 503
-// waits Retry-After and sends again until it is accepted.
-func admissionRun(b *bulkd, key string, body []byte, n int, retry bool) admissionResult {
+// or 429 waits Retry-After and sends again until it is accepted.
+func admissionRun(b *bulkd, keys []string, body []byte, n int, retry bool) admissionResult {
 	hc := &http.Client{Timeout: 5 * time.Minute}
 	res := admissionResult{codes: map[string]int{}}
 	var mu sync.Mutex
@@ -123,7 +126,7 @@ func admissionRun(b *bulkd, key string, body []byte, n int, retry bool) admissio
 	go func() {
 		defer close(sampled)
 		for {
-			if h := int64(metricFloat(b.base, "go_memstats_heap_inuse_bytes")); h > res.peakHeap {
+			if h := int64(metricFloat(b.metrics, "go_memstats_heap_inuse_bytes")); h > res.peakHeap {
 				res.peakHeap = h
 			}
 			select {
@@ -135,7 +138,8 @@ func admissionRun(b *bulkd, key string, body []byte, n int, retry bool) admissio
 	}()
 	start := time.Now()
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
+		key := keys[i%len(keys)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -149,7 +153,7 @@ func admissionRun(b *bulkd, key string, body []byte, n int, retry bool) admissio
 					raw, _ := io.ReadAll(r.Body)
 					r.Body.Close()
 					code = strconv.Itoa(r.StatusCode)
-					if r.StatusCode != 200 && r.StatusCode != 503 {
+					if r.StatusCode != 200 && r.StatusCode != 503 && r.StatusCode != 429 {
 						fmt.Fprintf(os.Stderr, "submission: %d %.300s\n", r.StatusCode, raw)
 					}
 					wait, _ = strconv.Atoi(r.Header.Get("Retry-After"))
@@ -159,7 +163,9 @@ func admissionRun(b *bulkd, key string, body []byte, n int, retry bool) admissio
 				mu.Lock()
 				res.codes[code]++
 				mu.Unlock()
-				if !retry || code != "503" {
+				// 503 server_busy, and 429 account_busy: the bodies are all
+				// one account's, which has a share of the budget.
+				if !retry || (code != "503" && code != "429") {
 					return
 				}
 				time.Sleep(time.Duration(max(wait, 1)) * time.Second)
@@ -179,7 +185,8 @@ func metricValue(base, name string) string {
 	return strconv.FormatFloat(metricFloat(base, name), 'f', -1, 64)
 }
 
-// metricFloat reads one unlabelled metric from /metrics (0 when absent).
+// metricFloat reads one unlabelled metric from /metrics at base, bulkd's
+// --metrics-listen (0 when absent).
 func metricFloat(base, name string) float64 {
 	r, err := http.Get(base + "/metrics")
 	if err != nil {

@@ -227,8 +227,9 @@ func submission(values []string, field string) []byte {
 }
 
 type bulkd struct {
-	cmd  *exec.Cmd
-	base string
+	cmd     *exec.Cmd
+	base    string
+	metrics string // base URL of --metrics-listen
 }
 
 func startBulkd(bin, redisURL string, extra ...string) (*bulkd, error) {
@@ -236,7 +237,11 @@ func startBulkd(bin, redisURL string, extra ...string) (*bulkd, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
+	maddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--listen", addr, "--metrics-listen", maddr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
 		// Load runs submit far more than one account may hold at once.
 		"--account-max-active-jobs", "0", "--account-max-stored-bytes", "0"}, extra...)
 	cmd := exec.Command(bin, args...)
@@ -244,7 +249,7 @@ func startBulkd(bin, redisURL string, extra ...string) (*bulkd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	b := &bulkd{cmd: cmd, base: "http://" + addr}
+	b := &bulkd{cmd: cmd, base: "http://" + addr, metrics: "http://" + maddr}
 	if err := waitHealthy(b.base, 15*time.Second); err != nil {
 		b.stop()
 		return nil, err
@@ -374,7 +379,7 @@ func report(what string, lat []time.Duration, over time.Duration) {
 
 // cacheStats reads the row cache's counters from /metrics.
 func (b *bulkd) cacheStats(hc *http.Client) string {
-	res, err := hc.Get(b.base + "/metrics")
+	res, err := hc.Get(b.metrics + "/metrics")
 	if err != nil {
 		return "row cache: " + err.Error()
 	}

@@ -302,7 +302,11 @@ func startBulkdEnv(bin, redisURL string, env []string, extra ...string) (*bulkd,
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--listen", addr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
+	maddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--listen", addr, "--metrics-listen", maddr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
 		// Load runs submit far more than one account may hold at once.
 		"--account-max-active-jobs", "0", "--account-max-stored-bytes", "0"}, extra...)
 	cmd := exec.Command(bin, args...)
@@ -311,7 +315,7 @@ func startBulkdEnv(bin, redisURL string, env []string, extra ...string) (*bulkd,
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	b := &bulkd{cmd: cmd, base: "http://" + addr}
+	b := &bulkd{cmd: cmd, base: "http://" + addr, metrics: "http://" + maddr}
 	if err := waitHealthy(b.base, 15*time.Second); err != nil {
 		b.stop()
 		return nil, err

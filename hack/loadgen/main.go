@@ -8,6 +8,7 @@
 //	go run ./hack/loadgen lookup --bin bin/bulkd (lookup.go)
 //	go run ./hack/loadgen spam --bin bin/bulkd (spam.go)
 //	go run ./hack/loadgen admission --bin bin/bulkd (admission.go)
+//	go run ./hack/loadgen stalled --bin bin/bulkd (stalled.go)
 package main
 
 import (
@@ -52,6 +53,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "stalled" {
+		if err := stalledMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "spam" {
 		if err := spamMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -67,7 +75,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|spam [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|stalled|spam [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)
@@ -103,7 +111,7 @@ func credits_(bin string, clients, nkeys int, duration, warmup time.Duration, ra
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--redis-url", srv.URL, "--log-level", "warn",
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--metrics-listen", "0", "--redis-url", srv.URL, "--log-level", "warn",
 		"--rate-limit", fmt.Sprint(rateLimit))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -23,6 +23,9 @@ func TooLarge(err error) *Error {
 // to an API error: a body over its limit or malformed JSON is 400, a value
 // of the wrong type 422 with its location.
 func FromJSON(err error) *Error {
+	if e := Carried(err); e != nil {
+		return e
+	}
 	if e := TooLarge(err); e != nil {
 		return e
 	}

@@ -45,6 +45,12 @@ type Config struct {
 	// across the process (admission control); 0: derived from the Go
 	// memory limit (apiserver.DefaultMaxDecodingBytes).
 	MaxDecodingBytes int64
+	// Admission control per account and per body, and the metrics
+	// listener (issue 18, docs/security.md).
+	MaxDecodingBytesPerAccount int64         // one account's share of MaxDecodingBytes; 0: automatic
+	BodyMinRate                int64         // least bytes/s a request body arrives at after BodyGrace; 0: no rule
+	BodyGrace                  time.Duration // before BodyMinRate applies; also the longest pause
+	MetricsListen              string        // address of /metrics; "" or "0": none
 
 	RateLimit int // requests per second per key
 
@@ -172,6 +178,9 @@ func Default() Config {
 		IdleTimeout:       120 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
 		MaxBodyBytes:      64 << 20,
+		BodyMinRate:       64 << 10,
+		BodyGrace:         5 * time.Second,
+		MetricsListen:     "127.0.0.1:9090",
 		RateLimit:         20,
 		DemoKeysFile:      "var/demo-keys.env",
 		ShardSize:         1000,
@@ -224,6 +233,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	dur(fs, &c.ShutdownTimeout, "shutdown-timeout", "how long graceful shutdown waits for in-flight requests")
 	num64(fs, &c.MaxBodyBytes, "max-body-bytes", "largest request body accepted, in bytes")
 	num64(fs, &c.MaxDecodingBytes, "max-decoding-bytes", "bytes of request bodies decoded at once across the process; a body that does not fit within 2 s gets 503 server_busy (0: a quarter of the Go memory limit's worth, else 4 x --max-body-bytes)")
+	num64(fs, &c.MaxDecodingBytesPerAccount, "max-decoding-bytes-per-account", "one account's share of --max-decoding-bytes; a body that does not fit within 2 s gets 429 account_busy (0: a quarter of --max-decoding-bytes, at least --max-body-bytes)")
+	num64(fs, &c.BodyMinRate, "body-min-rate", "least rate in bytes per second a request body must arrive at after --body-grace; a slower body gets 408 and its connection closed (0: no such rule)")
+	dur(fs, &c.BodyGrace, "body-grace", "time a request body may take before --body-min-rate applies; also the longest pause allowed while it arrives")
+	str(fs, &c.MetricsListen, "metrics-listen", `address to serve /metrics (Prometheus) on, apart from the API ("0" or empty: no metrics)`)
 	num(fs, &c.RateLimit, "rate-limit", "requests per second per API key (SPEC: 20)")
 	str(fs, &c.MonthlyLookupCaps, "monthly-lookup-caps", "monthly single-lookup caps per unlimited plan, e.g. starter=20000,standard=60000")
 	num(fs, &c.ShardSize, "shard-size", "distinct inputs per shard (the unit of work)")
@@ -386,6 +399,18 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxDecodingBytes != 0 && c.MaxDecodingBytes < c.MaxBodyBytes {
 		return fmt.Errorf("--max-decoding-bytes must be 0 (automatic) or at least --max-body-bytes (%d), or a body of the largest size could never be admitted", c.MaxBodyBytes)
+	}
+	if c.MaxDecodingBytesPerAccount != 0 && (c.MaxDecodingBytesPerAccount < c.MaxBodyBytes ||
+		(c.MaxDecodingBytes != 0 && c.MaxDecodingBytesPerAccount > c.MaxDecodingBytes)) {
+		return fmt.Errorf("--max-decoding-bytes-per-account must be 0 (automatic) or from --max-body-bytes (%d) to --max-decoding-bytes", c.MaxBodyBytes)
+	}
+	if c.BodyMinRate < 0 || c.BodyGrace < 100*time.Millisecond || c.BodyGrace > 5*time.Minute {
+		return fmt.Errorf("--body-min-rate must not be negative and --body-grace must be 100ms..5m")
+	}
+	if m := c.MetricsListen; m != "" && m != "0" {
+		if _, _, err := net.SplitHostPort(m); err != nil {
+			return fmt.Errorf("--metrics-listen must be host:port, :port, or 0 for none: %w", err)
+		}
 	}
 	if c.ShardSize < 1 || c.ShardSize > 100_000 {
 		return fmt.Errorf("--shard-size must be 1..100000")

@@ -67,6 +67,9 @@ type Options struct {
 	// Now is the clock of the API, billing and the engine (tests move it
 	// across a UTC midnight); nil is time.Now.
 	Now func() time.Time
+	// MetricsReady, if not nil, receives the bound address of the
+	// metrics listener (--metrics-listen) once it is up.
+	MetricsReady chan<- string
 }
 
 // Build assembles the standalone components on rdb. Nothing starts running.
@@ -124,6 +127,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
+		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Dashboard: dash, Limits: cfg.AccountLimits(),
 	})
 	dash.API = api
@@ -442,6 +446,11 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	if cfg.Demo {
 		demoDashboard(ctx, c, cfg, ln.Addr().String(), stdout, log)
 	}
+	msrv, err := serveMetrics(cfg, c.API, log, o.MetricsReady)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -452,6 +461,10 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	if msrv != nil {
+		// Scrapes are short: no need to let one finish.
+		_ = msrv.Close()
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("graceful shutdown: %w", err)
 	}
@@ -459,6 +472,40 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 		return err
 	}
 	return nil
+}
+
+// serveMetrics serves the API's /metrics on --metrics-listen, a listener
+// of its own (issue 18, item 4): the API's address, which customers reach,
+// never exposes it, and the chart publishes it on a Service of its own.
+// nil when --metrics-listen is "" or "0".
+func serveMetrics(cfg config.Config, api *apiserver.Server, log *slog.Logger, ready chan<- string) (*http.Server, error) {
+	if cfg.MetricsListen == "" || cfg.MetricsListen == "0" {
+		log.Info("no --metrics-listen: /metrics is not served")
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           api.MetricsHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("bulkd serving metrics", "addr", ln.Addr().String())
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return srv, nil
 }
 
 // Demo makes sure a demo account with credits, an active starter plan and

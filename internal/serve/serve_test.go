@@ -70,6 +70,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	_, srv := testredis.Client(t)
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.MetricsListen = "0" // none: the default port may be taken by another test
 	cfg.RedisURL = srv.URL
 	cfg.Demo = true
 	cfg.DemoKeysFile = filepath.Join(t.TempDir(), "keys.env")
@@ -107,6 +108,69 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("still serving after shutdown")
+	}
+}
+
+// /metrics is served on --metrics-listen and only there (issue 18, item
+// 4): the API's address answers it 404, the metrics address answers
+// nothing else, and both stop at shutdown. `bulkd apiserver` runs the same
+// RunWith.
+func TestMetricsOnTheirOwnListener(t *testing.T) {
+	_, srv := testredis.Client(t)
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.MetricsListen = "127.0.0.1:0"
+	cfg.RedisURL = srv.URL
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, metricsReady := make(chan string, 1), make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWith(ctx, cfg, quietLog(), io.Discard, ready, Options{MetricsReady: metricsReady})
+	}()
+	var api, metrics string
+	for api == "" || metrics == "" {
+		select {
+		case api = <-ready:
+		case metrics = <-metricsReady:
+		case err := <-done:
+			t.Fatalf("Run: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("not serving after 30 s")
+		}
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	get := func(url string) (int, string) {
+		t.Helper()
+		res, err := hc.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := get("http://" + api + "/healthz"); code != 200 {
+		t.Fatalf("API /healthz: %d", code)
+	}
+	if code, body := get("http://" + api + "/metrics"); code != 404 || strings.Contains(body, "bulkd_") {
+		t.Fatalf("API /metrics: %d %.200s", code, body)
+	}
+	code, body := get("http://" + metrics + "/metrics")
+	if code != 200 || !strings.Contains(body, `bulkd_http_requests_total{method="GET",route="/healthz",status="200"} 1`) ||
+		!strings.Contains(body, `route="unmatched",status="404"`) {
+		t.Fatalf("metrics listener /metrics: %d\n%s", code, body)
+	}
+	for _, path := range []string{"/healthz", "/v1/credits", "/openapi.json"} {
+		if code, _ := get("http://" + metrics + path); code != 404 {
+			t.Errorf("metrics listener %s: %d, want 404", path, code)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := hc.Get("http://" + metrics + "/metrics"); err == nil {
+		t.Fatal("metrics still served after shutdown")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +77,27 @@ var scenarios = []scenario{
 			}
 			if v := envOf(api)["BULKD_RESULTS_CACHE_BYTES"]["value"]; v != "268435456" {
 				t.Errorf("apiserver BULKD_RESULTS_CACHE_BYTES %v", v)
+			}
+			// /metrics on a listener and a Service of its own, never on the
+			// API's Service (issue 18, item 4).
+			if v := envOf(api)["BULKD_METRICS_LISTEN"]["value"]; v != ":9090" {
+				t.Errorf("apiserver BULKD_METRICS_LISTEN %v", v)
+			}
+			ports := map[any]any{}
+			for _, p := range asSlice(api["ports"]) {
+				ports[asMap(p)["name"]] = asMap(p)["containerPort"]
+			}
+			if len(ports) != 2 || ports["http"] == nil || fmt.Sprint(ports["metrics"]) != "9090" {
+				t.Errorf("apiserver container ports %v", ports)
+			}
+			for _, p := range asSlice(nested(t, r.get(t, "Service", "bulkd-apiserver"), "spec", "ports")) {
+				if asMap(p)["targetPort"] != "http" {
+					t.Errorf("the API Service exposes %v", p)
+				}
+			}
+			mp := asSlice(nested(t, r.get(t, "Service", "bulkd-apiserver-metrics"), "spec", "ports"))
+			if len(mp) != 1 || asMap(mp[0])["targetPort"] != "metrics" || fmt.Sprint(asMap(mp[0])["port"]) != "9090" {
+				t.Errorf("apiserver metrics Service ports %v", mp)
 			}
 			probe := asMap(asMap(api["readinessProbe"])["httpGet"])
 			if probe["path"] != "/readyz" || probe["port"] != "http" {
@@ -293,6 +315,9 @@ networkPolicy:
 				}
 				if matched != 1 {
 					t.Errorf("ServiceMonitor %s selects %d Services", sm.GetName(), matched)
+				}
+				if ep["port"] != "metrics" {
+					t.Errorf("ServiceMonitor %s scrapes port %v, not metrics", sm.GetName(), ep["port"])
 				}
 			}
 			r.get(t, "PodDisruptionBudget", "bulkd-prod-apiserver")

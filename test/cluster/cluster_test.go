@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -367,7 +368,21 @@ func TestAPIMemoryLimitFromContainer(t *testing.T) {
 			t.Errorf("pod %s did not set its Go memory limit from the container's; its log:\n%s", p.Name, raw)
 		}
 	}
-	res, err := http.Get(h.apiURL + "/metrics")
+	// /metrics is on the apiserver-metrics Service, never the API's (issue 18).
+	hc := &http.Client{Timeout: 10 * time.Second}
+	res, err := hc.Get(h.apiURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("the API Service answers /metrics with %d, want 404", res.StatusCode)
+	}
+	svc, err := h.cs.CoreV1().Services(h.ns).Get(ctx, release+"-apiserver-metrics", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP == "" || len(svc.Spec.Ports) != 1 {
+		t.Fatalf("apiserver metrics Service: %v %+v", err, svc)
+	}
+	res, err = hc.Get(fmt.Sprintf("http://%s/metrics", net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(svc.Spec.Ports[0].Port))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,6 +172,11 @@ type restartProc struct {
 func restartServe(t *testing.T, bin, listen string, args ...string) *restartProc {
 	t.Helper()
 	all := append([]string{"serve", "--listen", listen}, args...)
+	// No metrics listener when the binary has one: its default address
+	// would be shared by every bulkd the suites start at once.
+	if out, _ := exec.Command(bin, "serve", "-h").CombinedOutput(); strings.Contains(string(out), "-metrics-listen") {
+		all = append(all, "--metrics-listen", "0")
+	}
 	cmd := exec.Command(bin, all...)
 	for _, kv := range os.Environ() { // only our flags configure it
 		k, _, _ := strings.Cut(kv, "=")

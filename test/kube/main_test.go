@@ -357,6 +357,7 @@ func (h *harness) startAgent(ctx context.Context, out io.Writer) {
 func apiConfig() config.Config {
 	c := config.Default()
 	c.Listen = "127.0.0.1:0"
+	c.MetricsListen = "0" // TestSubcommands checks the metrics listener
 	c.RedisURL = h.redisURL
 	c.LogFormat = "text"
 	c.ShardSize = shardSize

@@ -23,12 +23,12 @@ import (
 // in-process controller holds the leader lease), and a job submitted to
 // the apiserver process runs to completion.
 func TestSubcommands(t *testing.T) {
-	healthAddr, metricsAddr, apiAddr := bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t)
+	healthAddr, metricsAddr, apiAddr, apiMetricsAddr := bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t), bulkdtest.FreeAddr(t)
 	ctrlProc := h.startBinary(t, "bulkd-controller", []string{"controller",
 		"--namespace", namespace, "--health-probe-bind-address", healthAddr, "--metrics-bind-address", metricsAddr},
 		"BULKD_REDIS_URL="+h.redisURL, "BULKD_PROCESSOR_IMAGE=localhost/bulkd:e2e",
 		`BULKD_PROCESSOR_RESOURCES={"requests":{"cpu":"100m"}}`, "BULKD_PARALLELISM_CAP=4")
-	apiProc := h.startBinary(t, "bulkd-apiserver", []string{"apiserver", "--namespace", namespace, "--listen", apiAddr},
+	apiProc := h.startBinary(t, "bulkd-apiserver", []string{"apiserver", "--namespace", namespace, "--listen", apiAddr, "--metrics-listen", apiMetricsAddr},
 		"BULKD_REDIS_URL="+h.redisURL, "BULKD_SHARD_SIZE=10", "BULKD_RATE_LIMIT=1000",
 		"BULKD_REDIRECT_CHECKS=true", "BULKD_HTTP_PROXY="+h.webURL)
 
@@ -36,6 +36,13 @@ func TestSubcommands(t *testing.T) {
 		waitHTTP(t, u, "")
 	}
 	waitHTTP(t, "http://"+metricsAddr+"/metrics", "controller_runtime_")
+	// The apiserver's /metrics is on its own listener only (issue 18).
+	waitHTTP(t, "http://"+apiMetricsAddr+"/metrics", "bulkd_http_requests_total")
+	if res, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + apiAddr + "/metrics"); err != nil || res.StatusCode != http.StatusNotFound {
+		t.Fatalf("apiserver /metrics on the API address: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 
 	_, key := h.account(t, credits.Whole(100))
 	a := api{T: t, URL: "http://" + apiAddr}

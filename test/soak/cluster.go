@@ -39,7 +39,9 @@ func newReplica(name, bin, dir string, common []string) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--listen", addr, "--instance-id", "soak-" + name}, common...)
+	// No metrics listener: two replicas on one host would both want
+	// the default address, and the suite reads none.
+	args := append([]string{"serve", "--listen", addr, "--metrics-listen", "0", "--instance-id", "soak-" + name}, common...)
 	return &replica{name: name, addr: addr, bin: bin, args: args, log: filepath.Join(dir, "bulkd-"+name+".log")}, nil
 }
 
