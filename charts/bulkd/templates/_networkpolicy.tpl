@@ -1,6 +1,6 @@
 {{/*
 Pieces of the NetworkPolicies (networkpolicy.yaml). Each bulkd.np.* template
-renders egress rules (list items) or peers; docs/security-dashboard-chart.md
+renders egress rules (list items) or peers; docs/security.md
 says what each allows and why.
 */}}
 
