@@ -1,0 +1,754 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/fairshare"
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// Admission (Options.admits): the controller decides which processor pods
+// may run, so that the processor budget (MaxRunningShards) is shared
+// across accounts in turn and no account holds more than its share
+// (MaxRunningShardsPerAccount).
+//
+// Why scheduling gates, not only suspend or parallelism: a Job's pods are
+// replaced by the Job controller the moment one ends, so neither
+// un-suspending a Job nor raising its parallelism can hand the pod slot a
+// shard of one account frees to another account; lowering parallelism or
+// suspending deletes running pods, and the Job controller counts those
+// against the index's backoffLimitPerIndex (a shard preempted often
+// enough would be answered as errors). So a Job is created suspended (a
+// queued BulkJob has no pod at all) and its pod template carries the
+// admission scheduling gate: once un-suspended, the Job controller creates
+// its pods as usual, up to its parallelism, and the scheduler leaves them
+// alone until the controller removes the gate from the one it admits. A
+// pod slot is released when the pod ends, and the next admitted pod may be
+// any account's: shard by shard, without stopping anything.
+//
+// The pass is one reconciler with one worker and one key, woken by every
+// change of a BulkJob, a Job or a processor pod: passes never overlap, so
+// the budget is counted by one writer. It reads from the manager's cache
+// and remembers what it admitted (slots) until the cache shows the pod
+// gone or finished, so a cache that is behind never admits twice. Only the
+// leader runs it (the manager's leader election). After a restart the
+// pods found running are taken as admitted.
+//
+// The choice is internal/fairshare's: weighted deficit round robin on rows
+// across accounts (an account's weight is its plan's, PlanWeights), FIFO
+// within one (the BulkJob's creation, then the shard), and an account that
+// had nothing running or queued goes first. Its tasks here are a
+// suspended Job (admitting it un-suspends it and reserves a slot for its
+// first pod) and a gated pod (admitting it removes the gate). Retry Jobs
+// take part like shard Jobs, as their BulkJob's account.
+
+// admissionRequest is the admission pass's one key.
+var admissionRequest = ctrl.Request{NamespacedName: types.NamespacedName{Name: "bulkd-admission"}}
+
+const (
+	// startGrace is how long a slot reserved for a Job it un-suspended
+	// waits for the Job's first pod before it is released.
+	startGrace = time.Minute
+	// admissionResync is the pass's safety net: every change wakes it.
+	admissionResync = 30 * time.Second
+)
+
+// admitter runs the admission passes.
+type admitter struct {
+	client client.Client
+	opts   Options
+	now    func() time.Time
+	// events wakes the BulkJob reconciler for a BulkJob whose place in
+	// line changed or that was admitted.
+	events chan event.GenericEvent
+
+	// The pass's own state: passes run one at a time.
+	sched   *fairshare.Scheduler[string]
+	slots   map[string]*slot // running tasks by key: admitted pods and reserved starts
+	weights map[string]int   // account -> weight, read by the scheduler
+
+	mu        sync.Mutex
+	positions map[types.NamespacedName]int32
+}
+
+// slot is an admitted task: a pod whose gate was removed, or a Job that
+// was un-suspended and whose first pod is not there yet.
+type slot struct {
+	account string
+	job     types.UID
+	pod     types.UID // "" while a start waits for its first pod
+	until   time.Time // a start's reservation lapses then
+	// over: found running beyond the budget (it was lowered, or pods ran
+	// before budgets were set); counted, not scheduled.
+	over bool
+}
+
+func newAdmitter(c client.Client, o Options, now func() time.Time) *admitter {
+	return &admitter{client: c, opts: o, now: now, events: make(chan event.GenericEvent, 1024),
+		slots: map[string]*slot{}, weights: map[string]int{}, positions: map[types.NamespacedName]int32{}}
+}
+
+func (a *admitter) config() fairshare.Config {
+	workers, per := int(a.opts.MaxRunningShards), int(a.opts.MaxRunningShardsPerAccount)
+	if workers <= 0 {
+		workers = math.MaxInt32
+	}
+	return fairshare.Config{Workers: workers, PerAccount: per, Weight: func(acct string) int { return max(a.weights[acct], 1) }}
+}
+
+// position is a Queued BulkJob's place in line (0: not known to be queued).
+func (a *admitter) position(key types.NamespacedName) int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.positions[key]
+}
+
+// Keys of the tasks.
+func startKey(job types.UID) string { return "start/" + string(job) }
+func podKey(pod types.UID) string   { return "pod/" + string(pod) }
+
+// admissionView is what a pass sees in the cache.
+type admissionView struct {
+	jobs map[types.UID]*jobView
+	pods map[types.UID]*corev1.Pod
+	// running: processor pods not gated and not finished, by uid.
+	running map[types.UID]*corev1.Pod
+}
+
+// jobView is a Job that may run shards, with its BulkJob.
+type jobView struct {
+	job     *batchv1.Job
+	bj      *v1alpha1.BulkJob
+	account string
+	order   int64
+	cost    int64
+	retry   bool
+	gated   []*corev1.Pod // its pods waiting for admission, lowest index first
+}
+
+func hasGate(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.AdmissionGate })
+}
+
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+func podIndex(p *corev1.Pod) int {
+	i, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+	if err != nil || i < 0 {
+		return 0
+	}
+	return i
+}
+
+// accountOf is a BulkJob's account: its label (the API sets it; the
+// controller fills it from the job's data), or "" (one shared turn for
+// BulkJobs of no known account).
+func accountOf(bj *v1alpha1.BulkJob) string { return bj.Labels[v1alpha1.LabelAccount] }
+
+// read builds the view from the cache.
+func (a *admitter) read(ctx context.Context) (*admissionView, error) {
+	var bjs v1alpha1.BulkJobList
+	if err := a.client.List(ctx, &bjs); err != nil {
+		return nil, fmt.Errorf("list BulkJobs: %w", err)
+	}
+	byName := make(map[types.NamespacedName]*v1alpha1.BulkJob, len(bjs.Items))
+	for i := range bjs.Items {
+		bj := &bjs.Items[i]
+		byName[types.NamespacedName{Namespace: bj.Namespace, Name: bj.Name}] = bj
+	}
+	managed := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController}
+	var jl batchv1.JobList
+	if err := a.client.List(ctx, &jl, managed); err != nil {
+		return nil, fmt.Errorf("list Jobs: %w", err)
+	}
+	var pl corev1.PodList
+	if err := a.client.List(ctx, &pl, managed); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	v := &admissionView{jobs: map[types.UID]*jobView{}, pods: map[types.UID]*corev1.Pod{}, running: map[types.UID]*corev1.Pod{}}
+	for i := range jl.Items {
+		job := &jl.Items[i]
+		ref := metav1.GetControllerOf(job)
+		if ref == nil || ref.Kind != "BulkJob" || !job.DeletionTimestamp.IsZero() || jobFinished(job) {
+			continue
+		}
+		bj := byName[types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}]
+		if bj == nil || bj.UID != ref.UID || !bj.DeletionTimestamp.IsZero() || bj.Status.Phase.IsFinished() {
+			continue
+		}
+		jv := &jobView{job: job, bj: bj, account: accountOf(bj), order: bj.CreationTimestamp.UnixNano(),
+			cost: int64(min(int64(bj.Spec.ShardSize), bj.Spec.DistinctInputs))}
+		if _, ok := job.Labels[v1alpha1.LabelRetryRound]; ok {
+			jv.retry, jv.cost = true, max(bj.Status.Retrying, 1)
+		}
+		v.jobs[job.UID] = jv
+		if w := a.opts.PlanWeights[job.Labels[v1alpha1.LabelPlan]]; w > a.weights[jv.account] {
+			// An account weighs what its best plan among its jobs does.
+			a.weights[jv.account] = w
+		}
+	}
+	for i := range pl.Items {
+		p := &pl.Items[i]
+		v.pods[p.UID] = p
+		if podFinished(p) {
+			continue
+		}
+		if !hasGate(p) {
+			v.running[p.UID] = p
+			continue
+		}
+		ref := metav1.GetControllerOf(p)
+		if ref == nil || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if jv := v.jobs[ref.UID]; jv != nil && !ptrTrue(jv.job.Spec.Suspend) {
+			jv.gated = append(jv.gated, p)
+		}
+	}
+	for _, jv := range v.jobs {
+		slices.SortFunc(jv.gated, func(x, y *corev1.Pod) int { return podIndex(x) - podIndex(y) })
+	}
+	return v, nil
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
+
+// podAccount is the account of a running pod: its label, else its Job's
+// BulkJob's.
+func (v *admissionView) podAccount(p *corev1.Pod) string {
+	if acct, ok := p.Labels[v1alpha1.LabelAccount]; ok {
+		return acct
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil {
+		if jv := v.jobs[ref.UID]; jv != nil {
+			return jv.account
+		}
+	}
+	return ""
+}
+
+// admission is what one pass does to the cluster.
+type admission struct {
+	ungate    []ungate
+	unsuspend []*batchv1.Job
+}
+
+// ungate is a pod admitted under the slot of key.
+type ungate struct {
+	pod *corev1.Pod
+	key string
+}
+
+// Reconcile runs one admission pass.
+func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	v, err := a.read(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	now := a.now()
+	touched := map[types.NamespacedName]bool{}
+
+	// Slots whose pod ended, or whose reservation is over, are released
+	// after the queue is brought up to date: an account whose last shard
+	// just ended while it has more queued stays known, and does not count
+	// as a newcomer.
+	var released []string
+	bound := map[types.UID]bool{}
+	for key, sl := range a.slots {
+		if sl.pod != "" {
+			if p := v.pods[sl.pod]; p == nil || podFinished(p) {
+				released = append(released, key)
+			} else {
+				bound[sl.pod] = true
+			}
+		}
+	}
+	// A reserved start takes its Job's first gated pod.
+	var binds []ungate
+	for key, sl := range a.slots {
+		if sl.pod != "" {
+			continue
+		}
+		jv := v.jobs[sl.job]
+		switch {
+		case jv == nil || now.After(sl.until):
+			released = append(released, key)
+		case len(jv.gated) > 0:
+			for _, p := range jv.gated {
+				if !bound[p.UID] {
+					sl.pod = p.UID
+					bound[p.UID] = true
+					binds = append(binds, ungate{p, key})
+					break
+				}
+			}
+		}
+	}
+	// Pods running that no slot accounts for: pods that ran before this
+	// controller was leader (or before budgets were set). The scheduler
+	// is rebuilt with them running, so that it counts them.
+	var unknown []*corev1.Pod
+	for uid, p := range v.running {
+		if !bound[uid] {
+			unknown = append(unknown, p)
+		}
+	}
+	if a.sched == nil || len(unknown) > 0 {
+		a.rebuild(v, unknown, released)
+		released = nil
+		for _, p := range unknown {
+			bound[p.UID] = true
+		}
+		if len(unknown) > 0 {
+			log.V(1).Info("processor pods found running outside the admission's count; rebuilt the queue", "pods", len(unknown))
+		}
+	}
+
+	// The queue: suspended Jobs and gated pods, none already admitted.
+	want := map[string]bool{}
+	for uid, jv := range v.jobs {
+		if ptrTrue(jv.job.Spec.Suspend) {
+			key := startKey(uid)
+			if a.slots[key] == nil {
+				want[key] = true
+				a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Index: -1, Cost: jv.cost})
+			}
+			continue
+		}
+		for _, p := range jv.gated {
+			if bound[p.UID] {
+				continue
+			}
+			key := podKey(p.UID)
+			want[key] = true
+			a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Index: podIndex(p), Cost: jv.cost})
+		}
+	}
+	a.sched.Remove(func(t fairshare.Task[string]) bool { return !want[t.Key] })
+	for _, key := range released {
+		a.release(key)
+	}
+
+	// Admit while the budgets allow.
+	var act admission
+	act.ungate = binds
+	admitted := map[types.UID]*jobView{}
+	for _, b := range binds {
+		if ref := metav1.GetControllerOf(b.pod); ref != nil && v.jobs[ref.UID] != nil {
+			admitted[ref.UID] = v.jobs[ref.UID]
+		}
+	}
+	for a.room() {
+		t, ok := a.sched.Next()
+		if !ok {
+			break
+		}
+		if a.overAccount(t.Account) {
+			// Pods found running beyond the account's budget hold it: the
+			// scheduler did not count them.
+			a.sched.Requeue(t.Key)
+			break
+		}
+		switch {
+		case len(t.Key) > 6 && t.Key[:6] == "start/":
+			uid := types.UID(t.Key[6:])
+			jv := v.jobs[uid]
+			a.slots[t.Key] = &slot{account: t.Account, job: uid, until: now.Add(startGrace)}
+			act.unsuspend = append(act.unsuspend, jv.job)
+			admitted[uid] = jv
+		default:
+			uid := types.UID(t.Key[4:])
+			p := v.pods[uid]
+			ref := metav1.GetControllerOf(p)
+			a.slots[t.Key] = &slot{account: t.Account, job: ref.UID, pod: uid}
+			act.ungate = append(act.ungate, ungate{p, t.Key})
+			admitted[ref.UID] = v.jobs[ref.UID]
+		}
+	}
+	err = a.apply(ctx, act, v)
+	for _, jv := range admitted {
+		if jv != nil {
+			touched[types.NamespacedName{Namespace: jv.bj.Namespace, Name: jv.bj.Name}] = true
+		}
+	}
+	a.publish(v, touched)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	next := admissionResync
+	for _, sl := range a.slots {
+		if sl.pod == "" {
+			next = min(next, max(sl.until.Sub(now), time.Second))
+		}
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// room reports whether the global budget has a free slot.
+func (a *admitter) room() bool {
+	return a.opts.MaxRunningShards <= 0 || len(a.slots) < int(a.opts.MaxRunningShards)
+}
+
+// overAccount reports whether an account holds its whole budget, counting
+// the pods found running beyond it (the scheduler counts the others).
+func (a *admitter) overAccount(acct string) bool {
+	per := int(a.opts.MaxRunningShardsPerAccount)
+	if per <= 0 {
+		return false
+	}
+	n := 0
+	for _, sl := range a.slots {
+		if sl.account == acct {
+			n++
+		}
+	}
+	return n >= per
+}
+
+// release ends a slot.
+func (a *admitter) release(key string) {
+	sl := a.slots[key]
+	if sl == nil {
+		return
+	}
+	delete(a.slots, key)
+	if !sl.over {
+		a.sched.Done(key)
+	}
+}
+
+// rebuild starts a new scheduler whose running tasks are the slots still
+// held and the pods found running (unknown), as admitted. Slots in
+// released go. Deficits start over: this happens when the controller
+// becomes leader, and when pods ran that it did not admit.
+func (a *admitter) rebuild(v *admissionView, unknown []*corev1.Pod, released []string) {
+	for _, key := range released {
+		delete(a.slots, key)
+	}
+	for _, p := range unknown {
+		sl := &slot{account: v.podAccount(p), pod: p.UID}
+		if ref := metav1.GetControllerOf(p); ref != nil {
+			sl.job = ref.UID
+		}
+		a.slots[podKey(p.UID)] = sl
+	}
+	a.sched = fairshare.New[string](a.config())
+	for key, sl := range a.slots {
+		sl.over = false
+		a.sched.Push(fairshare.Task[string]{Key: key, Account: sl.account})
+	}
+	for {
+		if _, ok := a.sched.Next(); !ok {
+			break
+		}
+	}
+	// What the budgets could not take runs anyway: counted, not scheduled.
+	for _, t := range a.sched.QueuedTasks() {
+		a.slots[t.Key].over = true
+	}
+	a.sched.Remove(func(fairshare.Task[string]) bool { return true })
+}
+
+// apply un-suspends and un-gates what the pass admitted. What fails goes
+// back to the queue (a reserved start keeps its reservation) and fails
+// the pass, which is retried; what is gone by now is dropped by the next
+// pass.
+func (a *admitter) apply(ctx context.Context, act admission, v *admissionView) error {
+	log := ctrl.LoggerFrom(ctx)
+	var errs []error
+	for _, job := range act.unsuspend {
+		// A plain merge patch: un-suspending is idempotent, and a lock
+		// would conflict with every status write of the Job controller.
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":false}}`))
+		if err := a.client.Patch(ctx, job.DeepCopy(), patch); err != nil {
+			a.giveBack(startKey(job.UID))
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("admit Job %s: %w", job.Name, err))
+			}
+			continue
+		}
+		log.V(1).Info("admitted Job", "job", job.Name, "account", v.jobs[job.UID].account)
+	}
+	for _, u := range act.ungate {
+		if err := a.client.Patch(ctx, u.pod.DeepCopy(), removeGatePatch(u.pod)); err != nil {
+			if sl := a.slots[u.key]; sl != nil && u.key != podKey(u.pod.UID) {
+				sl.pod = "" // a reserved start: it takes the next pod
+			} else {
+				a.giveBack(u.key)
+			}
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("admit pod %s: %w", u.pod.Name, err))
+			}
+			continue
+		}
+		log.V(1).Info("admitted shard", "pod", u.pod.Name, "account", v.podAccount(u.pod))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("admission: %v", errs)
+	}
+	return nil
+}
+
+// removeGatePatch removes the admission gate from a pod: a JSON patch that
+// first tests the gate is where the cache saw it, so a pod changed
+// meanwhile is refused rather than wrongly patched; no resourceVersion
+// lock, which the scheduler's status writes on the pod would break.
+func removeGatePatch(p *corev1.Pod) client.Patch {
+	i := slices.IndexFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.AdmissionGate })
+	path := fmt.Sprintf("/spec/schedulingGates/%d", i)
+	ops := []map[string]any{
+		{"op": "test", "path": path + "/name", "value": v1alpha1.AdmissionGate},
+		{"op": "remove", "path": path},
+	}
+	b, _ := json.Marshal(ops)
+	return client.RawPatch(types.JSONPatchType, b)
+}
+
+// giveBack returns a slot whose admission failed: its task is queued
+// again, first in its account's line, and its charge is credited back.
+func (a *admitter) giveBack(key string) {
+	sl := a.slots[key]
+	if sl == nil {
+		return
+	}
+	delete(a.slots, key)
+	if !sl.over {
+		a.sched.Requeue(key)
+	}
+}
+
+// publish computes the places in line of the Queued BulkJobs and wakes
+// the BulkJobs whose place changed, and those in touched.
+func (a *admitter) publish(v *admissionView, touched map[types.NamespacedName]bool) {
+	// A BulkJob is in line while its shard Job waits to start.
+	type queued struct {
+		key   types.NamespacedName
+		order int64
+	}
+	byAccount := map[string][]queued{}
+	for uid, jv := range v.jobs {
+		if jv.retry || !ptrTrue(jv.job.Spec.Suspend) || a.slots[startKey(uid)] != nil {
+			continue
+		}
+		byAccount[jv.account] = append(byAccount[jv.account], queued{types.NamespacedName{Namespace: jv.bj.Namespace, Name: jv.bj.Name}, jv.order})
+	}
+	running := map[string]int{}
+	for _, sl := range a.slots {
+		running[sl.account]++
+	}
+	accts := make([]string, 0, len(byAccount))
+	for acct, q := range byAccount {
+		slices.SortFunc(q, func(x, y queued) int {
+			if x.order != y.order {
+				return cmp.Compare(x.order, y.order)
+			}
+			return cmp.Compare(x.key.String(), y.key.String())
+		})
+		accts = append(accts, acct)
+	}
+	// The estimate: accounts take turns, one BulkJob each, those running
+	// fewer shards (newcomers) first, then the one waiting longest.
+	slices.SortFunc(accts, func(x, y string) int {
+		if running[x] != running[y] {
+			return running[x] - running[y]
+		}
+		if c := cmp.Compare(byAccount[x][0].order, byAccount[y][0].order); c != 0 {
+			return c
+		}
+		return cmp.Compare(x, y)
+	})
+	pos := map[types.NamespacedName]int32{}
+	for i, acct := range accts {
+		for k, q := range byAccount[acct] {
+			ahead := 0
+			for j, other := range accts {
+				n := k // every account ahead in turn order gets k+1 turns before this one, others k
+				if j < i {
+					n = k + 1
+				}
+				if j != i {
+					ahead += min(len(byAccount[other]), n)
+				}
+			}
+			pos[q.key] = int32(ahead + k + 1)
+		}
+	}
+	a.mu.Lock()
+	for key, p := range pos {
+		if a.positions[key] != p {
+			touched[key] = true
+		}
+	}
+	for key := range a.positions {
+		if _, ok := pos[key]; !ok {
+			touched[key] = true
+		}
+	}
+	a.positions = pos
+	a.mu.Unlock()
+	for key := range touched {
+		bj := &v1alpha1.BulkJob{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		select {
+		case a.events <- event.GenericEvent{Object: bj}:
+		default: // full: the BulkJob's own events and resync come later
+		}
+	}
+}
+
+// setupAdmission registers the admission pass: one worker, one key,
+// woken by BulkJobs, Jobs and processor pods.
+func (r *BulkJobReconciler) setupAdmission(mgr ctrl.Manager) error {
+	r.admission = newAdmitter(mgr.GetClient(), r.Options, r.now)
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{admissionRequest}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("admission").
+		// A BulkJob matters when it comes, goes or changes phase or
+		// labels, not at each progress write.
+		Watches(&v1alpha1.BulkJob{}, all, builder.WithPredicates(predicate.Or(
+			predicate.LabelChangedPredicate{}, predicate.GenerationChangedPredicate{}, phaseChanged))).
+		Watches(&batchv1.Job{}, all).
+		Watches(&corev1.Pod{}, all).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r.admission)
+}
+
+// phaseChanged passes BulkJob updates that change the phase or start its
+// deletion.
+var phaseChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*v1alpha1.BulkJob)
+	n, ok2 := e.ObjectNew.(*v1alpha1.BulkJob)
+	return !ok1 || !ok2 || o.Status.Phase != n.Status.Phase || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+}}
+
+// gateRemoved passes the pod updates that remove the admission gate.
+var gateRemoved = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		return ok1 && ok2 && hasGate(o) && !hasGate(n)
+	},
+}
+
+// podBulkJob maps a processor pod to its BulkJob (named by the job id).
+func podBulkJob(_ context.Context, o client.Object) []reconcile.Request {
+	id := o.GetLabels()[v1alpha1.LabelJobID]
+	if id == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: id}}}
+}
+
+// labelAccount gives a BulkJob without an account label (made by hand, or
+// by an older API) its account's, from the job's data: the account is an
+// id (acct_...), never a key or a secret.
+func (r *BulkJobReconciler) labelAccount(ctx context.Context, bj *v1alpha1.BulkJob, data *jobs.Job) error {
+	if bj.Labels[v1alpha1.LabelAccount] != "" || data.AccountID == "" || len(validation.IsValidLabelValue(data.AccountID)) > 0 {
+		return nil
+	}
+	before := bj.DeepCopy()
+	if bj.Labels == nil {
+		bj.Labels = map[string]string{}
+	}
+	bj.Labels[v1alpha1.LabelAccount] = data.AccountID
+	if err := r.Client.Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("label the BulkJob with its account: %w", err)
+	}
+	return nil
+}
+
+// withPlan is bj with its account's plan label (for the Jobs' labels and
+// Kueue queue), looked up when the BulkJob does not carry it.
+func (r *BulkJobReconciler) withPlan(ctx context.Context, bj *v1alpha1.BulkJob) *v1alpha1.BulkJob {
+	if _, ok := bj.Labels[v1alpha1.LabelPlan]; ok {
+		return bj
+	}
+	plan := r.planOf(ctx, bj.Labels[v1alpha1.LabelAccount])
+	if plan == "" {
+		return bj
+	}
+	c := bj.DeepCopy()
+	c.Labels[v1alpha1.LabelPlan] = plan
+	return c
+}
+
+// admissionControl applies the admission settings to a new Job; a Kueue
+// queue name that cannot be made is a warning event and an error.
+func (r *BulkJobReconciler) admissionControl(job *batchv1.Job, bj *v1alpha1.BulkJob, o Options) error {
+	if err := admissionControl(job, bj, o); err != nil {
+		r.event(bj, corev1.EventTypeWarning, "KueueQueue", "Create", "No Kueue queue for Job %s: %v", job.Name, err)
+		return err
+	}
+	return nil
+}
+
+// observeAdmission says whether the BulkJob's shard Job is still waiting
+// for admission, and how many of its shards run (the Job counts gated
+// pods as active). In Kueue mode a Job waits while it is suspended and
+// has never started.
+func (r *BulkJobReconciler) observeAdmission(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
+	job := o.job
+	if jobFinished(job) || len(o.succeeded)+len(o.failed) > 0 {
+		return nil
+	}
+	switch {
+	case r.Options.kueue():
+		o.queued = ptrTrue(job.Spec.Suspend) && job.Status.StartTime == nil
+		return nil
+	case !r.Options.admits():
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(bj.Namespace), client.MatchingLabels{v1alpha1.LabelJobID: bj.Spec.JobID}); err != nil {
+		return fmt.Errorf("list the Job's pods: %w", err)
+	}
+	admitted := false
+	active := int32(0)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if _, retry := p.Labels[v1alpha1.LabelRetryRound]; retry || !metav1.IsControlledBy(p, job) || hasGate(p) {
+			continue
+		}
+		admitted = true
+		if !podFinished(p) {
+			active++
+		}
+	}
+	o.queued = !admitted
+	o.active = &active
+	if o.queued && r.admission != nil {
+		o.position = r.admission.position(types.NamespacedName{Namespace: bj.Namespace, Name: bj.Name})
+	}
+	return nil
+}
