@@ -98,7 +98,7 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 
 	// kubectl get bulkjobs.
 	cols, cells := h.table(t, sub.JobID)
-	if strings.Join(cols, ",") != "Name,Family,Phase,Rows,Processed,Progress,Shards,Age" {
+	if strings.Join(cols, ",") != "Name,Family,Phase,Rows,Processed,Progress,Shards,Queue,Age" {
 		t.Fatalf("columns %v", cols)
 	}
 	if fmt.Sprint(cells[1:7]) != fmt.Sprintf("[company_enrichment Completed %d %d 100%% 3/3]", len(rows), len(rows)) {
