@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,6 +149,7 @@ type jobView struct {
 	cost    int64
 	retry   bool
 	gated   []*corev1.Pod // its pods waiting for admission, lowest index first
+	pods    int           // its pods in the cache, whatever their state
 }
 
 func hasGate(p *corev1.Pod) bool {
@@ -229,6 +231,11 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 		}
 		if jv := v.jobs[ref.UID]; jv != nil && !ptrTrue(jv.job.Spec.Suspend) {
 			jv.gated = append(jv.gated, p)
+		}
+	}
+	for _, p := range v.pods {
+		if ref := metav1.GetControllerOf(p); ref != nil && v.jobs[ref.UID] != nil {
+			v.jobs[ref.UID].pods++
 		}
 	}
 	for _, jv := range v.jobs {
@@ -376,15 +383,20 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 			a.sched.Requeue(t.Key)
 			break
 		}
-		switch {
-		case len(t.Key) > 6 && t.Key[:6] == "start/":
-			uid := types.UID(t.Key[6:])
+		if job, ok := strings.CutPrefix(t.Key, "start/"); ok {
+			uid := types.UID(job)
 			jv := v.jobs[uid]
+			if older := a.olderStarting(v, jv); older != nil {
+				// FIFO within the account: an older Job admitted a moment ago
+				// has pods on the way and room for this one; the slot is its.
+				a.slots[t.Key] = &slot{account: t.Account, job: older.job.UID, until: now.Add(startGrace)}
+				continue
+			}
 			a.slots[t.Key] = &slot{account: t.Account, job: uid, until: now.Add(startGrace)}
 			act.unsuspend = append(act.unsuspend, jv.job)
 			admitted[uid] = jv
-		default:
-			uid := types.UID(t.Key[4:])
+		} else {
+			uid := types.UID(strings.TrimPrefix(t.Key, "pod/"))
 			p := v.pods[uid]
 			ref := metav1.GetControllerOf(p)
 			a.slots[t.Key] = &slot{account: t.Account, job: ref.UID, pod: uid}
@@ -409,6 +421,58 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 		}
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// olderStarting is the oldest Job of jv's account, older than jv, that
+// was admitted and whose pods the Job controller has not made yet, with
+// room for more: its pods will be gated pods older than jv's, so in FIFO
+// order the next slot is its. nil when there is none.
+func (a *admitter) olderStarting(v *admissionView, jv *jobView) *jobView {
+	reserved := map[types.UID]int32{}
+	for _, sl := range a.slots {
+		if sl.pod == "" {
+			reserved[sl.job]++
+		}
+	}
+	var best *jobView
+	for uid, y := range v.jobs {
+		if y.account != jv.account || y.order >= jv.order || y.pods > 0 || reserved[uid] == 0 {
+			continue
+		}
+		if ptrTrue(y.job.Spec.Suspend) && a.slots[startKey(uid)] == nil {
+			continue
+		}
+		if spare := min(pendingShards(y.job), ptr32(y.job.Spec.Parallelism)) - reserved[uid]; spare > 0 && (best == nil || y.order < best.order) {
+			best = y
+		}
+	}
+	return best
+}
+
+// pendingShards is how many of a Job's indexes have not ended, by its
+// status.
+func pendingShards(job *batchv1.Job) int32 {
+	n := ptr32(job.Spec.Completions)
+	if isIndexed(job) {
+		done, _ := parseIndexes(job.Status.CompletedIndexes, n)
+		failed := map[int32]bool{}
+		if job.Status.FailedIndexes != nil {
+			failed, _ = parseIndexes(*job.Status.FailedIndexes, n)
+		}
+		return max(n-int32(len(done))-int32(len(failed)), 0)
+	}
+	return max(n-job.Status.Succeeded, 0)
+}
+
+func isIndexed(job *batchv1.Job) bool {
+	return job.Spec.CompletionMode != nil && *job.Spec.CompletionMode == batchv1.IndexedCompletion
+}
+
+func ptr32(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
 }
 
 // room reports whether the global budget has a free slot.
@@ -554,7 +618,7 @@ func (a *admitter) publish(v *admissionView, touched map[types.NamespacedName]bo
 	}
 	byAccount := map[string][]queued{}
 	for uid, jv := range v.jobs {
-		if jv.retry || !ptrTrue(jv.job.Spec.Suspend) || a.slots[startKey(uid)] != nil {
+		if sl := a.slots[startKey(uid)]; jv.retry || !ptrTrue(jv.job.Spec.Suspend) || sl != nil && sl.job == uid {
 			continue
 		}
 		byAccount[jv.account] = append(byAccount[jv.account], queued{types.NamespacedName{Namespace: jv.bj.Namespace, Name: jv.bj.Name}, jv.order})

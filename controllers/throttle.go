@@ -152,6 +152,9 @@ func (w *statusWrites) forget(key types.NamespacedName, now time.Time) {
 // Queued BulkJob's place in line.
 func progressOnly(a, b *v1alpha1.BulkJobStatus) bool {
 	x, y := *a, *b
+	if (x.QueuePosition == 0) != (y.QueuePosition == 0) {
+		return false // a place in line given or taken is written at once
+	}
 	for _, s := range []*v1alpha1.BulkJobStatus{&x, &y} {
 		s.ProcessedRows, s.Progress, s.Outcomes = 0, "", nil
 		s.ShardsSucceeded, s.ShardsActive, s.ShardProgress = 0, 0, ""
