@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -48,6 +49,9 @@ type ManagerOptions struct {
 	Logger     logr.Logger
 	// Now is the reconciler's clock (tests); nil is time.Now.
 	Now func() time.Time
+	// SkipNameValidation lets one process run several managers (tests):
+	// controller names are otherwise unique per process.
+	SkipNameValidation bool
 }
 
 // DefaultLeaderElectionID is the Lease the controller replicas share.
@@ -89,6 +93,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: &o.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)

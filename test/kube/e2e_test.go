@@ -422,6 +422,12 @@ func (h *harness) bulkJobCount(t *testing.T) int {
 // table is `kubectl get bulkjob NAME`: the column names and the row.
 func (h *harness) table(t *testing.T, name string) ([]string, []string) {
 	t.Helper()
+	return h.tableIn(t, namespace, name)
+}
+
+// tableIn is table for a BulkJob of namespace ns.
+func (h *harness) tableIn(t *testing.T, namespace, name string) ([]string, []string) {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(h.cfg)
 	if err != nil {
 		t.Fatal(err)
