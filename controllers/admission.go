@@ -345,7 +345,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 			key := startKey(uid)
 			if a.slots[key] == nil {
 				want[key] = true
-				a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Index: -1, Cost: jv.cost})
+				a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Group: jv.bj.Name, Index: -1, Cost: jv.cost})
 			}
 			continue
 		}
@@ -355,7 +355,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 			}
 			key := podKey(p.UID)
 			want[key] = true
-			a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Index: podIndex(p), Cost: jv.cost})
+			a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Group: jv.bj.Name, Index: podIndex(p), Cost: jv.cost})
 		}
 	}
 	a.sched.Remove(func(t fairshare.Task[string]) bool { return !want[t.Key] })
@@ -436,17 +436,27 @@ func (a *admitter) olderStarting(v *admissionView, jv *jobView) *jobView {
 	}
 	var best *jobView
 	for uid, y := range v.jobs {
-		if y.account != jv.account || y.order >= jv.order || y.pods > 0 || reserved[uid] == 0 {
+		if y.account != jv.account || !olderJob(y, jv) || y.pods > 0 || reserved[uid] == 0 {
 			continue
 		}
 		if ptrTrue(y.job.Spec.Suspend) && a.slots[startKey(uid)] == nil {
 			continue
 		}
-		if spare := min(pendingShards(y.job), ptr32(y.job.Spec.Parallelism)) - reserved[uid]; spare > 0 && (best == nil || y.order < best.order) {
+		if spare := min(pendingShards(y.job), ptr32(y.job.Spec.Parallelism)) - reserved[uid]; spare > 0 && (best == nil || olderJob(y, best)) {
 			best = y
 		}
 	}
 	return best
+}
+
+// olderJob reports whether x's BulkJob comes before y's in FIFO order:
+// created earlier, or in the same second with a lower name (the order
+// fairshare keeps: Order, then Group).
+func olderJob(x, y *jobView) bool {
+	if x.order != y.order {
+		return x.order < y.order
+	}
+	return x.bj.Name < y.bj.Name
 }
 
 // pendingShards is how many of a Job's indexes have not ended, by its
