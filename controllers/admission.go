@@ -71,8 +71,8 @@ import (
 var admissionRequest = ctrl.Request{NamespacedName: types.NamespacedName{Name: "bulkd-admission"}}
 
 const (
-	// startGrace is how long a slot reserved for a Job it un-suspended
-	// waits for the Job's first pod before it is released.
+	// startGrace is how long a slot reserved for a Job's next pod waits
+	// for the pod before it is released.
 	startGrace = time.Minute
 	// admissionResync is the pass's safety net: every change wakes it.
 	admissionResync = 30 * time.Second
@@ -89,20 +89,25 @@ type admitter struct {
 
 	// The pass's own state: passes run one at a time.
 	sched   *fairshare.Scheduler[string]
-	slots   map[string]*slot // running tasks by key: admitted pods and reserved starts
+	slots   map[string]*slot // running tasks by key: admitted pods and reservations
 	weights map[string]int   // account -> weight, read by the scheduler
+	// more holds the keys of the tasks queued for the pods a Job is about
+	// to get (its room), moreSeq numbers them.
+	more    map[types.UID][]string
+	moreSeq uint64
 
 	mu        sync.Mutex
 	positions map[types.NamespacedName]int32
 }
 
-// slot is an admitted task: a pod whose gate was removed, or a Job that
-// was un-suspended and whose first pod is not there yet.
+// slot is an admitted task: a pod whose gate was removed, or a
+// reservation for a pod its Job is about to get (a Job just un-suspended,
+// or one whose pod just ended), which takes that pod when it comes.
 type slot struct {
 	account string
 	job     types.UID
-	pod     types.UID // "" while a start waits for its first pod
-	until   time.Time // a start's reservation lapses then
+	pod     types.UID // "" while a reservation waits for its pod
+	until   time.Time // a reservation lapses then
 	// over: found running beyond the budget (it was lowered, or pods ran
 	// before budgets were set); counted, not scheduled.
 	over bool
@@ -110,7 +115,7 @@ type slot struct {
 
 func newAdmitter(c client.Client, o Options, now func() time.Time) *admitter {
 	return &admitter{client: c, opts: o, now: now, events: make(chan event.GenericEvent, 1024),
-		slots: map[string]*slot{}, weights: map[string]int{}, positions: map[types.NamespacedName]int32{}}
+		slots: map[string]*slot{}, weights: map[string]int{}, more: map[types.UID][]string{}, positions: map[types.NamespacedName]int32{}}
 }
 
 func (a *admitter) config() fairshare.Config {
@@ -149,7 +154,15 @@ type jobView struct {
 	cost    int64
 	retry   bool
 	gated   []*corev1.Pod // its pods waiting for admission, lowest index first
-	pods    int           // its pods in the cache, whatever their state
+	// pending is how many of its shards have not ended (by its status and
+	// its pods); occupied how many of them have a pod, or will have one
+	// without a new slot (a failed pod's index, which the Job controller
+	// replaces after its backoff). The Job controller will make
+	// min(pending, parallelism) - occupied more pods as it is allowed.
+	pending, occupied int32
+	// room is how many more slots it can take now: what the Job controller
+	// will make, less the slots reserved for it.
+	room int32
 }
 
 func hasGate(p *corev1.Pod) bool {
@@ -210,7 +223,7 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 			jv.retry, jv.cost = true, max(bj.Status.Retrying, 1)
 		}
 		v.jobs[job.UID] = jv
-		if w := a.opts.PlanWeights[job.Labels[v1alpha1.LabelPlan]]; w > a.weights[jv.account] {
+		if w := a.opts.PlanWeights[cmp.Or(job.Labels[v1alpha1.LabelPlan], "payg")]; w > a.weights[jv.account] {
 			// An account weighs what its best plan among its jobs does.
 			a.weights[jv.account] = w
 		}
@@ -233,15 +246,68 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 			jv.gated = append(jv.gated, p)
 		}
 	}
+	byJob := map[types.UID][]*corev1.Pod{}
 	for _, p := range v.pods {
 		if ref := metav1.GetControllerOf(p); ref != nil && v.jobs[ref.UID] != nil {
-			v.jobs[ref.UID].pods++
+			byJob[ref.UID] = append(byJob[ref.UID], p)
 		}
 	}
-	for _, jv := range v.jobs {
+	for uid, jv := range v.jobs {
 		slices.SortFunc(jv.gated, func(x, y *corev1.Pod) int { return podIndex(x) - podIndex(y) })
+		jv.pending, jv.occupied = occupancy(jv.job, byJob[uid])
 	}
 	return v, nil
+}
+
+// occupancy counts a Job's shards not ended and those of them that hold
+// or will get a pod without a new slot, from its status and its pods.
+func occupancy(job *batchv1.Job, pods []*corev1.Pod) (pending, occupied int32) {
+	n := ptr32(job.Spec.Completions)
+	if !isIndexed(job) {
+		// A retry Job: one completion.
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodSucceeded {
+				return 0, 0
+			}
+			if !podFinished(p) {
+				occupied = 1
+			}
+		}
+		if job.Status.Succeeded > 0 {
+			return 0, 0
+		}
+		return 1, occupied
+	}
+	done, _ := parseIndexes(job.Status.CompletedIndexes, n)
+	if job.Status.FailedIndexes != nil {
+		failed, _ := parseIndexes(*job.Status.FailedIndexes, n)
+		for i := range failed {
+			done[i] = true
+		}
+	}
+	live := map[int32]bool{}   // indexes with a pod not finished
+	failed := map[int32]bool{} // indexes whose latest pod failed
+	for _, p := range pods {
+		i := int32(podIndex(p))
+		switch {
+		case p.Status.Phase == corev1.PodSucceeded:
+			done[i] = true // before the Job's status says so
+		case p.Status.Phase == corev1.PodFailed:
+			failed[i] = true
+		default:
+			live[i] = true
+		}
+	}
+	for i := int32(0); i < n; i++ {
+		if done[i] {
+			continue
+		}
+		pending++
+		if live[i] || failed[i] {
+			occupied++
+		}
+	}
+	return pending, occupied
 }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
@@ -280,43 +346,44 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 		return ctrl.Result{}, err
 	}
 	now := a.now()
-	touched := map[types.NamespacedName]bool{}
 
 	// Slots whose pod ended, or whose reservation is over, are released
 	// after the queue is brought up to date: an account whose last shard
-	// just ended while it has more queued stays known, and does not count
-	// as a newcomer.
+	// just ended while it has more queued stays known (it keeps its credit
+	// and does not count as a newcomer).
 	var released []string
 	bound := map[types.UID]bool{}
+	reserved := map[types.UID][]string{} // Job -> its reservations' keys
 	for key, sl := range a.slots {
-		if sl.pod != "" {
+		switch {
+		case sl.pod != "":
 			if p := v.pods[sl.pod]; p == nil || podFinished(p) {
 				released = append(released, key)
 			} else {
 				bound[sl.pod] = true
 			}
+		case v.jobs[sl.job] == nil || now.After(sl.until):
+			released = append(released, key)
+		default:
+			reserved[sl.job] = append(reserved[sl.job], key)
 		}
 	}
-	// A reserved start takes its Job's first gated pod.
-	var binds []ungate
-	for key, sl := range a.slots {
-		if sl.pod != "" {
-			continue
-		}
-		jv := v.jobs[sl.job]
-		switch {
-		case jv == nil || now.After(sl.until):
-			released = append(released, key)
-		case len(jv.gated) > 0:
-			for _, p := range jv.gated {
-				if !bound[p.UID] {
-					sl.pod = p.UID
-					bound[p.UID] = true
-					binds = append(binds, ungate{p, key})
-					break
-				}
+	// Reservations take their Job's gated pods, lowest index first.
+	var act admission
+	for job, keys := range reserved {
+		slices.Sort(keys)
+		for _, p := range v.jobs[job].gated {
+			if len(keys) == 0 {
+				break
+			}
+			if !bound[p.UID] {
+				a.slots[keys[0]].pod = p.UID
+				bound[p.UID] = true
+				act.ungate = append(act.ungate, ungate{p, keys[0]})
+				keys = keys[1:]
 			}
 		}
+		reserved[job] = keys
 	}
 	// Pods running that no slot accounts for: pods that ran before this
 	// controller was leader (or before budgets were set). The scheduler
@@ -330,45 +397,62 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	if a.sched == nil || len(unknown) > 0 {
 		a.rebuild(v, unknown, released)
 		released = nil
-		for _, p := range unknown {
-			bound[p.UID] = true
-		}
 		if len(unknown) > 0 {
 			log.V(1).Info("processor pods found running outside the admission's count; rebuilt the queue", "pods", len(unknown))
 		}
 	}
+	// Each Job's room; reservations beyond it (its status caught up with a
+	// shard that ended) go back.
+	for uid, jv := range v.jobs {
+		if ptrTrue(jv.job.Spec.Suspend) {
+			continue
+		}
+		jv.room = min(jv.pending, ptr32(jv.job.Spec.Parallelism)) - jv.occupied - int32(len(reserved[uid]))
+		for ; jv.room < 0 && len(reserved[uid]) > 0; jv.room++ {
+			keys := reserved[uid]
+			released = append(released, keys[len(keys)-1])
+			reserved[uid] = keys[:len(keys)-1]
+		}
+	}
 
-	// The queue: suspended Jobs and gated pods, none already admitted.
+	// The queue: suspended Jobs, gated pods, and each Job's room (pods the
+	// Job controller is about to make: an account whose only queued pod
+	// was just admitted keeps its turn and credit while the next comes).
 	want := map[string]bool{}
 	for uid, jv := range v.jobs {
 		if ptrTrue(jv.job.Spec.Suspend) {
-			key := startKey(uid)
-			if a.slots[key] == nil {
+			if key := startKey(uid); a.slots[key] == nil {
 				want[key] = true
-				a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Group: jv.bj.Name, Index: -1, Cost: jv.cost})
+				a.sched.Push(a.task(key, jv, -1))
 			}
 			continue
 		}
 		for _, p := range jv.gated {
-			if bound[p.UID] {
-				continue
+			if !bound[p.UID] {
+				key := podKey(p.UID)
+				want[key] = true
+				a.sched.Push(a.task(key, jv, podIndex(p)))
 			}
-			key := podKey(p.UID)
+		}
+		for _, key := range a.moreKeys(uid, jv, jv.room) {
 			want[key] = true
-			a.sched.Push(fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Group: jv.bj.Name, Index: podIndex(p), Cost: jv.cost})
 		}
 	}
 	a.sched.Remove(func(t fairshare.Task[string]) bool { return !want[t.Key] })
+	for uid, keys := range a.more {
+		a.more[uid] = slices.DeleteFunc(keys, func(k string) bool { return !want[k] })
+		if len(a.more[uid]) == 0 {
+			delete(a.more, uid)
+		}
+	}
 	for _, key := range released {
 		a.release(key)
 	}
 
 	// Admit while the budgets allow.
-	var act admission
-	act.ungate = binds
 	admitted := map[types.UID]*jobView{}
-	for _, b := range binds {
-		if ref := metav1.GetControllerOf(b.pod); ref != nil && v.jobs[ref.UID] != nil {
+	for _, u := range act.ungate {
+		if ref := metav1.GetControllerOf(u.pod); ref != nil && v.jobs[ref.UID] != nil {
 			admitted[ref.UID] = v.jobs[ref.UID]
 		}
 	}
@@ -383,20 +467,25 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 			a.sched.Requeue(t.Key)
 			break
 		}
-		if job, ok := strings.CutPrefix(t.Key, "start/"); ok {
-			uid := types.UID(job)
+		kind, rest, _ := strings.Cut(t.Key, "/")
+		switch kind {
+		case "start":
+			uid := types.UID(rest)
 			jv := v.jobs[uid]
-			if older := a.olderStarting(v, jv); older != nil {
-				// FIFO within the account: an older Job admitted a moment ago
-				// has pods on the way and room for this one; the slot is its.
-				a.slots[t.Key] = &slot{account: t.Account, job: older.job.UID, until: now.Add(startGrace)}
-				continue
-			}
 			a.slots[t.Key] = &slot{account: t.Account, job: uid, until: now.Add(startGrace)}
 			act.unsuspend = append(act.unsuspend, jv.job)
 			admitted[uid] = jv
-		} else {
-			uid := types.UID(strings.TrimPrefix(t.Key, "pod/"))
+			// Its pods are on the way: the rest of its room queues now, so
+			// that it comes before the account's newer Jobs.
+			a.moreKeys(uid, jv, min(jv.pending, ptr32(jv.job.Spec.Parallelism))-jv.occupied-1)
+		case "more":
+			job, _, _ := strings.Cut(rest, "/")
+			uid := types.UID(job)
+			a.slots[t.Key] = &slot{account: t.Account, job: uid, until: now.Add(startGrace)}
+			a.more[uid] = slices.DeleteFunc(a.more[uid], func(k string) bool { return k == t.Key })
+			admitted[uid] = v.jobs[uid]
+		default:
+			uid := types.UID(rest)
 			p := v.pods[uid]
 			ref := metav1.GetControllerOf(p)
 			a.slots[t.Key] = &slot{account: t.Account, job: ref.UID, pod: uid}
@@ -405,6 +494,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 		}
 	}
 	err = a.apply(ctx, act, v)
+	touched := map[types.NamespacedName]bool{}
 	for _, jv := range admitted {
 		if jv != nil {
 			touched[types.NamespacedName{Namespace: jv.bj.Namespace, Name: jv.bj.Name}] = true
@@ -423,55 +513,29 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-// olderStarting is the oldest Job of jv's account, older than jv, that
-// was admitted and whose pods the Job controller has not made yet, with
-// room for more: its pods will be gated pods older than jv's, so in FIFO
-// order the next slot is its. nil when there is none.
-func (a *admitter) olderStarting(v *admissionView, jv *jobView) *jobView {
-	reserved := map[types.UID]int32{}
-	for _, sl := range a.slots {
-		if sl.pod == "" {
-			reserved[sl.job]++
-		}
-	}
-	var best *jobView
-	for uid, y := range v.jobs {
-		if y.account != jv.account || !olderJob(y, jv) || y.pods > 0 || reserved[uid] == 0 {
-			continue
-		}
-		if ptrTrue(y.job.Spec.Suspend) && a.slots[startKey(uid)] == nil {
-			continue
-		}
-		if spare := min(pendingShards(y.job), ptr32(y.job.Spec.Parallelism)) - reserved[uid]; spare > 0 && (best == nil || olderJob(y, best)) {
-			best = y
-		}
-	}
-	return best
+// task is the scheduler's task of key for a Job's shard (index; -1 for
+// its start, maxIndex for the pods it has yet to get).
+func (a *admitter) task(key string, jv *jobView, index int) fairshare.Task[string] {
+	return fairshare.Task[string]{Key: key, Account: jv.account, Order: jv.order, Group: jv.bj.Name, Index: index, Cost: jv.cost}
 }
 
-// olderJob reports whether x's BulkJob comes before y's in FIFO order:
-// created earlier, or in the same second with a lower name (the order
-// fairshare keeps: Order, then Group).
-func olderJob(x, y *jobView) bool {
-	if x.order != y.order {
-		return x.order < y.order
-	}
-	return x.bj.Name < y.bj.Name
-}
+// maxIndex places a Job's pods to come after its gated ones.
+const maxIndex = math.MaxInt32
 
-// pendingShards is how many of a Job's indexes have not ended, by its
-// status.
-func pendingShards(job *batchv1.Job) int32 {
-	n := ptr32(job.Spec.Completions)
-	if isIndexed(job) {
-		done, _ := parseIndexes(job.Status.CompletedIndexes, n)
-		failed := map[int32]bool{}
-		if job.Status.FailedIndexes != nil {
-			failed, _ = parseIndexes(*job.Status.FailedIndexes, n)
-		}
-		return max(n-int32(len(done))-int32(len(failed)), 0)
+// moreKeys keeps n tasks queued for the pods a Job is about to get (its
+// room) and returns their keys; the caller drops the others from the
+// scheduler.
+func (a *admitter) moreKeys(job types.UID, jv *jobView, n int32) []string {
+	n = max(n, 0)
+	keys := a.more[job]
+	for int32(len(keys)) < n {
+		a.moreSeq++
+		key := fmt.Sprintf("more/%s/%d", job, a.moreSeq)
+		a.sched.Push(a.task(key, jv, maxIndex))
+		keys = append(keys, key)
 	}
-	return max(n-job.Status.Succeeded, 0)
+	a.more[job] = keys[:n]
+	return a.more[job]
 }
 
 func isIndexed(job *batchv1.Job) bool {
@@ -534,6 +598,7 @@ func (a *admitter) rebuild(v *admissionView, unknown []*corev1.Pod, released []s
 		a.slots[podKey(p.UID)] = sl
 	}
 	a.sched = fairshare.New[string](a.config())
+	a.more = map[types.UID][]string{}
 	for key, sl := range a.slots {
 		sl.over = false
 		a.sched.Push(fairshare.Task[string]{Key: key, Account: sl.account})

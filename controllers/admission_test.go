@@ -358,6 +358,56 @@ func TestAdmissionRetryJobsTakePart(t *testing.T) {
 	}
 }
 
+// Accounts' turns are weighed by plan (--fair-weights): with the budget of
+// one pod contended, a professional account of weight 3 gets three
+// shards for each of a pay-as-you-go account's.
+func TestAdmissionWeighsAccountsByPlan(t *testing.T) {
+	s := newAdmissionScene(t, 1, 1)
+	s.opts.PlanWeights = map[string]int{"payg": 1, "professional": 3}
+	s.a = newAdmitter(s.c, s.opts, func() time.Time { return s.now })
+	big := func(name, acct, plan string) {
+		s.seq++
+		bj := builders.MakeBulkJob(name, ns).Rows(40_000, 40_000).Shards(40, 1000).Parallelism(2).
+			Created(s.t0.Add(time.Duration(s.seq) * time.Second)).Obj()
+		bj.Labels = map[string]string{v1alpha1.LabelAccount: acct}
+		if plan != "" {
+			bj.Labels[v1alpha1.LabelPlan] = plan
+		}
+		s.create(bj)
+		job := desiredJob(bj, s.opts)
+		if err := admissionControl(job, bj, s.opts); err != nil {
+			t.Fatal(err)
+		}
+		s.own(bj, job)
+	}
+	big(jobA1, "acct_a", "professional")
+	big(jobB1, "acct_b", "")
+	for range 3 {
+		s.pass()
+	}
+	for i := 0; i < 24; i++ {
+		// The running shard ends; the next is admitted.
+		for _, p := range s.pods() {
+			if !hasGate(&p) && !podFinished(&p) {
+				p.Status.Phase = corev1.PodSucceeded
+				if err := s.c.Status().Update(context.Background(), &p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s.pass()
+		s.pass()
+	}
+	n := map[string]int{}
+	for _, o := range s.order[4:] { // past the start of both
+		n[o[:2]]++
+	}
+	t.Logf("admissions per account %v", n)
+	if n["a1"] < 2*n["b1"] || n["a1"] > 4*n["b1"] {
+		t.Fatalf("admissions per account %v, want about 3:1 (order %v)", n, s.order)
+	}
+}
+
 // The place in line of Queued BulkJobs: accounts take turns, those running
 // nothing first.
 func TestAdmissionPlaceInLine(t *testing.T) {

@@ -15,7 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/fairshare"
 )
 
 // Options are the operator-wide settings of the processor Jobs (from
@@ -76,9 +78,10 @@ type Options struct {
 	// their pods carry the admission scheduling gate.
 	MaxRunningShards           int32
 	MaxRunningShardsPerAccount int32
-	// PlanWeights weighs an account's turn by its plan (LabelPlan; "" is
-	// pay-as-you-go): how many times more rows per round it gets than an
-	// account of weight 1. A plan without a weight weighs 1.
+	// PlanWeights weighs an account's turn by its plan (--fair-weights, by
+	// plan name; "payg" for a Job without LabelPlan): how many times more
+	// rows per turn it gets than an account of weight 1. A plan without a
+	// weight weighs 1.
 	PlanWeights map[string]int
 	// KueueQueueName, when set, hands admission to Kueue: Jobs are created
 	// suspended with the kueue.x-k8s.io/queue-name label set to it, where
@@ -135,7 +138,10 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 		MaxRunningShardsPerAccount: int32(kc.MaxRunningShardsPerAccount),
 		KueueQueueName:             kc.KueueQueueName,
 	}
-	if err == nil && o.KueueQueueName != "" {
+	if o.PlanWeights, err = fairshare.ParseWeights(kc.FairWeights, FairPlans, nil); err != nil && o.err == nil {
+		o.err = fmt.Errorf("--fair-weights: %w", err)
+	}
+	if o.err == nil && o.KueueQueueName != "" {
 		// A template that cannot give a valid label value for every
 		// account and plan fails at start, not at each BulkJob.
 		if _, qerr := kueueQueue(o.KueueQueueName, "acct_0123456789abcdef", "professional", v1alpha1.FamilyEmailVerification); qerr != nil {
@@ -144,6 +150,10 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 	}
 	return o
 }
+
+// FairPlans are the names --fair-weights weighs: payg (no active unlimited
+// plan) and the unlimited plans, as in standalone mode.
+var FairPlans = []string{"payg", string(accounts.PlanStarter), string(accounts.PlanStandard), string(accounts.PlanProfessional)}
 
 // admits reports whether the controller admits shards against budgets
 // (admission.go): a budget is set and Kueue does not admit instead.

@@ -521,6 +521,9 @@ type Kube struct {
 	MaxRunningShards           int
 	MaxRunningShardsPerAccount int
 	KueueQueueName             string
+	// FairWeights weighs accounts' turns by plan, as in standalone mode
+	// (the same BULKD_FAIR_WEIGHTS): "payg=1,professional=4".
+	FairWeights string
 }
 
 // DefaultKube returns the defaults.
@@ -585,6 +588,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	num(fs, &k.ProgressWrites, "progress-writes", "status writes that only report progress, per second over all BulkJobs (0: no cap)")
 	num(fs, &k.MaxRunningShards, "max-running-shards", "processor pods running at once over all BulkJobs: shards are admitted against it across accounts in turn (0: no budget, pods start as their Job allows)")
 	num(fs, &k.MaxRunningShardsPerAccount, "max-running-shards-per-account", "processor pods of one account running at once (0: --max-running-shards)")
+	str(fs, &k.FairWeights, "fair-weights", "shares of the processor budget by plan when accounts compete, e.g. payg=1,starter=1,standard=2,professional=4 (rows per turn; every plan 1 unless given; payg: no active unlimited plan)")
 	str(fs, &k.KueueQueueName, "kueue-queue-name", "hand admission to Kueue: Jobs are created suspended with label kueue.x-k8s.io/queue-name set to this, where {account}, {plan} and {family} are replaced (bulkd-{plan}); the budgets above are then Kueue's to enforce (default: bulkd admits)")
 }
 
