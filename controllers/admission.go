@@ -188,8 +188,12 @@ func accountOf(bj *v1alpha1.BulkJob) string { return bj.Labels[v1alpha1.LabelAcc
 
 // read builds the view from the cache.
 func (a *admitter) read(ctx context.Context) (*admissionView, error) {
+	// Read-only: the cache's objects themselves, not copies (a pass reads
+	// every BulkJob, Job and processor pod; whatever it patches it copies
+	// first).
+	noCopy := client.UnsafeDisableDeepCopy
 	var bjs v1alpha1.BulkJobList
-	if err := a.client.List(ctx, &bjs); err != nil {
+	if err := a.client.List(ctx, &bjs, noCopy); err != nil {
 		return nil, fmt.Errorf("list BulkJobs: %w", err)
 	}
 	byName := make(map[types.NamespacedName]*v1alpha1.BulkJob, len(bjs.Items))
@@ -199,11 +203,11 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 	}
 	managed := client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController}
 	var jl batchv1.JobList
-	if err := a.client.List(ctx, &jl, managed); err != nil {
+	if err := a.client.List(ctx, &jl, managed, noCopy); err != nil {
 		return nil, fmt.Errorf("list Jobs: %w", err)
 	}
 	var pl corev1.PodList
-	if err := a.client.List(ctx, &pl, managed); err != nil {
+	if err := a.client.List(ctx, &pl, managed, noCopy); err != nil {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	v := &admissionView{jobs: map[types.UID]*jobView{}, pods: map[types.UID]*corev1.Pod{}, running: map[types.UID]*corev1.Pod{}}
@@ -866,7 +870,7 @@ func (r *BulkJobReconciler) observeAdmission(ctx context.Context, bj *v1alpha1.B
 		o.queued = ptrTrue(job.Spec.Suspend) && job.Status.StartTime == nil
 		return nil
 	case !r.Options.admits():
-		return nil
+		return r.releaseAdmission(ctx, bj, job)
 	}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(bj.Namespace), client.MatchingLabels{v1alpha1.LabelJobID: bj.Spec.JobID}); err != nil {
@@ -888,6 +892,34 @@ func (r *BulkJobReconciler) observeAdmission(ctx context.Context, bj *v1alpha1.B
 	o.active = &active
 	if o.queued && r.admission != nil {
 		o.position = r.admission.position(types.NamespacedName{Namespace: bj.Namespace, Name: bj.Name})
+	}
+	return nil
+}
+
+// releaseAdmission starts a Job made while the controller admitted shards
+// (suspended, gated pods) now that it does not (its budgets were set to
+// 0): otherwise nothing would ever start it.
+func (r *BulkJobReconciler) releaseAdmission(ctx context.Context, bj *v1alpha1.BulkJob, job *batchv1.Job) error {
+	if ptrTrue(job.Spec.Suspend) {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":false}}`))
+		if err := r.Client.Patch(ctx, job.DeepCopy(), patch); err != nil {
+			return client.IgnoreNotFound(fmt.Errorf("start Job %s: %w", job.Name, err))
+		}
+		ctrl.LoggerFrom(ctx).Info("started a Job that waited for admission: the controller no longer admits shards", "job", job.Name)
+	}
+	if !slices.ContainsFunc(job.Spec.Template.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.AdmissionGate }) {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(bj.Namespace), client.MatchingLabels{v1alpha1.LabelJobID: bj.Spec.JobID}); err != nil {
+		return fmt.Errorf("list the Job's pods: %w", err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; hasGate(p) && p.DeletionTimestamp.IsZero() {
+			if err := r.Client.Patch(ctx, p.DeepCopy(), removeGatePatch(p)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("remove the admission gate of pod %s: %w", p.Name, err)
+			}
+		}
 	}
 	return nil
 }

@@ -587,3 +587,31 @@ func TestKueueQueueNames(t *testing.T) {
 		t.Fatal("a template giving no DNS label passed Validate")
 	}
 }
+
+// Budgets set to 0 after Jobs were made waiting for admission: the
+// controller starts them and removes their pods' gates, or nothing would.
+func TestReconcileStartsWaitingJobsWhenAdmissionIsOff(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+	s := newScenario(t, data, bj)
+	s.r.Options.MaxRunningShards = 1
+	s.mustReconcile() // made suspended, gated
+	job := s.jobs()[0]
+	if !ptr.Deref(job.Spec.Suspend, false) {
+		t.Fatal("not suspended")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id + "-0", Namespace: ns, Labels: job.Spec.Template.Labels,
+		Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: "0"}}, Spec: job.Spec.Template.Spec}
+	if err := s.c.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	s.r.Options.MaxRunningShards = 0
+	s.mustReconcile()
+	job = s.jobs()[0]
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(job.Spec.Suspend, false) || hasGate(pod) {
+		t.Fatalf("suspend %v, gates %v", job.Spec.Suspend, pod.Spec.SchedulingGates)
+	}
+}
