@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -38,6 +40,12 @@ type JobData interface {
 	Get(ctx context.Context, id string) (*jobs.Job, error)
 	UnfinishedShards(ctx context.Context, j *jobs.Job) ([]int, error)
 	Delete(ctx context.Context, id string) error
+}
+
+// AccountPlans looks up accounts (*accounts.Store): an account's
+// unlimited plan weighs its turn and may name its Kueue queue.
+type AccountPlans interface {
+	Account(ctx context.Context, id string) (*accounts.Account, error)
 }
 
 // ShardFailer answers the unanswered inputs of a shard that failed for
@@ -67,15 +75,24 @@ type BulkJobReconciler struct {
 	Progress ProgressSource
 	// Now is the clock (tests move it for retention). Defaults to time.Now.
 	Now func() time.Time
+	// Plans, when set, gives the plan of the account that submitted a job
+	// (LabelPlan on its Jobs and pods); without it every account weighs 1.
+	Plans AccountPlans
 
 	writesOnce sync.Once
 	writes     *statusWrites
+	plans      planCache
+	// admission is the admission pass when the controller admits shards
+	// (Options.admits): Reconcile reads a Queued BulkJob's place in line
+	// from it.
+	admission *admitter
 }
 
 // +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -92,6 +109,16 @@ func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Owns(&batchv1.Job{}).
 		Named("bulkjob").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)})
+	if r.Options.admits() {
+		if err := r.setupAdmission(mgr); err != nil {
+			return err
+		}
+		// The admission pass wakes a BulkJob it admitted or whose place in
+		// line moved; a pod whose gate is gone (the cache caught up with
+		// the admission) wakes its BulkJob, which leaves Queued.
+		b = b.WatchesRawSource(source.Channel(r.admission.events, &handler.EnqueueRequestForObject{})).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podBulkJob), builder.WithPredicates(gateRemoved))
+	}
 	if r.Progress != nil {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.BulkJob{}, jobIDField, indexJobID); err != nil {
 			return fmt.Errorf("index BulkJobs by job id: %w", err)
@@ -233,6 +260,9 @@ func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (
 		return nil, fmt.Errorf("read job data: %w", err)
 	}
 	o.data = data
+	if err := r.labelAccount(ctx, bj, data); err != nil {
+		return nil, err
+	}
 	if err := r.observeShards(ctx, bj, o); err != nil {
 		return nil, err
 	}
@@ -264,6 +294,9 @@ func (r *BulkJobReconciler) observeShards(ctx context.Context, bj *v1alpha1.Bulk
 		return nil
 	}
 	if o.succeeded, o.failed, err = shardOutcomes(job, bj.Spec.Shards); err != nil {
+		return err
+	}
+	if err := r.observeAdmission(ctx, bj, o); err != nil {
 		return err
 	}
 	finished := jobFinished(job)
@@ -385,7 +418,12 @@ func (r *BulkJobReconciler) retryJob(ctx context.Context, bj *v1alpha1.BulkJob, 
 // createRetryJob creates the Job of a retry round; one that exists already
 // (a pass whose status write failed made it) is adopted.
 func (r *BulkJobReconciler) createRetryJob(ctx context.Context, bj *v1alpha1.BulkJob, round int32) (*batchv1.Job, bool, error) {
-	job := desiredRetryJob(bj, r.Options.withDefaults(), round)
+	opts := r.Options.withDefaults()
+	src := r.withPlan(ctx, bj)
+	job := desiredRetryJob(src, opts, round)
+	if err := r.admissionControl(job, src, opts); err != nil {
+		return nil, false, err
+	}
 	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
 		return nil, false, err
 	}
@@ -420,7 +458,12 @@ func (r *BulkJobReconciler) currentJob(ctx context.Context, bj *v1alpha1.BulkJob
 }
 
 func (r *BulkJobReconciler) createJob(ctx context.Context, bj *v1alpha1.BulkJob) (*batchv1.Job, error) {
-	job := desiredJob(bj, r.Options.withDefaults())
+	opts := r.Options.withDefaults()
+	src := r.withPlan(ctx, bj)
+	job := desiredJob(src, opts)
+	if err := r.admissionControl(job, src, opts); err != nil {
+		return nil, err
+	}
 	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
 		return nil, err
 	}
@@ -511,7 +554,16 @@ func (r *BulkJobReconciler) emit(bj *v1alpha1.BulkJob, old *v1alpha1.BulkJobStat
 	if st.Phase == old.Phase {
 		return
 	}
+	if old.Phase == v1alpha1.PhaseQueued && st.Phase != v1alpha1.PhaseFailed {
+		r.event(bj, corev1.EventTypeNormal, "Admitted", "Admit", "Admitted: its shards take turns with the other accounts' for the processor budget")
+	}
 	switch st.Phase {
+	case v1alpha1.PhaseQueued:
+		if r.Options.kueue() {
+			r.event(bj, corev1.EventTypeNormal, "Queued", "Queue", "Waiting for Kueue to admit Job %s", bj.Name)
+		} else {
+			r.event(bj, corev1.EventTypeNormal, "Queued", "Queue", "Waiting for the processor budget: place %d in line", max(st.QueuePosition, 1))
+		}
 	case v1alpha1.PhaseRunning:
 		r.event(bj, corev1.EventTypeNormal, "Running", "Run", "Shards are running")
 	case v1alpha1.PhaseRetrying:

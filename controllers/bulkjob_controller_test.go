@@ -119,8 +119,12 @@ func newScenario(t *testing.T, data *fakeData, objs ...client.Object) *scenario 
 	scheme := v1alpha1.NewScheme()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}).Build()
 	s := &scenario{t: t, c: c, data: data, rec: events.NewFakeRecorder(100), now: time.Now()}
+	// Without budgets: Jobs start as they are created (admission has tests
+	// of its own).
+	opts := DefaultOptions()
+	opts.MaxRunningShards, opts.MaxRunningShardsPerAccount = 0, 0
 	s.r = &BulkJobReconciler{Client: c, Scheme: scheme, Recorder: s.rec, Data: data, Shards: data,
-		Options: DefaultOptions(), Now: func() time.Time { return s.now }}
+		Options: opts, Now: func() time.Time { return s.now }}
 	return s
 }
 

@@ -11,10 +11,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/fairshare"
 )
 
 // Options are the operator-wide settings of the processor Jobs (from
@@ -68,6 +71,25 @@ type Options struct {
 	ProgressInterval        time.Duration
 	ProgressWritesPerSecond float64
 
+	// MaxRunningShards is the global budget: processor pods running at
+	// once over every BulkJob (0: none). MaxRunningShardsPerAccount is one
+	// account's (0: the global one). With either set, the controller
+	// admits shards itself (admission.go): Jobs are created suspended and
+	// their pods carry the admission scheduling gate.
+	MaxRunningShards           int32
+	MaxRunningShardsPerAccount int32
+	// PlanWeights weighs an account's turn by its plan (--fair-weights, by
+	// plan name; "payg" for a Job without LabelPlan): how many times more
+	// rows per turn it gets than an account of weight 1. A plan without a
+	// weight weighs 1.
+	PlanWeights map[string]int
+	// KueueQueueName, when set, hands admission to Kueue: Jobs are created
+	// suspended with the kueue.x-k8s.io/queue-name label set to it, where
+	// {account}, {plan} and {family} are replaced; the controller then
+	// neither gates pods nor un-suspends Jobs, and the budgets above are
+	// Kueue's to enforce.
+	KueueQueueName string
+
 	// err is a configuration error OptionsFrom found (NewManager reports
 	// it).
 	err error
@@ -90,7 +112,7 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 	if err != nil {
 		err = fmt.Errorf("--family-profiles: %w", err)
 	}
-	return Options{
+	o := Options{
 		Families:             families,
 		err:                  err,
 		Image:                kc.Image,
@@ -111,7 +133,50 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 		// Zero is a choice here (no limit), not a value to default.
 		ProgressInterval:        kc.ProgressInterval,
 		ProgressWritesPerSecond: float64(kc.ProgressWrites),
+
+		MaxRunningShards:           int32(kc.MaxRunningShards),
+		MaxRunningShardsPerAccount: int32(kc.MaxRunningShardsPerAccount),
+		KueueQueueName:             kc.KueueQueueName,
 	}
+	if o.PlanWeights, err = fairshare.ParseWeights(kc.FairWeights, FairPlans, nil); err != nil && o.err == nil {
+		o.err = fmt.Errorf("--fair-weights: %w", err)
+	}
+	if o.err == nil && o.KueueQueueName != "" {
+		// A template that cannot give a valid label value for every
+		// account and plan fails at start, not at each BulkJob.
+		if _, qerr := kueueQueue(o.KueueQueueName, "acct_0123456789abcdef", "professional", v1alpha1.FamilyEmailVerification); qerr != nil {
+			o.err = fmt.Errorf("--kueue-queue-name: %w", qerr)
+		}
+	}
+	return o
+}
+
+// FairPlans are the names --fair-weights weighs: payg (no active unlimited
+// plan) and the unlimited plans, as in standalone mode.
+var FairPlans = []string{"payg", string(accounts.PlanStarter), string(accounts.PlanStandard), string(accounts.PlanProfessional)}
+
+// admits reports whether the controller admits shards against budgets
+// (admission.go): a budget is set and Kueue does not admit instead.
+func (o Options) admits() bool {
+	return o.KueueQueueName == "" && (o.MaxRunningShards > 0 || o.MaxRunningShardsPerAccount > 0)
+}
+
+// kueue reports whether Kueue admits the Jobs.
+func (o Options) kueue() bool { return o.KueueQueueName != "" }
+
+// kueueQueue renders the queue-name template for a BulkJob's account,
+// plan ("" is "none") and family, with '_' written '-' (acct_x is
+// acct-x): LocalQueue names are DNS labels, and so must the result be.
+func kueueQueue(tmpl, account, plan string, family v1alpha1.Family) (string, error) {
+	if plan == "" {
+		plan = "none"
+	}
+	dns := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "-")) }
+	q := strings.NewReplacer("{account}", dns(account), "{plan}", dns(plan), "{family}", dns(string(family))).Replace(tmpl)
+	if q == "" || len(validation.IsDNS1123Label(q)) > 0 {
+		return "", fmt.Errorf("queue name %q (from %q) is not a DNS label (lower case letters, digits and '-', at most 63)", q, tmpl)
+	}
+	return q, nil
 }
 
 // withDefaults fills zero values.
@@ -242,15 +307,43 @@ var ignoreDisruptions = batchv1.PodFailurePolicyRule{
 	OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 }
 
-// jobLabels are the labels of a BulkJob's Jobs and their pods.
+// jobLabels are the labels of a BulkJob's Jobs and their pods: with the
+// BulkJob's account and plan, whose budget and turn the pods take.
 func jobLabels(bj *v1alpha1.BulkJob) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		v1alpha1.LabelName:      "bulkd",
 		v1alpha1.LabelComponent: "processor",
 		v1alpha1.LabelManagedBy: v1alpha1.ManagedByController,
 		v1alpha1.LabelJobID:     bj.Spec.JobID,
 		v1alpha1.LabelFamily:    string(bj.Spec.Family),
 	}
+	for _, k := range []string{v1alpha1.LabelAccount, v1alpha1.LabelPlan} {
+		if v := bj.Labels[k]; v != "" && len(validation.IsValidLabelValue(v)) == 0 {
+			l[k] = v
+		}
+	}
+	return l
+}
+
+// admissionControl makes a new Job wait for its admission: created
+// suspended (no pod at all until admitted), and, when the controller
+// admits, its pods carry the admission gate, so each one is scheduled only
+// once its shard is admitted; in Kueue mode it carries its queue's label
+// and Kueue un-suspends it.
+func admissionControl(job *batchv1.Job, bj *v1alpha1.BulkJob, o Options) error {
+	switch {
+	case o.kueue():
+		q, err := kueueQueue(o.KueueQueueName, bj.Labels[v1alpha1.LabelAccount], bj.Labels[v1alpha1.LabelPlan], bj.Spec.Family)
+		if err != nil {
+			return err
+		}
+		job.Labels[v1alpha1.KueueQueueLabel] = q
+		job.Spec.Suspend = ptr.To(true)
+	case o.admits():
+		job.Spec.Suspend = ptr.To(true)
+		job.Spec.Template.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: v1alpha1.AdmissionGate}}
+	}
+	return nil
 }
 
 // processorPod is the pod template of a processor: `bulkd` with args,

@@ -6,11 +6,13 @@ import (
 
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -39,11 +41,17 @@ type ManagerOptions struct {
 	// Progress is the processors' progress announcements; nil takes them
 	// from Data when it has them (*jobs.Store does).
 	Progress ProgressSource
+	// Plans gives accounts' plans, which weigh their turn (nil: every
+	// account weighs 1).
+	Plans AccountPlans
 	// ReadyCheck, when set, gates readiness (bulkd checks Redis).
 	ReadyCheck healthz.Checker
 	Logger     logr.Logger
 	// Now is the reconciler's clock (tests); nil is time.Now.
 	Now func() time.Time
+	// SkipNameValidation lets one process run several managers (tests):
+	// controller names are otherwise unique per process.
+	SkipNameValidation bool
 }
 
 // DefaultLeaderElectionID is the Lease the controller replicas share.
@@ -63,9 +71,13 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		o.LeaderElectionID = DefaultLeaderElectionID
 	}
 	scheme := v1alpha1.NewScheme()
+	managed := labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController})
 	cacheOpts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController})},
+			&batchv1.Job{}: {Label: managed},
+			// Admission counts and un-gates the processor pods: only those
+			// are cached (their template carries the label).
+			&corev1.Pod{}: {Label: managed},
 		},
 	}
 	if o.Namespace != "" {
@@ -81,6 +93,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: &o.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
@@ -107,6 +120,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Options:   o.Reconciler,
 		Progress:  o.Progress,
 		Now:       o.Now,
+		Plans:     o.Plans,
 	}
 	if r.Progress == nil {
 		r.Progress, _ = o.Data.(ProgressSource)

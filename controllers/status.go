@@ -18,6 +18,7 @@ import (
 // Condition reasons.
 const (
 	ReasonPending            = "Pending"
+	ReasonQueued             = "Queued"
 	ReasonRunning            = "Running"
 	ReasonAllShardsSucceeded = "AllShardsSucceeded"
 	ReasonShardsFailed       = "ShardsFailed"
@@ -51,6 +52,13 @@ type observation struct {
 	// retryWait is how long until the next retry is due (0: not waiting
 	// for one).
 	retryWait time.Duration
+
+	// Admission (budgets or Kueue): queued says no shard of the Job has
+	// been admitted yet, position is its place in line (0: unknown), and
+	// active, when known, the shards running (not gated).
+	queued   bool
+	position int32
+	active   *int32
 }
 
 // computeStatus folds an observation into the BulkJob's status. It is pure:
@@ -109,24 +117,34 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 		done = shards
 	} else {
 		st.ShardsSucceeded = max(int32(len(o.succeeded)), st.ShardsSucceeded)
-		if o.job != nil {
+		switch {
+		case o.active != nil:
+			st.ShardsActive = *o.active
+		case o.job != nil:
 			st.ShardsActive = o.job.Status.Active
 		}
 	}
 	st.ShardProgress = fmt.Sprintf("%d/%d", done, shards)
 
 	started := o.job != nil && (o.job.Status.StartTime != nil || o.job.Status.Active > 0 || len(o.succeeded)+len(o.failed) > 0)
+	st.QueuePosition = 0
 	switch {
 	case complete:
 		st.Phase = v1alpha1.PhaseCompleted
 	case retrying:
 		st.Phase = v1alpha1.PhaseRetrying
+	case o.queued && done == 0 && st.Phase != v1alpha1.PhaseRunning:
+		// Once admitted, a BulkJob whose shards wait for their turn again
+		// stays Running.
+		st.Phase = v1alpha1.PhaseQueued
+		st.QueuePosition = o.position
+		st.ShardsActive = 0
 	case started || done > 0:
 		st.Phase = v1alpha1.PhaseRunning
 	default:
 		st.Phase = v1alpha1.PhasePending
 	}
-	if st.Phase != v1alpha1.PhasePending && st.StartTime == nil {
+	if st.Phase != v1alpha1.PhasePending && st.Phase != v1alpha1.PhaseQueued && st.StartTime == nil {
 		if o.job != nil && o.job.Status.StartTime != nil {
 			st.StartTime = o.job.Status.StartTime.DeepCopy()
 		} else {
@@ -170,6 +188,8 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 			"every row has an answer; some answers are provisional and wait for a retry")
 	case v1alpha1.PhaseRunning:
 		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRunning, "shards are running")
+	case v1alpha1.PhaseQueued:
+		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonQueued, "waiting for admission (see queuePosition)")
 	default:
 		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonPending, "no shard has started yet")
 	}

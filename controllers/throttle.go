@@ -148,13 +148,18 @@ func (w *statusWrites) forget(key types.NamespacedName, now time.Time) {
 
 // progressOnly reports whether two statuses differ only in the fields that
 // move as rows are answered: rows and outcome counts, shards done and
-// running, inputs waiting for a retry and when the next is due.
+// running, inputs waiting for a retry and when the next is due, and a
+// Queued BulkJob's place in line.
 func progressOnly(a, b *v1alpha1.BulkJobStatus) bool {
 	x, y := *a, *b
+	if (x.QueuePosition == 0) != (y.QueuePosition == 0) {
+		return false // a place in line given or taken is written at once
+	}
 	for _, s := range []*v1alpha1.BulkJobStatus{&x, &y} {
 		s.ProcessedRows, s.Progress, s.Outcomes = 0, "", nil
 		s.ShardsSucceeded, s.ShardsActive, s.ShardProgress = 0, 0, ""
 		s.Retrying, s.NextRetryTime = 0, nil
+		s.QueuePosition = 0 // moves as others are admitted: paced like progress
 	}
 	return equality.Semantic.DeepEqual(x, y)
 }

@@ -86,13 +86,19 @@ type BulkJobSpec struct {
 }
 
 // BulkJobPhase is where a BulkJob is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Retrying;Completed;Failed
+// +kubebuilder:validation:Enum=Pending;Queued;Running;Retrying;Completed;Failed
 type BulkJobPhase string
 
 // Phases. Completed and Failed are terminal.
 const (
 	// PhasePending: accepted, no shard has started yet.
 	PhasePending BulkJobPhase = "Pending"
+	// PhaseQueued: the job has work and its Job exists, but no shard of it
+	// has been admitted yet: it waits for the processor budget (the
+	// controller's --max-running-shards and --max-running-shards-per-account)
+	// or, in Kueue mode, for Kueue to admit its Job. QueuePosition is its
+	// place in line. The API answers it as running (in_progress).
+	PhaseQueued BulkJobPhase = "Queued"
 	// PhaseRunning: shards are being processed.
 	PhaseRunning BulkJobPhase = "Running"
 	// PhaseRetrying: every input has a first answer, and some of those
@@ -197,6 +203,13 @@ type BulkJobStatus struct {
 	// kubectl.
 	// +optional
 	ShardProgress string `json:"shardProgress,omitempty"`
+	// QueuePosition is the BulkJob's place in line while it is Queued: 1
+	// starts next. It is an estimate across accounts (each account with
+	// queued BulkJobs starts its oldest in turn); unset when not Queued,
+	// and in Kueue mode (Kueue keeps its own queue).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	QueuePosition int32 `json:"queuePosition,omitempty"`
 
 	// Conditions: Complete, ShardsFailed, Failed, RetryFailed.
 	// +optional
@@ -231,6 +244,7 @@ type BulkJobStatus struct {
 // +kubebuilder:printcolumn:name="Processed",type=integer,JSONPath=`.status.processedRows`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`,description="processed rows in percent"
 // +kubebuilder:printcolumn:name="Shards",type=string,JSONPath=`.status.shardProgress`,description="done/total"
+// +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queuePosition`,description="place in line while Queued (1: starts next)"
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.shardsActive`,priority=1
 // +kubebuilder:printcolumn:name="Retrying",type=integer,JSONPath=`.status.retrying`,priority=1,description="inputs waiting for a retry"
 // +kubebuilder:printcolumn:name="Invalid",type=integer,JSONPath=`.status.invalid`,priority=1

@@ -11,6 +11,22 @@ const (
 	// LabelRetryRound is on a BulkJob's retry Jobs and their pods: the
 	// round (1, 2, ...); shard Jobs do not have it.
 	LabelRetryRound = "bulkd.io/retry-round"
+	// LabelAccount is on BulkJobs, Jobs and pods: the id of the account
+	// that submitted the job (acct_...; an id, never a key or a secret),
+	// whose budget and turn its shards take. The API sets it; the
+	// controller fills it from the job's data when it is missing.
+	LabelAccount = "bulkd.io/account"
+	// LabelPlan is on BulkJobs, Jobs and pods when the account had an
+	// unlimited plan at submission: the plan (starter, standard,
+	// professional), which weighs the account's share.
+	LabelPlan = "bulkd.io/plan"
+
+	// AdmissionGate is the scheduling gate on processor pods while the
+	// controller enforces budgets: a pod is scheduled once the controller
+	// admits its shard and removes the gate.
+	AdmissionGate = "bulkd.io/admission"
+	// KueueQueueLabel names the Kueue LocalQueue of a Job (Kueue mode).
+	KueueQueueLabel = "kueue.x-k8s.io/queue-name"
 
 	// LabelName, LabelComponent and LabelManagedBy are the recommended
 	// app.kubernetes.io labels.

@@ -24,6 +24,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/bulkd/bulkd/controllers"
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/admin"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/jobs"
@@ -172,6 +173,7 @@ func runController(ctx context.Context, args []string) error {
 		Reconciler:  controllers.OptionsFrom(kc, cfg.Retention, resources),
 		Data:        proc.Store,
 		Shards:      proc,
+		Plans:       accounts.NewStore(rdb, nil),
 		ReadyCheck:  func(r *http.Request) error { return rdb.Ping(r.Context()).Err() },
 		Logger:      logger,
 	})

@@ -114,6 +114,10 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
 # NetworkPolicies are installed as in production; this cluster's CNI (the
 # bridge plugin) does not enforce them (docs/e2e.md); the Kubernetes API's
 # address is looked up by helm install.
+# The processor budget: 6 pods of 100m CPU fit the node's 2 CPUs next to
+# the API and the controller (charts/bulkd/README.md, "Sizing the
+# budget"), and one account may hold all 6, which the fair-share test
+# (test/cluster/fair_test.go) makes account A do.
 "${CL}" exec "${HELM}" install bulkd charts/bulkd --kubeconfig "${LC_DIR}/admin.kubeconfig" -n "${NAMESPACE}" \
   --set image.tag="${TAG}" --set image.pullPolicy=Never \
   --set redis.existingSecret=bulkd-redis \
@@ -129,6 +133,7 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
   --set-string config.BULKD_DASHBOARD_ALLOW_HTTP=true \
   --set jobs.maxShards=20 \
   --set processor.resources.requests.cpu=100m --set processor.resources.requests.memory=64Mi \
+  --set admission.maxRunningShards=6 --set admission.maxRunningShardsPerAccount=6 \
   --set "outbound.allowCIDRs={127.0.0.0/8,${NODE_IP}/32}" \
   --set "networkPolicy.redis.cidrs={${NODE_IP}/32}" --set "networkPolicy.spamd.cidrs={${NODE_IP}/32}" \
   --set "networkPolicy.allowEgress[0].cidrs={${NODE_IP}/32}" \

@@ -587,6 +587,16 @@ type Kube struct {
 	// at once.
 	ProgressInterval time.Duration
 	ProgressWrites   int
+	// MaxRunningShards is the global budget of processor pods running at
+	// once over every BulkJob (0: none), MaxRunningShardsPerAccount one
+	// account's share of it (0: the global budget); KueueQueueName, when
+	// set, hands admission to Kueue instead (docs/architecture.md).
+	MaxRunningShards           int
+	MaxRunningShardsPerAccount int
+	KueueQueueName             string
+	// FairWeights weighs accounts' turns by plan, as in standalone mode
+	// (the same BULKD_FAIR_WEIGHTS): "payg=1,professional=4".
+	FairWeights string
 }
 
 // DefaultKube returns the defaults.
@@ -608,6 +618,10 @@ func DefaultKube() Kube {
 		Requeue:              time.Minute,
 		ProgressInterval:     10 * time.Second,
 		ProgressWrites:       20,
+		// 16 pods of the chart's 250m CPU request fit 4 CPUs; half of them
+		// for one account leaves the other half to everyone else.
+		MaxRunningShards:           16,
+		MaxRunningShardsPerAccount: 8,
 	}
 }
 
@@ -645,6 +659,10 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	dur(fs, &k.Requeue, "requeue", "safety-net resync of a running BulkJob (progress normally arrives as the processors announce it)")
 	dur(fs, &k.ProgressInterval, "progress-interval", "least time between two status writes of one BulkJob that only report progress (phase changes are written at once; 0: no such limit)")
 	num(fs, &k.ProgressWrites, "progress-writes", "status writes that only report progress, per second over all BulkJobs (0: no cap)")
+	num(fs, &k.MaxRunningShards, "max-running-shards", "processor pods running at once over all BulkJobs: shards are admitted against it across accounts in turn (0: no budget, pods start as their Job allows)")
+	num(fs, &k.MaxRunningShardsPerAccount, "max-running-shards-per-account", "processor pods of one account running at once (0: --max-running-shards)")
+	str(fs, &k.FairWeights, "fair-weights", "shares of the processor budget by plan when accounts compete, e.g. payg=1,starter=1,standard=2,professional=4 (rows per turn; every plan 1 unless given; payg: no active unlimited plan)")
+	str(fs, &k.KueueQueueName, "kueue-queue-name", "hand admission to Kueue: Jobs are created suspended with label kueue.x-k8s.io/queue-name set to this, where {account}, {plan} and {family} are replaced (bulkd-{plan}); the budgets above are then Kueue's to enforce (default: bulkd admits)")
 }
 
 // Validate checks the Kubernetes settings and fills the namespace from the
@@ -688,6 +706,9 @@ func (k *Kube) Validate() error {
 	}
 	if k.ProgressInterval < 0 || k.ProgressWrites < 0 {
 		return fmt.Errorf("--progress-interval and --progress-writes cannot be negative")
+	}
+	if k.MaxRunningShards < 0 || k.MaxRunningShards > 100_000 || k.MaxRunningShardsPerAccount < 0 || k.MaxRunningShardsPerAccount > 100_000 {
+		return fmt.Errorf("--max-running-shards and --max-running-shards-per-account must be 0..100000")
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
@@ -57,7 +58,7 @@ func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.Bulk
 	if j.QuotaWindow != "" {
 		metering = v1alpha1.MeteringUnlimitedQuota
 	}
-	return &v1alpha1.BulkJob{
+	bj := &v1alpha1.BulkJob{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      j.ID,
 			Namespace: namespace,
@@ -80,6 +81,14 @@ func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.Bulk
 			Parallelism:    max(1, min(parallelism, int32(j.Shards))),
 		},
 	}
+	// The account's id (acct_..., never a key or a secret): whose budget
+	// and turn its shards take (the controller's admission). An id that is
+	// not a label value is left out rather than have the create refused;
+	// the controller then reads the account from the job's data.
+	if j.AccountID != "" && len(validation.IsValidLabelValue(j.AccountID)) == 0 {
+		bj.Labels[v1alpha1.LabelAccount] = j.AccountID
+	}
+	return bj
 }
 
 // Enqueue creates the job's BulkJob. An error refuses the job: the engine
@@ -164,7 +173,9 @@ func ApplyStatus(j *jobs.Job, bj *v1alpha1.BulkJob) bool {
 		return false
 	}
 	switch st.Phase {
-	case v1alpha1.PhasePending, v1alpha1.PhaseRunning:
+	// Queued is running in the API's words (SPEC: running, in_progress for
+	// verification): waiting for the processor budget is part of running.
+	case v1alpha1.PhasePending, v1alpha1.PhaseQueued, v1alpha1.PhaseRunning:
 		j.Status = jobs.StatusRunning
 		j.CompletedAt = time.Time{}
 		j.NextRetryAt = time.Time{}

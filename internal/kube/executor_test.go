@@ -24,7 +24,7 @@ import (
 const id = "0c6d7e7e-1111-4222-8333-944445555666"
 
 func accepted() *jobs.Job {
-	return &jobs.Job{ID: id, Family: "company_enrichment", KeyID: "key123", Status: jobs.StatusRunning,
+	return &jobs.Job{ID: id, Family: "company_enrichment", AccountID: "acct_0123456789abcdef", KeyID: "key123", Status: jobs.StatusRunning,
 		TotalRows: 25, TotalInvalid: 5, Distinct: 20, RowsProcessed: 5, Shards: 2, ShardSize: 10,
 		Outcomes: map[string]int64{}, CreatedAt: time.Now()}
 }
@@ -42,7 +42,8 @@ func TestEnqueueCreatesTheBulkJob(t *testing.T) {
 	}
 	want := v1alpha1.BulkJobSpec{Family: v1alpha1.FamilyCompanyEnrichment, Metering: v1alpha1.MeteringCredits, OwnerKeyID: "key123",
 		JobID: id, Rows: 25, DistinctInputs: 20, Shards: 2, ShardSize: 10, Parallelism: 2}
-	if bj.Spec != want || bj.Labels[v1alpha1.LabelFamily] != "company_enrichment" || !slices.Equal(bj.Finalizers, []string{v1alpha1.Finalizer}) {
+	if bj.Spec != want || bj.Labels[v1alpha1.LabelFamily] != "company_enrichment" || bj.Labels[v1alpha1.LabelAccount] != "acct_0123456789abcdef" ||
+		!slices.Equal(bj.Finalizers, []string{v1alpha1.Finalizer}) {
 		t.Fatalf("BulkJob %+v", bj)
 	}
 	// Enqueueing the same job again is not an error.
@@ -127,6 +128,9 @@ func TestReadStatusComesFromTheBulkJob(t *testing.T) {
 		{"no status yet", builders.MakeBulkJob(id, "bulkd").Obj(), false, jobs.StatusRunning, 5, map[string]int64{}, 0, time.Time{}, false},
 		{"running", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseRunning).Progress(15).Outcome("found", 8).Outcome("not_found", 2).Obj(),
 			true, jobs.StatusRunning, 15, map[string]int64{"found": 8, "not_found": 2}, 0, time.Time{}, false},
+		// Waiting for the processor budget is running in the SPEC's words.
+		{"queued", builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseQueued).Progress(5).Obj(),
+			true, jobs.StatusRunning, 5, map[string]int64{}, 0, time.Time{}, false},
 		{"completed", func() *v1alpha1.BulkJob {
 			bj := builders.MakeBulkJob(id, "bulkd").Phase(v1alpha1.PhaseCompleted).Progress(25).Outcome("not_found", 8).Outcome("found", 12).Obj()
 			bj.Status.CompletionTime = &metav1.Time{Time: done}

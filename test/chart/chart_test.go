@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,9 +13,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/controllers"
+	"github.com/bulkd/bulkd/internal/config"
 )
 
 // scenario is one value set the chart is linted, rendered and dry-run with.
@@ -889,5 +893,55 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 	if err := os.WriteFile(dst, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The admission values reach the controller as the BULKD_* forms of its
+// flags, which it accepts: the budgets by default, Kueue mode when
+// enabled.
+func TestAdmissionValues(t *testing.T) {
+	for _, c := range []struct {
+		name, values string
+		want         map[string]string // "" : must be absent
+	}{
+		{"defaults", ``, map[string]string{"BULKD_MAX_RUNNING_SHARDS": "16", "BULKD_MAX_RUNNING_SHARDS_PER_ACCOUNT": "8", "BULKD_FAIR_WEIGHTS": "", "BULKD_KUEUE_QUEUE_NAME": "-"}},
+		{"kueue", `
+admission:
+  maxRunningShards: 0
+  fairWeights: "payg=1,professional=4"
+  kueue: {enabled: true, queueName: "bulkd-{account}"}
+`, map[string]string{"BULKD_MAX_RUNNING_SHARDS": "0", "BULKD_FAIR_WEIGHTS": "payg=1,professional=4", "BULKD_KUEUE_QUEUE_NAME": "bulkd-{account}"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := render(t, "bulkd", "bulkd", parseValues(t, c.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := envOf(containers(t, r.get(t, "Deployment", "bulkd-controller"))[0])
+			kc := config.DefaultKube()
+			fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+			kc.RegisterController(fs)
+			for k, want := range c.want {
+				e, ok := env[k]
+				switch {
+				case want == "-" && ok:
+					t.Errorf("%s set: %v", k, e)
+				case want != "-" && (!ok || e["value"] != want):
+					t.Errorf("%s = %v, want %q", k, e, want)
+				case ok:
+					name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "BULKD_"), "_", "-"))
+					if err := fs.Set(name, e["value"].(string)); err != nil {
+						t.Errorf("--%s %q: %v", name, e["value"], err)
+					}
+				}
+			}
+			kc.Namespace, kc.Image = "bulkd", "bulkd:test"
+			if err := kc.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if err := controllers.OptionsFrom(kc, time.Hour, corev1.ResourceRequirements{}).Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -98,7 +98,7 @@ func TestCompanyEnrichmentEndToEnd(t *testing.T) {
 
 	// kubectl get bulkjobs.
 	cols, cells := h.table(t, sub.JobID)
-	if strings.Join(cols, ",") != "Name,Family,Phase,Rows,Processed,Progress,Shards,Age" {
+	if strings.Join(cols, ",") != "Name,Family,Phase,Rows,Processed,Progress,Shards,Queue,Age" {
 		t.Fatalf("columns %v", cols)
 	}
 	if fmt.Sprint(cells[1:7]) != fmt.Sprintf("[company_enrichment Completed %d %d 100%% 3/3]", len(rows), len(rows)) {
@@ -421,6 +421,12 @@ func (h *harness) bulkJobCount(t *testing.T) int {
 
 // table is `kubectl get bulkjob NAME`: the column names and the row.
 func (h *harness) table(t *testing.T, name string) ([]string, []string) {
+	t.Helper()
+	return h.tableIn(t, namespace, name)
+}
+
+// tableIn is table for a BulkJob of namespace ns.
+func (h *harness) tableIn(t *testing.T, namespace, name string) ([]string, []string) {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(h.cfg)
 	if err != nil {

@@ -96,6 +96,12 @@ func (h *harness) jobKeys(t *testing.T, id string) []string {
 // eventReasons lists the reasons of the events about a BulkJob.
 func (h *harness) eventReasons(t *testing.T, id string) string {
 	t.Helper()
+	return h.eventReasonsIn(t, namespace, id)
+}
+
+// eventReasonsIn is eventReasons in namespace ns.
+func (h *harness) eventReasonsIn(t *testing.T, namespace, id string) string {
+	t.Helper()
 	var evs eventsv1.EventList
 	if err := h.k8s.List(context.Background(), &evs, client.InNamespace(namespace)); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -226,6 +227,12 @@ func (h *harness) setupNamespace(ctx context.Context) error {
 // cluster role (and a role for its other rules), and returns its config:
 // the components run with the least privilege they are documented to need.
 func (h *harness) userWithRole(ctx context.Context, name string, clusterRole *rbacv1.ClusterRole, extra []rbacv1.PolicyRule) (*rest.Config, error) {
+	return h.userWithRoleIn(ctx, namespace, name, clusterRole, extra)
+}
+
+// userWithRoleIn is userWithRole in namespace ns (a cluster role that
+// exists already is reused).
+func (h *harness) userWithRoleIn(ctx context.Context, namespace, name string, clusterRole *rbacv1.ClusterRole, extra []rbacv1.PolicyRule) (*rest.Config, error) {
 	u, err := h.env.AddUser(envtest.User{Name: name}, nil)
 	if err != nil {
 		return nil, err
@@ -243,6 +250,9 @@ func (h *harness) userWithRole(ctx context.Context, name string, clusterRole *rb
 	}
 	for _, o := range objs {
 		if err := h.k8s.Create(ctx, o); err != nil {
+			if _, cluster := o.(*rbacv1.ClusterRole); cluster && apierrors.IsAlreadyExists(err) {
+				continue
+			}
 			return nil, fmt.Errorf("create %T: %w", o, err)
 		}
 	}

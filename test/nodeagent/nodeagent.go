@@ -10,6 +10,15 @@
 // backoffLimit. The podFailurePolicy's Ignore (DisruptionTarget), FailIndex
 // and FailJob (exit codes) rules are honoured.
 //
+// A Job whose pod template has scheduling gates gets Pod objects, as the
+// Job controller makes them: one per index it starts (up to parallelism,
+// gated pods counting as active), with the template's labels and gates,
+// the completion-index annotation and the Job as controller; an index
+// runs once its pod has no gate left (the scheduler's rule), and its
+// pod's phase follows the process (Running, Succeeded, Failed). Pods of
+// Jobs that are gone are deleted (envtest has no garbage collector).
+// Other Jobs get no Pod objects.
+//
 // Tests only.
 package nodeagent
 
@@ -90,6 +99,7 @@ type indexPhase int
 
 const (
 	pending indexPhase = iota
+	gated              // its pod exists and waits for its scheduling gates
 	running
 	succeeded
 	failed
@@ -100,12 +110,14 @@ type indexState struct {
 	failures int32 // counted failures
 	attempts int
 	notUntil time.Time // retry backoff
+	pod      string    // the Pod object of the current attempt (gated templates)
 }
 
 type proc struct {
 	cmd        *exec.Cmd
 	killed     bool
 	disruption bool
+	pod        string // its Pod object, if it has one
 }
 
 type jobState struct {
@@ -204,6 +216,25 @@ func (a *Agent) pass(ctx context.Context) error {
 	if err := a.Client.List(ctx, &list, client.InNamespace(a.Namespace)); err != nil {
 		return err
 	}
+	var pods corev1.PodList
+	if err := a.Client.List(ctx, &pods, client.InNamespace(a.Namespace)); err != nil {
+		return err
+	}
+	byName := make(map[string]*corev1.Pod, len(pods.Items))
+	jobUIDs := map[types.UID]bool{}
+	for i := range list.Items {
+		jobUIDs[list.Items[i].UID] = true
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		byName[p.Name] = p
+		if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "Job" && !jobUIDs[ref.UID] && p.DeletionTimestamp.IsZero() {
+			// The garbage collector's part: the Job is gone.
+			if err := a.Client.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+				a.logf("delete pod %s of a deleted Job: %v", p.Name, err)
+			}
+		}
+	}
 	seen := map[types.UID]bool{}
 	for i := range list.Items {
 		job := &list.Items[i]
@@ -229,7 +260,7 @@ func (a *Agent) pass(ctx context.Context) error {
 		if js.finished {
 			continue
 		}
-		if err := a.step(ctx, js); err != nil {
+		if err := a.step(ctx, js, byName); err != nil {
 			a.logf("job %s: %v", job.Name, err)
 		}
 	}
@@ -248,8 +279,9 @@ func (a *Agent) pass(ctx context.Context) error {
 	return nil
 }
 
-// step starts what may start and writes the status when it changed.
-func (a *Agent) step(ctx context.Context, js *jobState) error {
+// step starts what may start and writes the status when it changed; pods
+// are the namespace's Pod objects by name.
+func (a *Agent) step(ctx context.Context, js *jobState, pods map[string]*corev1.Pod) error {
 	a.mu.Lock()
 	job := js.job
 	if js.startTime == nil {
@@ -274,33 +306,73 @@ func (a *Agent) step(ctx context.Context, js *jobState) error {
 		}
 	}
 	var starts []*Attempt
+	var creates []*corev1.Pod
 	if !js.terminating {
 		par := int(ptr.Deref(job.Spec.Parallelism, 1))
+		gates := len(job.Spec.Template.Spec.SchedulingGates) > 0
+		active := len(js.procs)
+		for _, s := range js.idx {
+			if s.phase == gated {
+				active++
+			}
+		}
 		now := time.Now()
 		for i := range js.idx {
-			if len(js.procs)+len(starts) >= par {
-				break
-			}
 			s := &js.idx[i]
-			if s.phase != pending || now.Before(s.notUntil) {
-				continue
+			switch {
+			case s.phase == gated:
+				// Scheduled once no gate is left.
+				p := pods[s.pod]
+				if p == nil || len(p.Spec.SchedulingGates) > 0 {
+					continue
+				}
+				at, err := a.prepare(ctx, job, i, s.attempts)
+				if err != nil {
+					a.mu.Unlock()
+					return fmt.Errorf("index %d: %w", i, err)
+				}
+				at.Pod = s.pod
+				s.phase = running
+				s.attempts++
+				starts = append(starts, at)
+			case s.phase != pending || now.Before(s.notUntil) || active >= par:
+			case gates:
+				p := podFor(job, i, s.attempts)
+				s.phase, s.pod = gated, p.Name
+				creates = append(creates, p)
+				active++
+				js.dirty = true
+			default:
+				at, err := a.prepare(ctx, job, i, s.attempts)
+				if err != nil {
+					a.mu.Unlock()
+					return fmt.Errorf("index %d: %w", i, err)
+				}
+				s.phase = running
+				s.attempts++
+				starts = append(starts, at)
+				active++
 			}
-			at, err := a.prepare(ctx, job, i, s.attempts)
-			if err != nil {
-				a.mu.Unlock()
-				return fmt.Errorf("index %d: %w", i, err)
-			}
-			s.phase = running
-			s.attempts++
-			starts = append(starts, at)
 		}
 	}
 	a.mu.Unlock()
+	for _, p := range creates {
+		if err := a.Client.Create(ctx, p); err != nil {
+			a.mu.Lock()
+			i, _ := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+			js.idx[i].phase, js.idx[i].pod = pending, ""
+			a.mu.Unlock()
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+	}
 	for _, at := range starts {
 		if a.BeforeStart != nil {
 			a.BeforeStart(at)
 		}
 		a.start(js, at)
+		if at.Pod != "" && pods[at.Pod] != nil {
+			a.setPodPhase(ctx, at.Pod, corev1.PodRunning, 0)
+		}
 	}
 
 	a.mu.Lock()
@@ -309,7 +381,7 @@ func (a *Agent) step(ctx context.Context, js *jobState) error {
 	anyFailed := false
 	for _, s := range js.idx {
 		switch s.phase {
-		case pending, running:
+		case pending, gated, running:
 			allSettled = false
 		case failed:
 			anyFailed = true
@@ -403,9 +475,15 @@ func (a *Agent) statusOf(js *jobState) batchv1.JobStatus {
 			bad = append(bad, i)
 		}
 	}
+	active := int32(len(js.procs))
+	for _, s := range js.idx {
+		if s.phase == gated {
+			active++ // the Job controller counts pods not yet scheduled as active
+		}
+	}
 	st := batchv1.JobStatus{
 		StartTime: js.startTime,
-		Active:    int32(len(js.procs)),
+		Active:    active,
 		Ready:     ptr.To(int32(len(js.procs))),
 		Succeeded: int32(len(ok)),
 		Failed:    js.failedPods,
@@ -582,7 +660,7 @@ func (a *Agent) start(js *jobState, at *Attempt) {
 		a.settle(js, at, &proc{}, 127)
 		return
 	}
-	p := &proc{cmd: cmd}
+	p := &proc{cmd: cmd, pod: at.Pod}
 	js.procs[at.Index] = p
 	js.dirty = true
 	go a.wait(js, at, p)
@@ -601,7 +679,73 @@ func (a *Agent) wait(js *jobState, at *Attempt, p *proc) {
 	delete(js.procs, at.Index)
 	a.settle(js, at, p, code)
 	a.mu.Unlock()
+	if p.pod != "" {
+		phase := corev1.PodSucceeded
+		if code != 0 || p.killed {
+			phase = corev1.PodFailed
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a.setPodPhase(ctx, p.pod, phase, code)
+		cancel()
+	}
 	a.poke()
+}
+
+// podFor is the Pod object the Job controller would create for an index
+// (attempt n) of job: the template's labels, annotations and spec, the
+// completion index, the Job as controller.
+func podFor(job *batchv1.Job, index, n int) *corev1.Pod {
+	t := job.Spec.Template
+	labels := map[string]string{}
+	for k, v := range t.Labels {
+		labels[k] = v
+	}
+	labels[batchv1.JobNameLabel] = job.Name
+	labels[batchv1.ControllerUidLabel] = string(job.UID)
+	annotations := map[string]string{}
+	for k, v := range t.Annotations {
+		annotations[k] = v
+	}
+	if ptr.Deref(job.Spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion {
+		annotations[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(index)
+		labels[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(index) // the Job controller sets the same key as a label
+	} else {
+		annotations[batchv1.JobCompletionIndexAnnotation] = "0"
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("%s-%d-%d-%05d", job.Name, index, n, rand.IntN(100000)), Namespace: job.Namespace,
+			Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
+		},
+		Spec: *t.Spec.DeepCopy(),
+	}
+}
+
+// setPodPhase writes a pod's phase (and for a finished one its
+// container's exit code), as the kubelet would; a pod that is gone is
+// left alone.
+func (a *Agent) setPodPhase(ctx context.Context, name string, phase corev1.PodPhase, code int) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var p corev1.Pod
+		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, &p); err != nil {
+			return err
+		}
+		p.Status.Phase = phase
+		if len(p.Spec.Containers) > 0 {
+			cs := corev1.ContainerStatus{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image}
+			if phase == corev1.PodRunning {
+				cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
+			} else {
+				cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: int32(code), FinishedAt: metav1.Now()}
+			}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		}
+		return a.Client.Status().Update(ctx, &p)
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		a.logf("pod %s: set phase %s: %v", name, phase, err)
+	}
 }
 
 // settle records an attempt's end and applies the podFailurePolicy and

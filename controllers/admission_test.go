@@ -1,0 +1,617 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/test/builders"
+)
+
+// These tests drive the admission pass on a fake API (the envtest suite in
+// test/kube runs it with the real API server, processors and the Job
+// controller's stand-in): each step plays the Job controller and the
+// kubelet by hand, so the order of admissions is exact.
+
+type admissionScene struct {
+	t     *testing.T
+	c     client.WithWatch
+	a     *admitter
+	opts  Options
+	now   time.Time
+	t0    time.Time
+	seq   int
+	order []string // "<bulkjob>/<index>" in the order pods were admitted
+	seen  map[types.UID]bool
+	// most is the most processor pods ever seen running at once.
+	most int
+}
+
+func newAdmissionScene(t *testing.T, global, perAccount int32) *admissionScene {
+	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).
+		WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}, &corev1.Pod{}).Build()
+	opts := DefaultOptions().withDefaults()
+	opts.MaxRunningShards, opts.MaxRunningShardsPerAccount = global, perAccount
+	s := &admissionScene{t: t, c: c, opts: opts, now: time.Now(), t0: time.Now().Add(-time.Hour).Truncate(time.Second), seen: map[types.UID]bool{}}
+	s.a = newAdmitter(c, opts, func() time.Time { return s.now })
+	return s
+}
+
+// submit makes a BulkJob of account acct with shards shards and
+// parallelism par, and its shard Job as the controller creates it.
+func (s *admissionScene) submit(name, acct string, shards, par int32) *v1alpha1.BulkJob {
+	s.t.Helper()
+	s.seq++
+	bj := builders.MakeBulkJob(name, ns).Rows(int64(shards)*10, int64(shards)*10).Shards(shards, 10).Parallelism(par).
+		Created(s.t0.Add(time.Duration(s.seq) * time.Second)).Phase(v1alpha1.PhaseQueued).Obj()
+	bj.Labels = map[string]string{v1alpha1.LabelAccount: acct}
+	s.create(bj)
+	job := desiredJob(bj, s.opts)
+	if err := admissionControl(job, bj, s.opts); err != nil {
+		s.t.Fatal(err)
+	}
+	s.own(bj, job)
+	return bj
+}
+
+// retryRound makes a retry Job for bj, as the controller does.
+func (s *admissionScene) retryRound(bj *v1alpha1.BulkJob, round int32) {
+	s.t.Helper()
+	job := desiredRetryJob(bj, s.opts, round)
+	if err := admissionControl(job, bj, s.opts); err != nil {
+		s.t.Fatal(err)
+	}
+	s.own(bj, job)
+}
+
+func (s *admissionScene) own(bj *v1alpha1.BulkJob, job *batchv1.Job) {
+	s.t.Helper()
+	job.UID = types.UID("uid-job-" + job.Name)
+	if err := controllerutil.SetControllerReference(bj, job, s.c.Scheme()); err != nil {
+		s.t.Fatal(err)
+	}
+	s.create(job)
+}
+
+func (s *admissionScene) create(o client.Object) {
+	s.t.Helper()
+	if err := s.c.Create(context.Background(), o); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// pass runs one admission pass, then plays the Job controller: every
+// Job that is not suspended gets gated pods for its pending indexes, up
+// to its parallelism (gated pods count as active).
+func (s *admissionScene) pass() {
+	s.t.Helper()
+	if _, err := s.a.Reconcile(context.Background(), admissionRequest); err != nil {
+		s.t.Fatalf("admission pass: %v", err)
+	}
+	s.record()
+	s.jobController()
+	s.record()
+}
+
+func (s *admissionScene) jobs() []batchv1.Job {
+	var l batchv1.JobList
+	if err := s.c.List(context.Background(), &l); err != nil {
+		s.t.Fatal(err)
+	}
+	return l.Items
+}
+
+func (s *admissionScene) pods() []corev1.Pod {
+	var l corev1.PodList
+	if err := s.c.List(context.Background(), &l); err != nil {
+		s.t.Fatal(err)
+	}
+	slices.SortFunc(l.Items, func(x, y corev1.Pod) int { return strings.Compare(x.Name, y.Name) })
+	return l.Items
+}
+
+func (s *admissionScene) jobController() {
+	s.t.Helper()
+	pods := s.pods()
+	for _, job := range s.jobs() {
+		if ptr.Deref(job.Spec.Suspend, false) {
+			continue
+		}
+		taken := map[int]bool{}
+		active := 0
+		for _, p := range pods {
+			if !metav1.IsControlledBy(&p, &job) {
+				continue
+			}
+			if p.Status.Phase == corev1.PodSucceeded || !podFinished(&p) {
+				taken[podIndex(&p)] = true
+			}
+			if !podFinished(&p) {
+				active++
+			}
+		}
+		for i := 0; i < int(*job.Spec.Completions) && active < int(*job.Spec.Parallelism); i++ {
+			if taken[i] {
+				continue
+			}
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", job.Name, i), Namespace: job.Namespace,
+				UID:         types.UID(fmt.Sprintf("uid-pod-%s-%d", job.Name, i)),
+				Labels:      job.Spec.Template.Labels,
+				Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: strconv.Itoa(i)}},
+				Spec: job.Spec.Template.Spec}
+			if err := controllerutil.SetControllerReference(&job, p, s.c.Scheme()); err != nil {
+				s.t.Fatal(err)
+			}
+			s.create(p)
+			active++
+		}
+	}
+}
+
+// record notes the pods admitted since last time, and how many run.
+func (s *admissionScene) record() {
+	running := 0
+	for _, p := range s.pods() {
+		if hasGate(&p) || podFinished(&p) {
+			continue
+		}
+		running++
+		if !s.seen[p.UID] {
+			s.seen[p.UID] = true
+			s.order = append(s.order, p.Labels[v1alpha1.LabelJobID]+"/"+p.Annotations[batchv1.JobCompletionIndexAnnotation])
+		}
+	}
+	s.most = max(s.most, running)
+}
+
+// finish plays the kubelet: the running pod of bulkjob's index ends.
+func (s *admissionScene) finish(job string, index int, phase corev1.PodPhase) {
+	s.t.Helper()
+	for _, p := range s.pods() {
+		if p.Labels[v1alpha1.LabelJobID] == job && podIndex(&p) == index && !hasGate(&p) && !podFinished(&p) {
+			p.Status.Phase = phase
+			if err := s.c.Status().Update(context.Background(), &p); err != nil {
+				s.t.Fatal(err)
+			}
+			return
+		}
+	}
+	s.t.Fatalf("no running pod of %s index %d", job, index)
+}
+
+func (s *admissionScene) running(acct string) int {
+	n := 0
+	for _, p := range s.pods() {
+		if !hasGate(&p) && !podFinished(&p) && (acct == "" || p.Labels[v1alpha1.LabelAccount] == acct) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *admissionScene) suspended(name string) bool {
+	var job batchv1.Job
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &job); err != nil {
+		s.t.Fatal(err)
+	}
+	return ptr.Deref(job.Spec.Suspend, false)
+}
+
+const (
+	jobA1 = "a1a1a1a1-0000-4000-8000-000000000001"
+	jobA2 = "a2a2a2a2-0000-4000-8000-000000000002"
+	jobA3 = "a3a3a3a3-0000-4000-8000-000000000003"
+	jobB1 = "b1b1b1b1-0000-4000-8000-000000000001"
+	jobC1 = "c1c1c1c1-0000-4000-8000-000000000001"
+)
+
+// With a global budget of 4, account A's three big BulkJobs hold all of
+// it; account B's small BulkJob, submitted next, gets the first slot that
+// frees, ahead of A's remaining shards, and the budget is never exceeded.
+func TestAdmissionSmallJobOfAnotherAccountGoesBeforeTheBigOnesRemainingShards(t *testing.T) {
+	s := newAdmissionScene(t, 4, 4)
+	for _, name := range []string{jobA1, jobA2, jobA3} {
+		s.submit(name, "acct_a", 10, 4)
+	}
+	for range 3 {
+		s.pass()
+	}
+	if got := s.running("acct_a"); got != 4 {
+		t.Fatalf("A runs %d shards, want the whole budget (4); admitted %v", got, s.order)
+	}
+	s.submit(jobB1, "acct_b", 1, 4)
+	s.pass()
+	if !s.suspended(jobB1) || s.running("") != 4 {
+		t.Fatalf("B started though the budget is held: running %d", s.running(""))
+	}
+	// One of A's shards ends: its slot goes to B, not to A's next shard.
+	first := s.order[0]
+	s.finish(first[:strings.IndexByte(first, '/')], 0, corev1.PodSucceeded)
+	for range 3 {
+		s.pass()
+	}
+	if s.suspended(jobB1) || s.running("acct_b") != 1 || s.running("acct_a") != 3 {
+		t.Fatalf("after one of A's shards ended: B runs %d, A %d; admitted %v", s.running("acct_b"), s.running("acct_a"), s.order)
+	}
+	if last := s.order[len(s.order)-1]; last != jobB1+"/0" {
+		t.Fatalf("the freed slot went to %s, want B's shard; admitted %v", last, s.order)
+	}
+	if s.most > 4 {
+		t.Fatalf("%d shards ran at once with a budget of 4", s.most)
+	}
+}
+
+// A's shards take turns across A's jobs in FIFO order (its oldest job
+// first), and one account never holds more than its own budget: with 2
+// per account out of 4, B starts at once although A has 30 shards queued.
+func TestAdmissionPerAccountBudget(t *testing.T) {
+	s := newAdmissionScene(t, 4, 2)
+	for _, name := range []string{jobA1, jobA2, jobA3} {
+		s.submit(name, "acct_a", 10, 4)
+	}
+	for range 3 {
+		s.pass()
+	}
+	if got := s.running("acct_a"); got != 2 {
+		t.Fatalf("A runs %d shards, want its budget (2)", got)
+	}
+	s.submit(jobB1, "acct_b", 1, 4)
+	s.pass()
+	s.pass()
+	if s.running("acct_b") != 1 || s.running("acct_a") != 2 {
+		t.Fatalf("B runs %d, A %d: B must start at once on the budget A cannot take", s.running("acct_b"), s.running("acct_a"))
+	}
+	// A's first two admissions were its oldest job's.
+	if !strings.HasPrefix(s.order[0], jobA1) || !strings.HasPrefix(s.order[1], jobA1) {
+		t.Fatalf("A's admissions %v: want its oldest job's shards first", s.order)
+	}
+	if s.most > 3 {
+		t.Fatalf("%d shards ran at once", s.most)
+	}
+}
+
+// A controller that becomes leader (a restart) counts the pods already
+// running against the budget before it admits anything.
+func TestAdmissionCountsPodsRunningBeforeItStarted(t *testing.T) {
+	s := newAdmissionScene(t, 3, 3)
+	s.submit(jobA1, "acct_a", 10, 3)
+	s.pass()
+	s.pass()
+	if s.running("acct_a") != 3 {
+		t.Fatalf("A runs %d", s.running("acct_a"))
+	}
+	// A new leader: nothing remembered.
+	s.a = newAdmitter(s.c, s.opts, func() time.Time { return s.now })
+	s.submit(jobB1, "acct_b", 1, 1)
+	s.pass()
+	if !s.suspended(jobB1) || s.running("") != 3 {
+		t.Fatalf("the new leader admitted beyond the budget: running %d", s.running(""))
+	}
+	s.finish(jobA1, 1, corev1.PodSucceeded)
+	s.pass()
+	s.pass()
+	if s.running("acct_b") != 1 || s.running("") != 3 {
+		t.Fatalf("B runs %d, all %d", s.running("acct_b"), s.running(""))
+	}
+}
+
+// A failed pod releases its slot; the Job controller's replacement (the
+// index's retry) waits for admission like any shard.
+func TestAdmissionFailedPodsReleaseTheirSlot(t *testing.T) {
+	s := newAdmissionScene(t, 1, 1)
+	s.submit(jobA1, "acct_a", 2, 2)
+	s.pass()
+	s.pass()
+	s.finish(jobA1, 0, corev1.PodFailed)
+	// The replacement is a new pod: gone pod, new gated one.
+	for _, p := range s.pods() {
+		if podFinished(&p) {
+			if err := s.c.Delete(context.Background(), &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.pass()
+	s.pass()
+	if s.running("") != 1 {
+		t.Fatalf("running %d, want 1", s.running(""))
+	}
+}
+
+// Due retries take part: a BulkJob's retry Job waits suspended like a
+// shard Job, and is admitted in its account's turn.
+func TestAdmissionRetryJobsTakePart(t *testing.T) {
+	s := newAdmissionScene(t, 2, 2)
+	s.submit(jobA1, "acct_a", 10, 2)
+	s.pass()
+	s.pass()
+	b := builders.MakeBulkJob(jobB1, ns).Family(v1alpha1.FamilyEmailVerification).Created(s.t0).Phase(v1alpha1.PhaseRetrying).Retrying(3, 0).Obj()
+	b.Labels = map[string]string{v1alpha1.LabelAccount: "acct_b"}
+	s.create(b)
+	s.retryRound(b, 1)
+	retry := retryJobName(b, 1)
+	s.pass()
+	if !s.suspended(retry) {
+		t.Fatal("a retry Job started while A holds the budget")
+	}
+	s.finish(jobA1, 0, corev1.PodSucceeded)
+	s.pass()
+	s.pass()
+	if s.suspended(retry) || s.running("acct_b") != 1 || s.running("acct_a") != 1 {
+		t.Fatalf("retry Job suspended=%v, B runs %d, A %d", s.suspended(retry), s.running("acct_b"), s.running("acct_a"))
+	}
+}
+
+// Accounts' turns are weighed by plan (--fair-weights): with the budget of
+// one pod contended, a professional account of weight 3 gets three
+// shards for each of a pay-as-you-go account's.
+func TestAdmissionWeighsAccountsByPlan(t *testing.T) {
+	s := newAdmissionScene(t, 1, 1)
+	s.opts.PlanWeights = map[string]int{"payg": 1, "professional": 3}
+	s.a = newAdmitter(s.c, s.opts, func() time.Time { return s.now })
+	big := func(name, acct, plan string) {
+		s.seq++
+		bj := builders.MakeBulkJob(name, ns).Rows(40_000, 40_000).Shards(40, 1000).Parallelism(2).
+			Created(s.t0.Add(time.Duration(s.seq) * time.Second)).Obj()
+		bj.Labels = map[string]string{v1alpha1.LabelAccount: acct}
+		if plan != "" {
+			bj.Labels[v1alpha1.LabelPlan] = plan
+		}
+		s.create(bj)
+		job := desiredJob(bj, s.opts)
+		if err := admissionControl(job, bj, s.opts); err != nil {
+			t.Fatal(err)
+		}
+		s.own(bj, job)
+	}
+	big(jobA1, "acct_a", "professional")
+	big(jobB1, "acct_b", "")
+	for range 3 {
+		s.pass()
+	}
+	for i := 0; i < 24; i++ {
+		// The running shard ends; the next is admitted.
+		for _, p := range s.pods() {
+			if !hasGate(&p) && !podFinished(&p) {
+				p.Status.Phase = corev1.PodSucceeded
+				if err := s.c.Status().Update(context.Background(), &p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s.pass()
+		s.pass()
+	}
+	n := map[string]int{}
+	for _, o := range s.order[4:] { // past the start of both
+		n[o[:2]]++
+	}
+	t.Logf("admissions per account %v", n)
+	if n["a1"] < 2*n["b1"] || n["a1"] > 4*n["b1"] {
+		t.Fatalf("admissions per account %v, want about 3:1 (order %v)", n, s.order)
+	}
+}
+
+// The place in line of Queued BulkJobs: accounts take turns, those running
+// nothing first.
+func TestAdmissionPlaceInLine(t *testing.T) {
+	s := newAdmissionScene(t, 1, 1)
+	s.submit(jobA1, "acct_a", 2, 1)
+	s.pass()
+	s.pass()
+	s.submit(jobA2, "acct_a", 2, 1)
+	s.submit(jobA3, "acct_a", 2, 1)
+	s.submit(jobB1, "acct_b", 2, 1)
+	s.submit(jobC1, "acct_c", 2, 1)
+	s.pass()
+	got := map[string]int32{}
+	for _, name := range []string{jobA1, jobA2, jobA3, jobB1, jobC1} {
+		got[name] = s.a.position(types.NamespacedName{Namespace: ns, Name: name})
+	}
+	want := map[string]int32{jobA1: 0, jobB1: 1, jobC1: 2, jobA2: 3, jobA3: 4}
+	for name, p := range want {
+		if got[name] != p {
+			t.Fatalf("places %v, want %v", got, want)
+		}
+	}
+	// The BulkJobs whose place changed are woken.
+	woken := map[string]bool{}
+	for len(s.a.events) > 0 {
+		woken[(<-s.a.events).Object.GetName()] = true
+	}
+	if !woken[jobB1] || !woken[jobA3] {
+		t.Fatalf("woken %v", woken)
+	}
+}
+
+// The reconciler's side: a BulkJob whose Job waits for admission is
+// Queued with its place in line, and is Admitted (an event) once a pod of
+// its Job has no gate.
+func TestReconcileQueuedThenAdmitted(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+	s := newScenario(t, data, bj)
+	s.r.Options.MaxRunningShards, s.r.Options.MaxRunningShardsPerAccount = 1, 1
+	s.r.admission = newAdmitter(s.c, s.r.Options, func() time.Time { return s.now })
+	data.setData(id, func(j *jobs.Job) { j.AccountID = "acct_b" })
+	s.mustReconcile()
+	// The fake API gives objects no uid; the real one always does.
+	job := s.jobs()[0]
+	job.UID = "uid-job"
+	if err := s.c.Update(context.Background(), &job); err != nil {
+		t.Fatal(err)
+	}
+	got := s.bulkJob()
+	if got.Labels[v1alpha1.LabelAccount] != "acct_b" {
+		t.Fatalf("account label not filled from the job's data: %v", got.Labels)
+	}
+	job = s.jobs()[0]
+	if !ptr.Deref(job.Spec.Suspend, false) || len(job.Spec.Template.Spec.SchedulingGates) != 1 ||
+		job.Spec.Template.Labels[v1alpha1.LabelAccount] != "acct_b" {
+		t.Fatalf("Job %+v", job)
+	}
+	// Another account's shard holds the budget of 1.
+	other := builders.MakeBulkJob(jobA1, ns).Phase(v1alpha1.PhaseRunning).Obj()
+	other.Labels = map[string]string{v1alpha1.LabelAccount: "acct_a"}
+	otherJob := desiredJob(other, s.r.Options)
+	otherJob.UID = "uid-other-job"
+	if err := controllerutil.SetControllerReference(other, otherJob, s.c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: jobA1 + "-0", Namespace: ns, UID: "uid-other-pod", Labels: otherJob.Spec.Template.Labels,
+		Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: "0"}}, Spec: otherJob.Spec.Template.Spec}
+	if err := controllerutil.SetControllerReference(otherJob, running, s.c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{other, otherJob, running} {
+		if err := s.c.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The admission pass places it (first in line) and wakes it.
+	if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+		t.Fatal(err)
+	}
+	s.mustReconcile()
+	if st := s.bulkJob().Status; st.Phase != v1alpha1.PhaseQueued || st.QueuePosition != 1 || st.StartTime != nil {
+		t.Fatalf("status %+v", st)
+	}
+	if ev := s.events(); !strings.Contains(ev, "Queued") || strings.Contains(ev, "Admitted") {
+		t.Fatalf("events %q", ev)
+	}
+	// The other shard ends: B's Job is admitted.
+	running.Status.Phase = corev1.PodSucceeded
+	if err := s.c.Status().Update(context.Background(), running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+		t.Fatal(err)
+	}
+	// Admitted: un-suspended; its pod appears and the pass removes its gate.
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(&job), &job); err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(job.Spec.Suspend, true) {
+		t.Fatal("the pass did not un-suspend the Job")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id + "-0", Namespace: ns, UID: "uid-pod-0", Labels: job.Spec.Template.Labels,
+		Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: "0"}}, Spec: job.Spec.Template.Spec}
+	if err := controllerutil.SetControllerReference(&job, pod, s.c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+		t.Fatal(err)
+	}
+	s.mustReconcile()
+	st := s.bulkJob().Status
+	if st.Phase != v1alpha1.PhasePending && st.Phase != v1alpha1.PhaseRunning || st.QueuePosition != 0 || st.ShardsActive != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	if ev := s.events(); !strings.Contains(ev, "Admitted") {
+		t.Fatalf("events %q", ev)
+	}
+}
+
+// Kueue mode: the Job carries its queue's label and starts suspended;
+// the controller never un-suspends it; once Kueue does, the BulkJob runs.
+func TestReconcileKueueMode(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+	bj.Labels = map[string]string{v1alpha1.LabelAccount: "acct_b"}
+	s := newScenario(t, data, bj)
+	s.r.Options.KueueQueueName = "bulkd-{plan}-{account}"
+	for range 2 {
+		s.mustReconcile()
+	}
+	job := s.jobs()[0]
+	if job.Labels[v1alpha1.KueueQueueLabel] != "bulkd-none-acct-b" || !ptr.Deref(job.Spec.Suspend, false) || len(job.Spec.Template.Spec.SchedulingGates) != 0 {
+		t.Fatalf("Job labels %v suspend %v gates %v", job.Labels, job.Spec.Suspend, job.Spec.Template.Spec.SchedulingGates)
+	}
+	if st := s.bulkJob().Status; st.Phase != v1alpha1.PhaseQueued {
+		t.Fatalf("status %+v", st)
+	}
+	// Kueue admits: un-suspends; the Job controller starts it.
+	job.Spec.Suspend = ptr.To(false)
+	if err := s.c.Update(context.Background(), &job); err != nil {
+		t.Fatal(err)
+	}
+	s.reportJob(id, builders.MakeJob(id, ns, 2).Started(s.now).Active(2).Obj())
+	s.mustReconcile()
+	if st := s.bulkJob().Status; st.Phase != v1alpha1.PhaseRunning {
+		t.Fatalf("status %+v", st)
+	}
+	if ev := s.events(); !strings.Contains(ev, "Admitted") {
+		t.Fatalf("events %q", ev)
+	}
+}
+
+func TestKueueQueueNames(t *testing.T) {
+	for _, c := range []struct{ tmpl, acct, plan, want string }{
+		{"bulkd", "acct_x1", "", "bulkd"},
+		{"bulkd-{plan}", "acct_x1", "professional", "bulkd-professional"},
+		{"bulkd-{plan}", "acct_x1", "", "bulkd-none"},
+		{"{account}", "acct_X1", "", "acct-x1"},
+		{"q-{family}", "acct_x1", "", "q-company-enrichment"},
+	} {
+		got, err := kueueQueue(c.tmpl, c.acct, c.plan, v1alpha1.FamilyCompanyEnrichment)
+		if err != nil || got != c.want {
+			t.Fatalf("%q: %q %v, want %q", c.tmpl, got, err, c.want)
+		}
+	}
+	if _, err := kueueQueue("Bulkd_{plan}", "a", "", v1alpha1.FamilyCompanyEnrichment); err == nil {
+		t.Fatal("an invalid queue name was accepted")
+	}
+	kc := config.DefaultKube()
+	kc.KueueQueueName = "bulkd.{plan}"
+	o := OptionsFrom(kc, time.Hour, corev1.ResourceRequirements{})
+	if o.Validate() == nil {
+		t.Fatal("a template giving no DNS label passed Validate")
+	}
+}
+
+// Budgets set to 0 after Jobs were made waiting for admission: the
+// controller starts them and removes their pods' gates, or nothing would.
+func TestReconcileStartsWaitingJobsWhenAdmissionIsOff(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+	s := newScenario(t, data, bj)
+	s.r.Options.MaxRunningShards = 1
+	s.mustReconcile() // made suspended, gated
+	job := s.jobs()[0]
+	if !ptr.Deref(job.Spec.Suspend, false) {
+		t.Fatal("not suspended")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id + "-0", Namespace: ns, Labels: job.Spec.Template.Labels,
+		Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: "0"}}, Spec: job.Spec.Template.Spec}
+	if err := s.c.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	s.r.Options.MaxRunningShards = 0
+	s.mustReconcile()
+	job = s.jobs()[0]
+	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(job.Spec.Suspend, false) || hasGate(pod) {
+		t.Fatalf("suspend %v, gates %v", job.Spec.Suspend, pod.Spec.SchedulingGates)
+	}
+}
