@@ -331,3 +331,23 @@ func (s *Store) ActiveKeys(ctx context.Context, accountID string) (int64, error)
 	}
 	return n, nil
 }
+
+// PruneExpiredLua is the Lua that starts every script of a sized
+// reservation set (an account's stored jobs, its dashboard drafts): a zset
+// of ids scored by their expiry in ms (KEYS[zset]) and a hash of each id's
+// bytes with their total under "*" (KEYS[sizes]). It drops the entries past
+// ARGV[2] (now, in ms), at most 1,000 a call (the rest go on the next), and
+// leaves the local "now" for the script that follows.
+func PruneExpiredLua(zset, sizes int) string {
+	return fmt.Sprintf(`
+local now = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[%[1]d], '-inf', now, 'LIMIT', 0, 1000)
+local freed = 0
+for _, id in ipairs(gone) do
+  freed = freed + tonumber(redis.call('HGET', KEYS[%[2]d], id) or '0')
+  redis.call('HDEL', KEYS[%[2]d], id)
+  redis.call('ZREM', KEYS[%[1]d], id)
+end
+if freed > 0 then redis.call('HINCRBY', KEYS[%[2]d], '*', -freed) end
+`, zset, sizes)
+}

@@ -275,22 +275,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 
 // TrustedProxyPrefixes parses --trusted-proxies.
 func (c *Config) TrustedProxyPrefixes() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, f := range strings.Split(c.TrustedProxies, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			a, aerr := netip.ParseAddr(f) // a single address is its own /32 or /128
-			if aerr != nil {
-				return nil, fmt.Errorf("--trusted-proxies: %q is not a CIDR range or an address", f)
-			}
-			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
-		}
-		out = append(out, p.Masked())
+	p, err := outbound.ParsePrefixes(c.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	return out, nil
+	return p, nil
 }
 
 // EnvName is the environment variable of a flag: redis-url -> BULKD_REDIS_URL.

@@ -25,17 +25,7 @@ func draftBytesKey(accountID string) string { return "bulkd:acct:{" + accountID 
 
 // draftPrelude drops expired drafts' entries. KEYS[2] zset, KEYS[3] bytes
 // hash; now ms in ARGV[2].
-const draftPrelude = `
-local now = tonumber(ARGV[2])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-local freed = 0
-for _, id in ipairs(gone) do
-  freed = freed + tonumber(redis.call('HGET', KEYS[3], id) or '0')
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[2], id)
-end
-if freed > 0 then redis.call('HINCRBY', KEYS[3], '*', -freed) end
-`
+var draftPrelude = accounts.PruneExpiredLua(2, 3)
 
 // reserveDraftScript takes a draft's place and bytes, or says which limit
 // it would pass. KEYS = account hash, drafts zset, bytes hash, the draft's

@@ -55,16 +55,7 @@ const activeJobsRetryAfter = 30 * time.Second
 // account's usage (at most 1,000 per call; the rest go on the next).
 // KEYS[2] active zset, KEYS[3] stored zset, KEYS[4] bytes hash; now ms
 // in ARGV[2].
-const usagePrelude = `
-local now = tonumber(ARGV[2])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 1000)
-local freed = 0
-for _, id in ipairs(gone) do
-  freed = freed + tonumber(redis.call('HGET', KEYS[4], id) or '0')
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('ZREM', KEYS[3], id)
-end
-if freed > 0 then redis.call('HINCRBY', KEYS[4], '*', -freed) end
+var usagePrelude = accounts.PruneExpiredLua(3, 4) + `
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local function expire(k, at)
   local ttl = redis.call('PTTL', k)

@@ -130,6 +130,8 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%q is not a CIDR range: %w", f, err)
 			}
+			// Addresses are judged unmapped, so an IPv4-mapped one stands for its IPv4 address.
+			a = a.Unmap()
 			out = append(out, netip.PrefixFrom(a, a.BitLen()))
 			continue
 		}
