@@ -12,8 +12,8 @@
 //     credited Quantum x its weight rows and runs queued tasks while their
 //     cost (rows) fits its credit. Over time every busy account is served
 //     rows in proportion to its weight, however many rows it has queued.
-//   - Within an account: FIFO by (Order, Index), the job's submission time
-//     and the shard number.
+//   - Within an account: FIFO by (Order, Group, Index): the job's
+//     submission time, the job, the shard number.
 //   - Budgets: at most Workers tasks run at once, at most PerAccount of one
 //     account.
 //   - Newcomers: an account that had nothing queued or running (it was
@@ -76,9 +76,12 @@ type Config struct {
 type Task[K comparable] struct {
 	Key     K      // unique among queued and running tasks
 	Account string // whose turn it takes and whose budget it uses
-	// Order and Index place a task within its account's queue, lowest
-	// first: the job's submission time and the shard number.
+	// Order, Group and Index place a task within its account's queue,
+	// lowest first: the job's submission time, the job (so that the tasks
+	// of two jobs submitted in the same instant are not interleaved) and
+	// the shard number.
 	Order int64
+	Group string
 	Index int
 	// Cost is what the task is charged, in rows (the distinct inputs of a
 	// shard, the due retries of a retry task); below 1 counts as 1.
@@ -518,6 +521,9 @@ func (h taskHeap[K]) Less(i, j int) bool {
 	a, b := h[i], h[j]
 	if a.t.Order != b.t.Order {
 		return a.t.Order < b.t.Order
+	}
+	if a.t.Group != b.t.Group {
+		return a.t.Group < b.t.Group
 	}
 	if a.t.Index != b.t.Index {
 		return a.t.Index < b.t.Index

@@ -22,7 +22,7 @@ func weights(m map[string]int) func(string) int {
 func queue(t *testing.T, s *Scheduler[key], acct, job string, order int64, n int, rows int64) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		if !s.Push(Task[key]{Key: key{job, i}, Account: acct, Order: order, Index: i, Cost: rows}) {
+		if !s.Push(Task[key]{Key: key{job, i}, Account: acct, Order: order, Group: job, Index: i, Cost: rows}) {
 			t.Fatalf("push %s/%d refused", job, i)
 		}
 	}
@@ -115,7 +115,9 @@ func TestFIFOWithinAccount(t *testing.T) {
 	s := New[key](Config{Workers: 1})
 	queue(t, s, "a", "newer", 20, 3, 10)
 	queue(t, s, "a", "older", 10, 3, 10)
-	s.Push(Task[key]{Key: key{"older", -1}, Account: "a", Order: 10, Index: -1, Cost: 1}) // its retries
+	s.Push(Task[key]{Key: key{"older", -1}, Account: "a", Order: 10, Group: "older", Index: -1, Cost: 1}) // its retries
+	queue(t, s, "a", "same-instant-2", 30, 2, 10)
+	queue(t, s, "a", "same-instant-1", 30, 2, 10)
 	var got []string
 	for {
 		tk, ok := s.Next()
@@ -125,7 +127,8 @@ func TestFIFOWithinAccount(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s/%d", tk.Key.job, tk.Key.shard))
 		s.Done(tk.Key)
 	}
-	want := []string{"older/-1", "older/0", "older/1", "older/2", "newer/0", "newer/1", "newer/2"}
+	want := []string{"older/-1", "older/0", "older/1", "older/2", "newer/0", "newer/1", "newer/2",
+		"same-instant-1/0", "same-instant-1/1", "same-instant-2/0", "same-instant-2/1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("order %v, want %v", got, want)
 	}
@@ -327,7 +330,7 @@ func sim(t *testing.T, seed int64, ops []byte) {
 			jobs++
 			n := 1 + r.Intn(4)
 			for i := 0; i < n; i++ {
-				tk := Task[key]{Key: key{fmt.Sprint("j", jobs), i}, Account: acct, Order: int64(jobs), Index: i, Cost: int64(r.Intn(3000)), Pinned: r.Intn(5) == 0}
+				tk := Task[key]{Key: key{fmt.Sprint("j", jobs), i}, Account: acct, Order: int64(jobs / 2), Group: fmt.Sprint("j", jobs), Index: i, Cost: int64(r.Intn(3000)), Pinned: r.Intn(5) == 0}
 				if !s.Push(tk) {
 					t.Fatalf("push %v refused", tk.Key)
 				}
@@ -345,7 +348,7 @@ func sim(t *testing.T, seed int64, ops []byte) {
 			}
 			for _, o := range all { // FIFO within the account
 				if o.state == "queued" && o.t.Account == tk.Account && o != rc &&
-					(o.t.Order < tk.Order || o.t.Order == tk.Order && o.t.Index < tk.Index) {
+					(o.t.Order < tk.Order || o.t.Order == tk.Order && (o.t.Group < tk.Group || o.t.Group == tk.Group && o.t.Index < tk.Index)) {
 					t.Fatalf("%v started before %v of the same account", tk.Key, o.t.Key)
 				}
 			}
