@@ -8,6 +8,7 @@
 //	go run ./hack/loadgen lookup --bin bin/bulkd (lookup.go)
 //	go run ./hack/loadgen spam --bin bin/bulkd (spam.go)
 //	go run ./hack/loadgen admission --bin bin/bulkd (admission.go)
+//	go run ./hack/loadgen fair --bin bin/bulkd (fair.go)
 package main
 
 import (
@@ -59,6 +60,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "fair" {
+		if err := fairMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "company" {
 		if err := companyMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -67,7 +75,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|spam [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|spam|fair [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)
