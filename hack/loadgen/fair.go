@@ -416,6 +416,9 @@ func companiesScenario(bin string, workers int, extra []string, nAccounts, rows,
 	var line []string
 	for _, i := range order {
 		line = append(line, fmt.Sprintf("%.2f/%.2f", created[i].Seconds(), done[i].Seconds()))
+		if done[i] == sorted[0] {
+			line[len(line)-1] += "(" + ids[i][:8] + ")"
+		}
 	}
 	fmt.Printf("  created/completed (s) in order of creation: %s\n", strings.Join(line, " "))
 	return nil
