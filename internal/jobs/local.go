@@ -85,6 +85,9 @@ type cachedWeight struct {
 // again (a plan bought or lapsed takes effect within it).
 const weightTTL = time.Minute
 
+// maxCachedWeights bounds the weight cache.
+const maxCachedWeights = 10_000
+
 // NewLocal returns an executor with workers goroutines.
 func NewLocal(proc *Processor, workers int, log *slog.Logger) *Local {
 	if log == nil {
@@ -188,8 +191,10 @@ func (l *Local) lookupWeights(ctx context.Context, accts ...string) {
 	now := time.Now()
 	l.mu.Lock()
 	var todo []string
+	seen := map[string]bool{}
 	for _, a := range accts {
-		if c, ok := l.weights[a]; !ok || now.Sub(c.at) > weightTTL {
+		if c, ok := l.weights[a]; (!ok || now.Sub(c.at) > weightTTL) && !seen[a] {
+			seen[a] = true
 			todo = append(todo, a)
 		}
 	}
@@ -199,11 +204,14 @@ func (l *Local) lookupWeights(ctx context.Context, accts ...string) {
 		w := l.Weight(wctx, a)
 		cancel()
 		l.mu.Lock()
-		if len(l.weights) >= 10_000 { // bounded: drop what has expired
+		if len(l.weights) >= maxCachedWeights { // bounded: drop what has expired, else all
 			for k, c := range l.weights {
 				if now.Sub(c.at) > weightTTL {
 					delete(l.weights, k)
 				}
+			}
+			if len(l.weights) >= maxCachedWeights {
+				clear(l.weights) // busy accounts keep theirs in the scheduler
 			}
 		}
 		l.weights[a] = cachedWeight{w: w, at: now}
