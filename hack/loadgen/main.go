@@ -9,6 +9,7 @@
 //	go run ./hack/loadgen spam --bin bin/bulkd (spam.go)
 //	go run ./hack/loadgen admission --bin bin/bulkd (admission.go)
 //	go run ./hack/loadgen stalled --bin bin/bulkd (stalled.go)
+//	go run ./hack/loadgen fair --bin bin/bulkd (fair.go)
 package main
 
 import (
@@ -67,6 +68,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "fair" {
+		if err := fairMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) >= 2 && os.Args[1] == "company" {
 		if err := companyMain(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -75,7 +83,7 @@ func main() {
 		return
 	}
 	if len(os.Args) < 2 || os.Args[1] != "credits" {
-		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|stalled|spam [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen credits|company|verify|lookup|admission|stalled|spam|fair [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("credits", flag.ExitOnError)

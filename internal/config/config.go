@@ -75,6 +75,15 @@ type Config struct {
 	// also how often unfinished shards are looked for again. Short leases
 	// are safe: answers are recorded once, so duplicated work never counts.
 	LeaseTTL time.Duration
+	// Fair scheduling of shards across accounts, standalone mode only
+	// (jobs.Local; docs/architecture.md, "Scheduling shards across
+	// accounts"). FairWeights: DRR weights by plan, "payg=1,starter=2"
+	// (every plan 1 unless given); FairAccountWorkers: shards one account
+	// runs at once (0: up to --workers); FairPreempt: an idle account's
+	// first shard may stop the busiest account's youngest one.
+	FairWeights        string
+	FairAccountWorkers int
+	FairPreempt        bool
 
 	// Company enrichment.
 	NetworkHosts   string // comma-separated recognised network hosts
@@ -189,6 +198,7 @@ func Default() Config {
 		Retention:         30 * 24 * time.Hour,
 		ResultsCacheBytes: 256 << 20,
 		LeaseTTL:          30 * time.Second,
+		FairPreempt:       true,
 		NetworkHosts:      "linkedin.com",
 		RedirectChecks:    true,
 
@@ -247,6 +257,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num64(fs, &c.ResultsCacheBytes, "results-cache-bytes", "memory for the rendered results rows of completed jobs, in bytes (0: off; pages are then read from Redis each time)")
 	dur(fs, &c.LeaseTTL, "lease-ttl", "how long a shard stays claimed without a heartbeat (and how often unfinished shards are looked for)")
 	str(fs, &c.InstanceID, "instance-id", "stable id of this instance for shard leases (default: hostname/listen address)")
+	str(fs, &c.FairWeights, "fair-weights", "standalone: shares of the workers by plan when accounts compete, e.g. payg=1,starter=1,standard=2,professional=4 (rows per turn; every plan 1 unless given; payg: no active unlimited plan)")
+	num(fs, &c.FairAccountWorkers, "fair-account-workers", "standalone: most shards one account runs at once (0: up to --workers while no other account waits)")
+	boolean(fs, &c.FairPreempt, "fair-preempt", "standalone: an account that was idle gets a worker at once, stopping the youngest shard of the account holding the most (it is queued again; its answers so far are kept)")
 	str(fs, &c.NetworkHosts, "network-hosts", "comma-separated professional-network hosts recognised in network_url")
 	boolean(fs, &c.RedirectChecks, "redirect-checks", "check whether a domain row's website redirects to another domain")
 	str(fs, &c.CompanyData, "company-data", "JSON Lines company file to import at start when the company store is empty")
@@ -412,6 +425,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers < 1 || c.Workers > 1024 {
 		return fmt.Errorf("--workers must be 1..1024")
+	}
+	if c.FairAccountWorkers < 0 || c.FairAccountWorkers > c.Workers {
+		return fmt.Errorf("--fair-account-workers must be 0..--workers (%d)", c.Workers)
 	}
 	if c.BatchSize < 1 || c.BatchSize > 10_000 {
 		return fmt.Errorf("--batch-size must be 1..10000")

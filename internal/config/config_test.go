@@ -53,3 +53,16 @@ func TestOutboundAllowCIDRs(t *testing.T) {
 		t.Fatalf("bad range: %v", err)
 	}
 }
+
+func TestFairAccountWorkersBounds(t *testing.T) {
+	for _, tc := range []struct {
+		workers, per int
+		ok           bool
+	}{{4, 0, true}, {4, 4, true}, {4, 2, true}, {4, 5, false}, {4, -1, false}} {
+		c := Default()
+		c.Workers, c.FairAccountWorkers = tc.workers, tc.per
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("--workers %d --fair-account-workers %d: %v", tc.workers, tc.per, err)
+		}
+	}
+}

@@ -379,8 +379,11 @@ func (s *Scheduler[K]) stop(e *entry[K]) {
 
 // Requeue gives back a running task that was stopped before it finished
 // (preempted, or otherwise interrupted): it goes back to its place in its
-// account's queue, and what it was charged is credited back, since it will
-// be charged again when it runs. It returns false when key is not running.
+// account's queue, to be charged again when it runs. What it was charged
+// is credited back only as far as it cancels a debt: an account is
+// preempted because it holds more than its share, and a credit would let
+// it take the freed workers straight back, ahead of the others' turns. It
+// returns false when key is not running.
 func (s *Scheduler[K]) Requeue(key K) bool {
 	e := s.tasks[key]
 	if e == nil || e.idx >= 0 {
@@ -388,7 +391,9 @@ func (s *Scheduler[K]) Requeue(key K) bool {
 	}
 	s.stop(e)
 	a := e.acct
-	a.deficit += e.charged
+	if a.deficit < 0 {
+		a.deficit = min(a.deficit+e.charged, 0)
+	}
 	heap.Push(&a.queue, e)
 	s.join(a)
 	return true

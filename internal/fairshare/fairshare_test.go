@@ -500,3 +500,47 @@ func TestFairnessBoundProperty(t *testing.T) {
 		}
 	}
 }
+
+// A preempted account does not get its shards back ahead of the others'
+// turns: when an account that held every worker gave three back to three
+// newcomers, the next shards go one per account in turn.
+func TestPreemptedAccountGetsNoHeadStart(t *testing.T) {
+	s := New[key](Config{Workers: 4, Preempt: true})
+	queue(t, s, "a", "big", 1, 100, 1000)
+	for i := 0; i < 4; i++ {
+		s.Next()
+	}
+	for i, acct := range []string{"b", "c", "d"} {
+		queue(t, s, acct, "job-"+acct, int64(2+i), 100, 1000)
+		for _, v := range s.Preempt() {
+			s.Requeue(v)
+		}
+		if tk, _ := s.Next(); tk.Account != acct {
+			t.Fatalf("newcomer %s: worker went to %s", acct, tk.Account)
+		}
+	}
+	// Every account has one shard running; 40 shards more, each started
+	// when one ends, go 10 to each account (within one).
+	n := map[string]int{}
+	for i := 0; i < 40; i++ {
+		var running []key
+		for k, e := range s.tasks {
+			if e.idx < 0 {
+				running = append(running, k)
+			}
+		}
+		slices.SortFunc(running, func(x, y key) int { return strings.Compare(x.job, y.job)*1000 + x.shard - y.shard })
+		s.Done(running[i%len(running)])
+		tk, ok := s.Next()
+		if !ok {
+			t.Fatal("nothing started")
+		}
+		n[tk.Account]++
+	}
+	for _, acct := range []string{"a", "b", "c", "d"} {
+		if n[acct] < 9 || n[acct] > 11 {
+			t.Errorf("shards started per account %v, want 10 each", n)
+			break
+		}
+	}
+}

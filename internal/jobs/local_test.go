@@ -231,16 +231,9 @@ func TestLocalCancel(t *testing.T) {
 	if err := l.Cancel(e.ctx, dropped.ID); err != nil {
 		t.Fatal(err)
 	}
-	l.mu.Lock()
-	for _, tk := range l.queue {
-		if tk.job == dropped.ID {
-			t.Errorf("shard %d of the canceled job still queued", tk.shard)
-		}
+	if q := l.queuedTasks(); len(q) != 0 {
+		t.Errorf("queued after cancel: %v", q)
 	}
-	if len(l.queued) != 0 {
-		t.Errorf("queued set %v after cancel", l.queued)
-	}
-	l.mu.Unlock()
 	if err := l.Enqueue(e.ctx, kept); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +305,7 @@ func TestLocalForgetsCanceledJobs(t *testing.T) {
 	if len(l.canceled) != 1 || !l.canceled[live.ID] {
 		t.Errorf("executor remembers %d canceled jobs, want only the one still active", len(l.canceled))
 	}
-	if len(l.queue) != 0 {
-		t.Errorf("resume queued %v", l.queue)
+	if q := l.scheduler().QueuedTasks(); len(q) != 0 {
+		t.Errorf("resume queued %v", q)
 	}
 }

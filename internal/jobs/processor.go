@@ -129,6 +129,12 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 	if err != nil {
 		return fmt.Errorf("answer %d inputs of %s: %w", len(payloads), j.ID, err)
 	}
+	if err := ctx.Err(); err != nil {
+		// Stopped while answering (shutdown, or the shard was preempted):
+		// an answerer may have cut its work short without saying so, and
+		// such answers must not be recorded as the inputs' answers.
+		return err
+	}
 	if len(answers) != len(payloads) {
 		return fmt.Errorf("answerer returned %d answers for %d inputs", len(answers), len(payloads))
 	}

@@ -102,6 +102,9 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		if cfg.LeaseTTL > 0 {
 			local.ResumeEvery = cfg.LeaseTTL
 		}
+		if err := configureFairness(local, cfg, st, o.Now); err != nil {
+			return nil, err
+		}
 		ex = local
 	}
 	eng := jobs.NewEngine(proc.Store, bl, ex, log)
