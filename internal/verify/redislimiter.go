@@ -221,9 +221,40 @@ func (l *RedisLimiter) Holders(ctx context.Context, host string) (int64, error) 
 // learned about a host's limits with every process (RedisLimiter): the
 // RCPTs per session it answers (from 452s, or a drop without a reply
 // after that many RCPTs).
+//
+// It also keeps which hosts blocked us (a reply blaming the client) for
+// as long as their back-off, so a process refused by that back-off answers
+// blocked rather than rate_limited.
 type LimitSharer interface {
 	ShareRcptLimit(ctx context.Context, host string, n int, ttl time.Duration) error
 	SharedRcptLimit(ctx context.Context, host string) (int, error)
+	ShareBlock(ctx context.Context, host string, d time.Duration) error
+	SharedBlock(ctx context.Context, host string) (bool, error)
+}
+
+func (l *RedisLimiter) blockKey(host string) string {
+	k := l.keys(host)[2]
+	return k[:len(k)-len("backoff")] + "blocked"
+}
+
+// ShareBlock implements LimitSharer.
+func (l *RedisLimiter) ShareBlock(ctx context.Context, host string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if err := l.rdb.Set(ctx, l.blockKey(host), "1", d).Err(); err != nil {
+		return fmt.Errorf("smtp limiter: share the block of %s: %w", host, err)
+	}
+	return nil
+}
+
+// SharedBlock implements LimitSharer.
+func (l *RedisLimiter) SharedBlock(ctx context.Context, host string) (bool, error) {
+	n, err := l.rdb.Exists(ctx, l.blockKey(host)).Result()
+	if err != nil {
+		return false, fmt.Errorf("smtp limiter: the block of %s: %w", host, err)
+	}
+	return n > 0, nil
 }
 
 // lowerScript sets KEYS[1] to ARGV[1] (for ARGV[2] ms) unless it holds a

@@ -352,8 +352,8 @@ func (r *run) session(h *hostQ) {
 	}
 	if release == nil {
 		reason := ReasonRateLimited
-		if b, _ := r.v.blocks.get(h.name, time.Now()); b {
-			reason = ReasonBlocked // this process saw the block
+		if r.v.isBlocked(ctx, h.name) {
+			reason = ReasonBlocked
 		}
 		r.mu.Lock()
 		r.markDown(h, reason, backoff)
@@ -444,6 +444,22 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
 	return ips, ""
+}
+
+// isBlocked reports whether host's back-off comes from a block: seen by
+// this process, or by another one through the limiter (LimitSharer).
+func (v *Verifier) isBlocked(ctx context.Context, host string) bool {
+	if b, _ := v.blocks.get(host, time.Now()); b {
+		return true
+	}
+	ls, ok := v.limiter.(LimitSharer)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, err := ls.SharedBlock(ctx, host)
+	return err == nil && b
 }
 
 func (v *Verifier) acquire(ctx context.Context, host string) (func(), time.Duration, error) {

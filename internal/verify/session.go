@@ -581,7 +581,12 @@ func (r *run) learnRcptLimit(h *hostQ, n int) {
 // log line. rest are the addresses of the transaction not yet answered.
 func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+	_ = r.v.limiter.Backoff(bctx, h.name, d)
+	if ls, ok := r.v.limiter.(LimitSharer); ok {
+		_ = ls.ShareBlock(bctx, h.name, d)
+	}
+	cancel()
 	r.v.blocks.put(h.name, true, time.Now().Add(d))
 	smtpBlocks.WithLabelValues(stage).Inc()
 	text := rep.text
