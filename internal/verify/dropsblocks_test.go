@@ -1,8 +1,11 @@
 package verify_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,6 +124,23 @@ func TestDropEverySession(t *testing.T) {
 	}
 }
 
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func sumDrops(st mailworld.Stats) int64 {
 	var n int64
 	for _, h := range st.PerHost {
@@ -143,6 +163,8 @@ func TestClientBlocked(t *testing.T) {
 			w := startWorld(t, mailworld.DropsBlocks(mailworld.DropsBlocksOptions{Drops: 1, Blocked: 40, CatchAll: catchAll}))
 			cfg := worldConfig(w)
 			cfg.MaxRcptsPerSession = 5 // 40 addresses would need 9+ sessions
+			var logs syncBuffer
+			cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 			v, err := verify.New(cfg, nil, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -164,6 +186,11 @@ func TestClientBlocked(t *testing.T) {
 						t.Errorf("%s: temporary %v code %d retry %v", r.Email, r.Temporary, r.SMTPCode, r.RetryAfter)
 					}
 				}
+			}
+			// The operator's log line: structured, naming the host and the reply.
+			if l := logs.String(); !strings.Contains(l, `"level":"WARN"`) || !strings.Contains(l, `"host":"mx.blocked.test"`) ||
+				!strings.Contains(l, `"code":554`) || !strings.Contains(l, "blocked using zen.spamhaus.org") {
+				t.Errorf("no block warning in the log: %s", l)
 			}
 			first := w.Stats().PerHost["mx.blocked.test"].Sessions
 			// At most the sessions opened before the first block came back.
