@@ -65,6 +65,12 @@
 //   - Host.DropAfterRcpts N: when the N-th RCPT of a session arrives, the
 //     server flushes the replies it already owes and closes the connection
 //     without answering that RCPT (so with N = 1 no RCPT is ever answered).
+//     "Drops after K RCPTs" (issue 20) is N = K + 1; Stats counts the drops
+//     per host (HostStats.Drops). DropsBlocks is a world of such hosts.
+//   - Host.BlockClient: every RCPT is answered with a DNSBL block of the
+//     client's IP ("554 5.7.1 Service unavailable; Client host [ip] blocked
+//     using zen.spamhaus.org; ...", Postfix's reject_rbl_client wording);
+//     the truth of its addresses is unknown/blocked, knowable (HostStats.Blocks).
 //   - Host.Refuse: the host has an A record but nothing listens on its
 //     address (the address:port is held by a bound, non-listening socket
 //     so no other world can take it), so connections are refused.

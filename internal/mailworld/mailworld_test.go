@@ -415,6 +415,49 @@ func TestDropRefuseTarpit(t *testing.T) {
 	}
 }
 
+// TestDropsBlocksWorld: the drop-after-K hosts answer K RCPTs and drop at
+// the next one; the blocking host answers every RCPT with a DNSBL block of
+// the client's IP; both are counted.
+func TestDropsBlocksWorld(t *testing.T) {
+	spec := DropsBlocks(DropsBlocksOptions{Drops: 30, Blocked: 4})
+	checkCases(t, spec)
+	w := start(t, spec)
+	for k := 1; k <= 3; k++ {
+		host := fmt.Sprintf("mx.drop-%03d.test", k)
+		s := dial(t, w, host)
+		s.hello()
+		cmds := "MAIL FROM:<>"
+		for i := range k + 1 {
+			cmds += fmt.Sprintf("\r\nRCPT TO:<u%02d@drop-%03d.test>", i+1, k)
+		}
+		if err := s.PrintfLine("%s", cmds); err != nil {
+			t.Fatal(err)
+		}
+		s.expect("MAIL", "250 2.1.0")
+		for i := range k {
+			if code, msg, err := s.ReadResponse(0); err != nil || (code != 250 && code != 550) {
+				t.Errorf("%s: RCPT %d: %d %s %v", host, i+1, code, msg, err)
+			}
+		}
+		if code, msg, err := s.ReadResponse(0); err == nil {
+			t.Errorf("%s: RCPT %d answered %d %s, want the connection dropped", host, k+1, code, msg)
+		}
+		if d := w.Stats().PerHost[host].Drops; d != 1 {
+			t.Errorf("%s: %d drops counted", host, d)
+		}
+	}
+	s := dial(t, w, "mx.blocked.test")
+	s.hello()
+	if err := s.PrintfLine("MAIL FROM:<>\r\nRCPT TO:<b01@blocked.test>"); err != nil {
+		t.Fatal(err)
+	}
+	s.expect("MAIL", "250 2.1.0")
+	s.expect("RCPT", "554 5.7.1 Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org")
+	if b := w.Stats().PerHost["mx.blocked.test"].Blocks; b != 1 {
+		t.Errorf("%d blocks counted", b)
+	}
+}
+
 func TestCloseStopsEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
 	w, err := Start(context.Background(), Classes(testOpts))
@@ -511,7 +554,7 @@ var reasons = map[string][]string{
 	Deliverable:   {"accepted"},
 	Undeliverable: {"invalid_syntax", "no_such_domain", "null_mx", "no_mail_server", "mailbox_not_found", "mailbox_disabled", "rejected"},
 	Risky:         {"catch_all", "mailbox_full", "disposable"},
-	Unknown:       {"greylisted", "dns_error", "connection_failed", "timeout", "temporary_failure", "rate_limited", "smtp_error"},
+	Unknown:       {"greylisted", "dns_error", "connection_failed", "timeout", "temporary_failure", "rate_limited", "smtp_error", "blocked"},
 }
 
 func checkCases(t *testing.T, spec Spec) {

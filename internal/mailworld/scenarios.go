@@ -375,3 +375,71 @@ var lastNames = []string{
 	"keller", "lopez", "morgan", "nguyen", "owens", "parker", "quincy", "reed", "smith", "turner",
 	"underwood", "vance", "walker", "young", "zimmer",
 }
+
+// DropsBlocksOptions tunes DropsBlocks; zero fields take the defaults.
+type DropsBlocksOptions struct {
+	Drops     int  // addresses on drop-after-K hosts; default 80
+	Blocked   int  // addresses on the blocking host; default 30
+	CatchAll  bool // the blocked domain also accepts everything (its probe is blocked all the same)
+	RTT       time.Duration
+	Seed      int64
+	PerDomain int // addresses per drop domain; default 10
+}
+
+// DropsBlocks is a world of the two behaviours of issue 20's items 1 and 2:
+//
+//	drop-NNN.test   hosts mx.drop-NNN.test that answer K RCPTs of a session
+//	                (K = 1, 2, 3 in turn) and close the connection without a
+//	                reply when the next one arrives (Host.DropAfterRcpts K+1);
+//	                about 70 % of the addresses exist, the rest are 550 5.1.1.
+//	                Truth: the real verdict (a verifier that opens a new session
+//	                and sends at most K RCPTs gets every one).
+//	blocked.test    mx.blocked.test answers every RCPT "554 5.7.1 Service
+//	                unavailable; Client host [ip] blocked using zen.spamhaus.org"
+//	                (Host.BlockClient). Truth: unknown/blocked, Knowable (a
+//	                blocked address counts as right only when it is unknown).
+func DropsBlocks(opts DropsBlocksOptions) Spec {
+	if opts.Drops <= 0 {
+		opts.Drops = 80
+	}
+	if opts.Blocked <= 0 {
+		opts.Blocked = 30
+	}
+	if opts.PerDomain <= 0 {
+		opts.PerDomain = 10
+	}
+	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x64726f7073)) // "drops"
+	s := Spec{RTT: opts.RTT}
+	nd := (opts.Drops + opts.PerDomain - 1) / opts.PerDomain
+	left := opts.Drops
+	for di := range nd {
+		name := fmt.Sprintf("drop-%03d.test", di+1)
+		h := "mx." + name
+		s.Hosts = append(s.Hosts, Host{Name: h, DropAfterRcpts: di%3 + 2})
+		d := Domain{Name: name, MX: []string{h}}
+		for i := range min(opts.PerDomain, left) {
+			local := fmt.Sprintf("u%02d", i+1)
+			email := local + "@" + name
+			if rng.Float64() < 0.7 {
+				d.Users = append(d.Users, local)
+				s.Cases = append(s.Cases, ok(email))
+			} else {
+				s.Cases = append(s.Cases, bad(email, "mailbox_not_found"))
+			}
+		}
+		left -= opts.PerDomain
+		s.Domains = append(s.Domains, d)
+	}
+	s.Hosts = append(s.Hosts, Host{Name: "mx.blocked.test", BlockClient: true})
+	bd := Domain{Name: "blocked.test", MX: []string{"mx.blocked.test"}, CatchAll: opts.CatchAll}
+	for i := range opts.Blocked {
+		local := fmt.Sprintf("b%02d", i+1)
+		if i%2 == 0 {
+			bd.Users = append(bd.Users, local)
+		}
+		s.Cases = append(s.Cases, Case{local + "@blocked.test", Unknown, "blocked", true})
+	}
+	s.Domains = append(s.Domains, bd)
+	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
+	return s
+}

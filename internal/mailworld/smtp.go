@@ -262,8 +262,18 @@ func (s *session) rcpt(path string) action {
 	s.rcpts++
 	h.rcpts.Add(1)
 	if h.DropAfterRcpts > 0 && s.rcpts >= h.DropAfterRcpts {
+		h.drops.Add(1)
 		s.release()
 		return actDrop
+	}
+	if h.BlockClient {
+		ip := "unknown"
+		if ta, ok := s.c.RemoteAddr().(*net.TCPAddr); ok {
+			ip = ta.IP.String()
+		}
+		h.blocks.Add(1)
+		s.reply("554 5.7.1 Service unavailable; Client host [" + ip + "] blocked using zen.spamhaus.org; https://www.spamhaus.org/query/ip/" + ip)
+		return actContinue
 	}
 	if h.MaxRcpts > 0 && s.rcpts > h.MaxRcpts {
 		h.replies452.Add(1)

@@ -51,6 +51,11 @@ type Host struct {
 	DropAfterRcpts int
 	// NoPipelining: do not advertise PIPELINING in the EHLO reply.
 	NoPipelining bool
+	// BlockClient: every RCPT gets a DNSBL-style block of the client's IP,
+	// as Postfix's reject_rbl_client words it: "554 5.7.1 Service
+	// unavailable; Client host [ip] blocked using zen.spamhaus.org; ...".
+	// The truth of its addresses is unknown/blocked whatever the mailbox.
+	BlockClient bool
 }
 
 // DNSKind says how the DNS server answers for a domain.
@@ -130,6 +135,8 @@ type Stats struct {
 type HostStats struct {
 	Sessions, Rejected421, Rcpts, Replies452, Greylisted int64
 	MaxConcurrent                                        int
+	Drops                                                int64 // sessions closed without a reply (DropAfterRcpts)
+	Blocks                                               int64 // RCPTs answered with a client block (BlockClient)
 }
 
 // World is a running mail world. Its methods are safe for concurrent use.
@@ -173,6 +180,7 @@ type host struct {
 
 	sessions, rejected421, rcpts, replies452, greylisted atomic.Int64
 	maxConcurrent                                        atomic.Int64
+	drops, blocks                                        atomic.Int64
 }
 
 type domain struct {
@@ -553,6 +561,8 @@ func (w *World) Stats() Stats {
 			Replies452:    h.replies452.Load(),
 			Greylisted:    h.greylisted.Load(),
 			MaxConcurrent: int(h.maxConcurrent.Load()),
+			Drops:         h.drops.Load(),
+			Blocks:        h.blocks.Load(),
 		}
 		s.Sessions += hs.Sessions
 		s.Rejected421 += hs.Rejected421
@@ -575,6 +585,8 @@ func (w *World) ResetStats() {
 		h.rcpts.Store(0)
 		h.replies452.Store(0)
 		h.greylisted.Store(0)
+		h.drops.Store(0)
+		h.blocks.Store(0)
 		h.maxConcurrent.Store(h.live.Load())
 	}
 }

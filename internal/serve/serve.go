@@ -134,6 +134,8 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Dashboard: dash, Limits: cfg.AccountLimits(),
 	})
 	dash.API = api
+	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
+	api.Metrics.Registry.MustRegister(verify.Collectors()...)
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
 		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
 }

@@ -28,7 +28,11 @@
 //	               timeout            a reply did not come within CommandTimeout (tarpit), or ctx ended first
 //	               temporary_failure  any other 4xx (Temporary)
 //	               rate_limited       421 and no other MX to try (Temporary, RetryAfter = back-off)
-//	               smtp_error         protocol error, connection dropped mid-session twice, MAIL FROM refused
+//	               smtp_error         protocol error, connection dropped twice before any RCPT of the
+//	                                  session was answered (or 5 times in all), MAIL FROM refused
+//	               blocked            the reply blames the client, not the address (isClientBlock: a
+//	                                  DNSBL, reputation, ban, no PTR, x.7.x naming our IP); Temporary,
+//	                                  RetryAfter = BlockBackoff (30m), the host backed off as long
 //
 // Unknown means unknown: nothing is deliverable without a 250 to the real
 // address in a transaction whose catch-all probe was definitively refused
@@ -64,6 +68,7 @@
 //	greylisted                 30
 //	temporary_failure          25
 //	rate_limited               25
+//	blocked                    25
 //	disposable                 20
 //	smtp_error                 20
 //	timeout                    15

@@ -216,3 +216,81 @@ func (l *RedisLimiter) Holders(ctx context.Context, host string) (int64, error) 
 	}
 	return n, nil
 }
+
+// LimitSharer is implemented by limiters that share what one process
+// learned about a host's limits with every process (RedisLimiter): the
+// RCPTs per session it answers (from 452s, or a drop without a reply
+// after that many RCPTs).
+//
+// It also keeps which hosts blocked us (a reply blaming the client) for
+// as long as their back-off, so a process refused by that back-off answers
+// blocked rather than rate_limited.
+type LimitSharer interface {
+	ShareRcptLimit(ctx context.Context, host string, n int, ttl time.Duration) error
+	SharedRcptLimit(ctx context.Context, host string) (int, error)
+	ShareBlock(ctx context.Context, host string, d time.Duration) error
+	SharedBlock(ctx context.Context, host string) (bool, error)
+}
+
+func (l *RedisLimiter) blockKey(host string) string {
+	k := l.keys(host)[2]
+	return k[:len(k)-len("backoff")] + "blocked"
+}
+
+// ShareBlock implements LimitSharer.
+func (l *RedisLimiter) ShareBlock(ctx context.Context, host string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if err := l.rdb.Set(ctx, l.blockKey(host), "1", d).Err(); err != nil {
+		return fmt.Errorf("smtp limiter: share the block of %s: %w", host, err)
+	}
+	return nil
+}
+
+// SharedBlock implements LimitSharer.
+func (l *RedisLimiter) SharedBlock(ctx context.Context, host string) (bool, error) {
+	n, err := l.rdb.Exists(ctx, l.blockKey(host)).Result()
+	if err != nil {
+		return false, fmt.Errorf("smtp limiter: the block of %s: %w", host, err)
+	}
+	return n > 0, nil
+}
+
+// lowerScript sets KEYS[1] to ARGV[1] (for ARGV[2] ms) unless it holds a
+// lower value: a learned limit only ever lowers while it lives.
+var lowerScript = redis.NewScript(`
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local n = tonumber(ARGV[1])
+if cur > 0 and cur <= n then return cur end
+redis.call('SET', KEYS[1], n, 'PX', ARGV[2])
+return n
+`)
+
+func (l *RedisLimiter) rcptKey(host string) string {
+	k := l.keys(host)[2]
+	return k[:len(k)-len("backoff")] + "rcpts"
+}
+
+// ShareRcptLimit implements LimitSharer.
+func (l *RedisLimiter) ShareRcptLimit(ctx context.Context, host string, n int, ttl time.Duration) error {
+	if n <= 0 || ttl <= 0 {
+		return nil
+	}
+	if err := lowerScript.Run(ctx, l.rdb, []string{l.rcptKey(host)}, n, ttl.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("smtp limiter: share the RCPT limit of %s: %w", host, err)
+	}
+	return nil
+}
+
+// SharedRcptLimit implements LimitSharer: 0 when none is known.
+func (l *RedisLimiter) SharedRcptLimit(ctx context.Context, host string) (int, error) {
+	n, err := l.rdb.Get(ctx, l.rcptKey(host)).Int()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("smtp limiter: the RCPT limit of %s: %w", host, err)
+	}
+	return n, nil
+}

@@ -33,6 +33,9 @@ const (
 	ReasonTemporaryFailure = "temporary_failure"
 	ReasonRateLimited      = "rate_limited"
 	ReasonSMTPError        = "smtp_error"
+	// ReasonBlocked: the server refused us, the client (our IP on a DNSBL,
+	// poor reputation, no PTR, ...), not the address (see isClientBlock).
+	ReasonBlocked = "blocked"
 )
 
 // StatusOf returns the status a reason belongs to ("" for an unknown reason).
@@ -46,7 +49,7 @@ func StatusOf(reason string) string {
 	case ReasonCatchAll, ReasonMailboxFull, ReasonDisposable:
 		return StatusRisky
 	case ReasonGreylisted, ReasonDNSError, ReasonConnectionFailed, ReasonTimeout,
-		ReasonTemporaryFailure, ReasonRateLimited, ReasonSMTPError:
+		ReasonTemporaryFailure, ReasonRateLimited, ReasonSMTPError, ReasonBlocked:
 		return StatusUnknown
 	}
 	return ""
@@ -106,7 +109,7 @@ func Score(r *Result) int {
 		return 20
 	case ReasonGreylisted:
 		return 30
-	case ReasonTemporaryFailure, ReasonRateLimited:
+	case ReasonTemporaryFailure, ReasonRateLimited, ReasonBlocked:
 		return 25
 	case ReasonSMTPError:
 		return 20

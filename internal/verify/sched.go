@@ -23,7 +23,8 @@ type item struct {
 	retryAfter time.Duration
 	mxHost     string
 
-	drops       int  // sessions lost before its answer
+	drops       int  // sessions lost before any RCPT of theirs was answered
+	dropsAll    int  // all sessions lost before its answer
 	tooMany     int  // "too many recipients" answers as a session's first RCPT
 	tooManyAll  int  // all "too many recipients" answers
 	greyRetried bool // asked again after greylisting
@@ -44,18 +45,20 @@ type domainState struct {
 	// given to the addresses when no MX is left; failRetry its RetryAfter.
 	fail      string
 	failRetry time.Duration
+	failCode  int // the reply code that made the host unusable (a block's 554), 0 if none
 	lastHost  string
 }
 
 // failRank orders the reasons of unusable hosts: the most informative
 // (and most hopeful) one wins when every MX failed.
 var failRank = map[string]int{ReasonNoMailServer: 1, ReasonDNSError: 2, ReasonSMTPError: 3,
-	ReasonConnectionFailed: 4, ReasonTimeout: 5, ReasonRateLimited: 6}
+	ReasonConnectionFailed: 4, ReasonTimeout: 5, ReasonRateLimited: 6, ReasonBlocked: 7}
 
-func (d *domainState) noteFail(host, reason string, retry time.Duration) {
+func (d *domainState) noteFail(host, reason string, retry time.Duration, code int) {
 	if failRank[reason] >= failRank[d.fail] {
 		d.fail = reason
 		d.failRetry = max(d.failRetry, retry)
+		d.failCode = code
 	}
 	d.lastHost = host
 }
@@ -76,6 +79,7 @@ type hostQ struct {
 	sessions int
 	down     string // reason the host is unusable in this call ("" usable)
 	retry    time.Duration
+	downCode int // the reply code that made it down, when one did (a block)
 	fails    int // sessions that failed before their first transaction
 	// rcptLimit is the RCPTs per session the host accepted before it
 	// answered "too many recipients" (0: none seen); later sessions stay
@@ -89,6 +93,7 @@ type hostQ struct {
 	provenRcpts int
 	ips         []netip.Addr
 	resolved    bool
+	sharedRead  bool // the limit shared by other processes was read
 }
 
 // run is the state of one Verify call.
@@ -161,7 +166,7 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 			it.mxHost = host
 		}
 		switch reason {
-		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited:
+		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited, ReasonBlocked:
 			it.temporary = true
 		}
 	}
@@ -200,7 +205,7 @@ func (r *run) route(j *job) {
 			r.spawn(h)
 			return
 		}
-		j.dom.noteFail(h.name, h.down, h.retry)
+		j.dom.noteFail(h.name, h.down, h.retry, h.downCode)
 		if h.down == ReasonTimeout {
 			break // a tarpit is a final answer: no other MX is tried
 		}
@@ -209,7 +214,7 @@ func (r *run) route(j *job) {
 	if reason == "" {
 		reason = ReasonConnectionFailed
 	}
-	r.finish(j.items, reason, j.dom.lastHost, 0)
+	r.finish(j.items, reason, j.dom.lastHost, j.dom.failCode)
 	for _, it := range j.items {
 		it.retryAfter = j.dom.failRetry
 	}
@@ -334,6 +339,7 @@ func (r *run) session(h *hostQ) {
 	if r.idle(h) {
 		return
 	}
+	r.sharedLimit(h)
 	release, backoff, err := r.v.acquire(ctx, h.name)
 	if err != nil {
 		var we *WaitError
@@ -345,8 +351,12 @@ func (r *run) session(h *hostQ) {
 		return // ctx ended: what is left stays unanswered
 	}
 	if release == nil {
+		reason := ReasonRateLimited
+		if r.v.isBlocked(ctx, h.name) {
+			reason = ReasonBlocked
+		}
 		r.mu.Lock()
-		r.markDown(h, ReasonRateLimited, backoff)
+		r.markDown(h, reason, backoff)
 		r.mu.Unlock()
 		return
 	}
@@ -361,6 +371,34 @@ func (r *run) session(h *hostQ) {
 		return
 	}
 	r.converse(h, ips)
+}
+
+// sharedLimit reads, once per host and call, the RCPT limit another
+// process learned (LimitSharer), so this call's sessions start within it.
+func (r *run) sharedLimit(h *hostQ) {
+	ls, ok := r.v.limiter.(LimitSharer)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	if h.sharedRead {
+		r.mu.Unlock()
+		return
+	}
+	h.sharedRead = true
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	n, err := ls.SharedRcptLimit(ctx, h.name)
+	cancel()
+	if err != nil || n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	if h.rcptLimit == 0 || n < h.rcptLimit {
+		h.rcptLimit = n
+		r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+	}
+	r.mu.Unlock()
 }
 
 func (r *run) idle(h *hostQ) bool {
@@ -406,6 +444,22 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
 	return ips, ""
+}
+
+// isBlocked reports whether host's back-off comes from a block: seen by
+// this process, or by another one through the limiter (LimitSharer).
+func (v *Verifier) isBlocked(ctx context.Context, host string) bool {
+	if b, _ := v.blocks.get(host, time.Now()); b {
+		return true
+	}
+	ls, ok := v.limiter.(LimitSharer)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, err := ls.SharedBlock(ctx, host)
+	return err == nil && b
 }
 
 func (v *Verifier) acquire(ctx context.Context, host string) (func(), time.Duration, error) {

@@ -99,6 +99,11 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		return
 	}
 	switch {
+	case isClientBlock(banner):
+		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
+		_ = c.send("QUIT")
+		r.blocked(h, banner, "banner", nil)
+		return
 	case banner.code == 421:
 		r.banner421(h)
 		return
@@ -113,6 +118,11 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	hello, err := c.hello(cfg.HeloName)
 	if err != nil {
 		r.sessionFailed(h, err, false)
+		return
+	}
+	if isClientBlock(hello) {
+		_ = c.send("QUIT")
+		r.blocked(h, hello, "helo", nil)
 		return
 	}
 	if hello.code == 421 {
@@ -155,14 +165,14 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		}
 		if c.pipelining {
 			if err := c.send(g.cmds...); err != nil {
-				r.groupFailed(h, txs, err, false)
+				r.groupFailed(h, s, txs, err, false)
 				return
 			}
 		}
 		for i := range txs {
 			err, limited := r.transaction(g, h, s, &txs[i])
 			if err != nil || limited {
-				r.groupFailed(h, txs[i+1:], err, limited)
+				r.groupFailed(h, s, txs[i+1:], err, limited)
 				return
 			}
 		}
@@ -299,7 +309,7 @@ func (r *run) banner421(h *hostQ) {
 
 // groupFailed hands the transactions of a group that were never processed
 // to the failure that ended the session.
-func (r *run) groupFailed(h *hostQ, txs []tx, err error, limited bool) {
+func (r *run) groupFailed(h *hostQ, s *sess, txs []tx, err error, limited bool) {
 	for _, t := range txs {
 		if limited {
 			r.mu.Lock()
@@ -307,7 +317,7 @@ func (r *run) groupFailed(h *hostQ, txs []tx, err error, limited bool) {
 			r.mu.Unlock()
 			continue
 		}
-		r.txFailed(h, t.j, err)
+		r.txFailed(h, s, t.j, err)
 	}
 }
 
@@ -327,7 +337,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	if g.cmds[t.start] == "RSET" {
 		rep, err := g.read()
 		if err != nil {
-			r.txFailed(h, j, err)
+			r.txFailed(h, s, j, err)
 			return err, false
 		}
 		if rep.code == 421 {
@@ -336,16 +346,20 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		}
 		if rep.code != 250 {
 			err := fmt.Errorf("%w: RSET answered %v", errDropped, rep)
-			r.txFailed(h, j, err)
+			r.txFailed(h, s, j, err)
 			return err, false
 		}
 	}
 	mail, err := g.read()
 	if err != nil {
-		r.txFailed(h, j, err)
+		r.txFailed(h, s, j, err)
 		return err, false
 	}
 	if mail.code != 250 {
+		if isClientBlock(mail) {
+			r.blocked(h, mail, "mail", j)
+			return nil, true
+		}
 		if mail.code == 421 {
 			r.rateLimited(h, j)
 			return nil, true
@@ -375,10 +389,15 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	if t.probe {
 		rep, err := g.read()
 		if err != nil {
-			r.txFailed(h, j, err)
+			r.txFailed(h, s, j, err)
 			return err, false
 		}
 		switch cl := classify(rep); {
+		case cl == rcBlocked:
+			// A blocked probe is no verdict on the domain: nothing is
+			// cached, and the transaction's addresses are not asked here.
+			r.blocked(h, rep, "rcpt", j)
+			return nil, true
 		case cl == rcRateLimited:
 			r.rateLimited(h, j)
 			return nil, true
@@ -408,10 +427,14 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	for i, it := range j.items {
 		rep, err := g.read()
 		if err != nil {
-			r.txFailed(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
+			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
 			return err, false
 		}
 		cl := classify(rep)
+		if cl == rcBlocked {
+			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			return nil, true
+		}
 		if cl == rcRateLimited {
 			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return nil, true
@@ -450,10 +473,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.tooMany = true
-	if s.answered > 0 && (h.rcptLimit == 0 || s.answered < h.rcptLimit) {
-		h.rcptLimit = s.answered
-		r.v.rcptLimits.put(h.name, s.answered, time.Now().Add(limitTTL))
-	}
+	r.learnRcptLimit(h, s.answered)
 	var retry []*item
 	for _, it := range again {
 		it.tooManyAll++
@@ -477,9 +497,20 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 const maxTooMany = 5
 
 // txFailed handles a transaction whose session broke: a timeout answers
-// its addresses (and the host's queue) timeout; a lost connection gives the
-// unanswered addresses one more session, then smtp_error.
-func (r *run) txFailed(h *hostQ, j *job, err error) {
+// its addresses (and the host's queue) timeout; a lost connection sends the
+// unanswered addresses to a new session.
+//
+// A server that closes the connection without a reply after the session's
+// K-th RCPT (some count RCPTs per connection and hang up rather than answer
+// 452) has told us its limit as surely as a 452 would: K is learned as the
+// host's RCPT limit (as tooMany does), so later sessions send at most K, and
+// the dropped addresses are not counted against: they go to a new session.
+// A drop before any RCPT of the session was answered says nothing about a
+// limit: such drops count, and an address dropped so twice ends
+// smtp_error. maxDrops bounds the sessions one address may lose in a call
+// whatever the sessions achieved, so a server that drops every session
+// costs a bounded number of sessions.
+func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 	if r.ctx.Err() != nil {
 		return
 	}
@@ -490,13 +521,23 @@ func (r *run) txFailed(h *hostQ, j *job, err error) {
 		r.tarpit(h)
 		return
 	}
+	answered := 0
+	if s != nil {
+		answered = s.answered
+	}
+	if answered > 0 {
+		r.learnRcptLimit(h, answered)
+	}
 	var retry []*item
 	for _, it := range j.items {
 		if it.done {
 			continue
 		}
-		it.drops++
-		if it.drops >= 2 {
+		it.dropsAll++
+		if answered == 0 {
+			it.drops++
+		}
+		if it.drops >= 2 || it.dropsAll >= maxDrops {
 			r.finish([]*item{it}, ReasonSMTPError, h.name, 0)
 			continue
 		}
@@ -504,6 +545,64 @@ func (r *run) txFailed(h *hostQ, j *job, err error) {
 	}
 	if len(retry) > 0 {
 		r.route(&job{dom: j.dom, items: retry, mxi: j.mxi})
+	}
+}
+
+// maxDrops bounds the lost sessions one address may see in a call.
+const maxDrops = 5
+
+// learnRcptLimit lowers h's RCPT limit to n (a 452 or a drop after n
+// answered RCPTs), for this call, this process's later calls and, through
+// the limiter when it shares limits (RedisLimiter), every process.
+// Caller holds r.mu.
+func (r *run) learnRcptLimit(h *hostQ, n int) {
+	if n <= 0 || (h.rcptLimit > 0 && n >= h.rcptLimit) {
+		return
+	}
+	h.rcptLimit = n
+	r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+	if ls, ok := r.v.limiter.(LimitSharer); ok {
+		r.wg.Add(1)
+		go func() { // not under r.mu: a Redis round trip
+			defer r.wg.Done()
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+			defer cancel()
+			_ = ls.ShareRcptLimit(ctx, h.name, n, limitTTL)
+		}()
+	}
+}
+
+// blocked handles a reply that blames the client (isClientBlock): the
+// addresses are unknown/blocked, never undeliverable, since the server
+// refuses us, whatever the mailbox. The host is backed off for BlockBackoff
+// for every process sharing the limiter (asking again only deepens the
+// block), marked down for this call (its queue moves to the next MX, or
+// ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
+// log line. rest are the addresses of the transaction not yet answered.
+func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
+	d := r.v.cfg.BlockBackoff
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+	_ = r.v.limiter.Backoff(bctx, h.name, d)
+	if ls, ok := r.v.limiter.(LimitSharer); ok {
+		_ = ls.ShareBlock(bctx, h.name, d)
+	}
+	cancel()
+	r.v.blocks.put(h.name, true, time.Now().Add(d))
+	smtpBlocks.WithLabelValues(stage).Inc()
+	text := rep.text
+	if len(text) > 200 {
+		text = text[:200]
+	}
+	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "stage", stage,
+		"code", rep.code, "reply", text, "backoff", d)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.down != ReasonBlocked {
+		h.downCode = rep.code
+	}
+	r.markDown(h, ReasonBlocked, d)
+	if rest != nil {
+		r.route(rest)
 	}
 }
 
@@ -546,6 +645,8 @@ func (r *run) answer(it *item, host string, rep reply, cl rcptClass, verdict int
 		it.temporary = rep.code/100 == 4
 	case rcRejected:
 		it.reason = ReasonRejected
+	case rcBlocked:
+		it.reason, it.temporary = ReasonBlocked, true
 	case rcGreylisted:
 		it.reason, it.temporary = ReasonGreylisted, true
 		if r.canGreyRetry(it) {

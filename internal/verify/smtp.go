@@ -218,6 +218,7 @@ const (
 	rcTempFail
 	rcTooMany     // too many recipients: not a verdict, retry in a new session
 	rcRateLimited // 421: the server is closing the session
+	rcBlocked     // the reply blames the client (our IP, host or sender), not the address
 )
 
 var (
@@ -233,6 +234,9 @@ var (
 func classify(r reply) rcptClass {
 	if r.code/100 == 2 {
 		return rcAccepted
+	}
+	if isClientBlock(r) {
+		return rcBlocked
 	}
 	if r.code == 421 {
 		return rcRateLimited
@@ -307,6 +311,49 @@ func classify(r reply) rcptClass {
 	}
 	return rcRejected
 }
+
+// Client blocks. A server that refuses the CLIENT answers every address
+// alike, so its reply says nothing about the mailbox: reading it as
+// "rejected" would report good addresses undeliverable (and charge for
+// them). reBlockList matches texts that blame the client whatever the code:
+// a DNS block list, a reputation, a ban, missing reverse DNS, a blocked
+// sender. reBlockNamesClient matches texts that name the client (its host
+// or IP); with an x.7.x enhanced code (security/policy, RFC 3463) they are
+// a block too ("550 5.7.1 ... Client host [ip] rejected"), while x.7.x
+// without the client named ("5.7.1 Relaying denied") stays a refusal of the
+// recipient. A reply whose enhanced code is about the mailbox (x.1.x
+// addressing, x.2.x mailbox) is never a block, whatever its text: "550
+// 5.1.1 <a@b>: Recipient address rejected: User unknown" names the
+// recipient, not us.
+var (
+	reBlockList = regexp.MustCompile(`(?i)blocked\s+using|spamhaus|barracuda|spamcop|sorbs\b|dnsbl|\brbl\b|` +
+		`\blisted\s+(at|on|in|by)\b|(block|black|deny|reject)\s*-?\s*list|` +
+		`(poor|bad|low|sender|sending|ip)\s+reputation|dynamic\s+reputation|\bbanned\b|` +
+		`reverse\s+(dns|hostname|lookup|name)|\bptr\b|\brdns\b|` +
+		`blocked\s+senders?|envelope\s+blocked|not\s+authori[sz]ed\s+to\s+send|` +
+		`unsolicited\s+mail\s+originating\s+from\s+your\s+ip|connections\s+(will\s+)?not\s+(be\s+)?accepted\s+from`)
+	reBlockNamesClient = regexp.MustCompile(`(?i)client\s+host|your\s+ip|sending\s+ip|the\s+ip\s+you|ip\s+address\s+sending|` +
+		`messages\s+from\s+\[?\d{1,3}(\.\d{1,3}){3}|\b\d{1,3}(\.\d{1,3}){3}\b`)
+)
+
+// isClientBlock reports whether a 4xx/5xx reply blames the client rather
+// than the address (see reBlockList).
+func isClientBlock(r reply) bool {
+	if r.code/100 != 4 && r.code/100 != 5 {
+		return false
+	}
+	if r.hasEnh() && (r.enh[1] == 1 || r.enh[1] == 2) {
+		return false
+	}
+	if reBlockList.MatchString(r.text) {
+		return true
+	}
+	// Greylisting replies may quote the client's address too; they are
+	// answered as greylisting.
+	return r.hasEnh() && r.enh[1] == 7 && reBlockNamesClient.MatchString(r.text) && !reGreyWord.MatchString(r.text)
+}
+
+var reGreyWord = regexp.MustCompile(`(?i)grey|gray`)
 
 var reRetryIn = regexp.MustCompile(`(?i)(\d{1,5})\s*(seconds|secs?|s|minutes|mins?|m)\b`)
 

@@ -34,7 +34,7 @@ func TestClassify(t *testing.T) {
 		{451, "Local error in processing", rcTempFail},
 		{421, "4.7.0 Too many concurrent connections", rcRateLimited},
 		{550, "5.7.1 Relaying denied", rcRejected},
-		{554, "5.7.1 Service unavailable; client host blocked", rcRejected},
+		{554, "5.7.1 Service unavailable; client host blocked", rcBlocked},
 		{550, "No such user here", rcNotFound},
 		{550, "Requested action not taken: mailbox unavailable", rcNotFound},
 		{550, "", rcNotFound},
@@ -49,6 +49,62 @@ func TestClassify(t *testing.T) {
 		r := reply{code: c.code, text: c.text, enh: parseEnhanced(c.code, c.text)}
 		if got := classify(r); got != c.want {
 			t.Errorf("classify(%d %s) = %d, want %d", c.code, c.text, got, c.want)
+		}
+	}
+}
+
+// TestClassifyClientBlocks: replies that blame the client are rcBlocked,
+// genuine recipient refusals are not. Texts are from the providers' public
+// documentation and bounce samples as recalled; "(p)" marks a paraphrase.
+func TestClassifyClientBlocks(t *testing.T) {
+	cases := []struct {
+		who  string
+		code int
+		text string
+		want rcptClass
+	}{
+		// Microsoft (Exchange Online / Outlook.com NDR docs).
+		{"microsoft", 550, "5.7.606 Access denied, banned sending IP [203.0.113.9]. To request removal from this list please visit https://sender.office.com/ and follow the directions.", rcBlocked},
+		{"microsoft", 550, "5.7.1 Service unavailable; Client host [203.0.113.9] blocked using Spamhaus. To request removal from this list see https://www.spamhaus.org/query/ip/203.0.113.9 (AS3130).", rcBlocked},
+		{"microsoft", 550, "5.7.1 Unfortunately, messages from [203.0.113.9] weren't sent. Please contact your Internet service provider since part of their network is on our block list (S3150).", rcBlocked},
+		{"microsoft", 550, "5.4.1 Recipient address rejected: Access denied. AS(201806281)", rcRejected},
+		{"microsoft", 550, "5.1.10 RESOLVER.ADR.RecipientNotFound; Recipient not found by SMTP address lookup", rcNotFound},
+		// Google (Gmail SMTP error reference).
+		{"google", 550, "5.7.1 [203.0.113.9] The IP you're using to send mail is not authorized to send email directly to our servers. Please use the SMTP relay at your service provider instead. Learn more at https://support.google.com/mail/?p=NotAuthorizedError", rcBlocked},
+		{"google", 421, "4.7.0 [203.0.113.9] Our system has detected an unusual rate of unsolicited mail originating from your IP address. To protect our users from spam, mail sent from your IP address has been temporarily rate limited.", rcBlocked},
+		{"google", 550, "5.7.25 [203.0.113.9] The IP address sending this message does not have a PTR record setup, or the corresponding forward DNS entry does not point to the sending IP.", rcBlocked},
+		{"google", 550, "5.1.1 The email account that you tried to reach does not exist. Please try double-checking the recipient's email address for typos or unnecessary spaces.", rcNotFound},
+		{"google", 452, "4.2.2 The email account that you tried to reach is over quota.", rcFull},
+		// Yahoo (Sender Hub SMTP error codes).
+		{"yahoo", 553, "5.7.1 [BL21] Connections will not be accepted from 203.0.113.9, because the ip is in Spamhaus's list; see https://postmaster.yahooinc.com/error-codes", rcBlocked},
+		{"yahoo", 421, "4.7.0 [TSS04] Messages from 203.0.113.9 temporarily deferred due to unexpected volume or user complaints - 4.16.55.1; see https://postmaster.yahooinc.com/error-codes", rcBlocked},
+		{"yahoo", 554, "5.7.9 Message not accepted for policy reasons. See https://postmaster.yahooinc.com/error-codes", rcRejected},
+		{"yahoo", 550, "5.1.1 Requested action not taken: mailbox unavailable (p)", rcNotFound},
+		// Proofpoint (p).
+		{"proofpoint", 554, "5.7.1 Service unavailable; Client host [203.0.113.9] blocked using Proofpoint Dynamic Reputation; https://ipcheck.proofpoint.com/?ip=203.0.113.9", rcBlocked},
+		// Mimecast (reject codes page). "Blocked Senders" and "envelope
+		// blocked" are the recipient side's block of our sender: the
+		// mailbox is not judged, so blocked (unknown), not rejected.
+		{"mimecast", 550, "Rejected by header based Blocked Senders - Block policy for Header From - https://community.mimecast.com/docs/DOC-1369#550", rcBlocked},
+		{"mimecast", 554, "IP 203.0.113.9 is on a blocklist (p)", rcBlocked},
+		{"mimecast", 550, "Administrative prohibition - envelope blocked - https://community.mimecast.com/docs/DOC-1369#550", rcBlocked},
+		{"mimecast", 550, "Invalid Recipient - https://community.mimecast.com/docs/DOC-1369#550", rcNotFound},
+		// Postfix (postscreen/smtpd defaults).
+		{"postfix", 554, "5.7.1 Service unavailable; Client host [203.0.113.9] blocked using zen.spamhaus.org; https://www.spamhaus.org/query/ip/203.0.113.9", rcBlocked},
+		{"postfix", 450, "4.7.1 Client host rejected: cannot find your reverse hostname, [203.0.113.9]", rcBlocked},
+		{"postfix", 550, "5.1.1 <a@b.test>: Recipient address rejected: User unknown in local recipient table", rcNotFound},
+		{"postfix", 554, "5.7.1 <a@b.test>: Relay access denied", rcRejected},
+		{"postfix", 450, "4.2.0 <a@b.test>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/help/b.test.html", rcGreylisted},
+		// Exim (default ACL texts).
+		{"exim", 550, "Administrative prohibition", rcRejected},
+		{"exim", 550, "rejected because 203.0.113.9 is in a black list at zen.spamhaus.org", rcBlocked},
+		{"exim", 550, "Unrouteable address", rcRejected},
+		{"exim", 550, "No Such User Here", rcNotFound},
+	}
+	for _, c := range cases {
+		r := reply{code: c.code, text: c.text, enh: parseEnhanced(c.code, c.text)}
+		if got := classify(r); got != c.want {
+			t.Errorf("%s: classify(%d %s) = %d, want %d", c.who, c.code, c.text, got, c.want)
 		}
 	}
 }

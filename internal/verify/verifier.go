@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -72,6 +73,14 @@ type Config struct {
 	// every process (RedisProbes), so a retry made elsewhere passes the
 	// greylist the first attempt started. Nil: per process only.
 	Probes ProbeStore
+	// BlockBackoff is how long a host whose reply blamed the client (our
+	// IP on a block list, no PTR, ...; unknown/blocked) is left alone,
+	// across processes through the limiter, default 30m: asking again soon
+	// only deepens a block.
+	BlockBackoff time.Duration
+	// Logger receives the operator's warnings (a server blocking us);
+	// nil: slog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -95,6 +104,10 @@ func (c Config) withDefaults() Config {
 	def(&c.SessionTimeout, 60*time.Second)
 	def(&c.CatchAllTTL, time.Hour)
 	def(&c.RateLimitBackoff, 30*time.Second)
+	def(&c.BlockBackoff, 30*time.Minute)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if c.MaxRcptsPerSession <= 0 {
 		c.MaxRcptsPerSession = 50
 	}
@@ -133,6 +146,11 @@ type Verifier struct {
 	// next calls start within them.
 	rcptLimits    *ttlCache[string, int]
 	sessionLimits *ttlCache[string, int]
+	// blocks are the hosts that blocked this process, until their back-off
+	// ends: a later session refused by the limiter's back-off answers
+	// blocked rather than rate_limited.
+	blocks *ttlCache[string, bool]
+	log    *slog.Logger
 }
 
 // limitTTL is how long a learned per-host limit is remembered.
@@ -179,7 +197,8 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	return &Verifier{cfg: cfg, lists: l, limiter: limiter, perHost: perHost, resolver: res,
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
-		sessionLimits: newTTLCache[string, int](catchAllEntries)}, nil
+		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
+		log: cfg.Logger}, nil
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.
