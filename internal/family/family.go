@@ -53,6 +53,14 @@ type Family interface {
 
 	// Answerer answers the family's distinct inputs (the shard processor).
 	jobs.Answerer
+	// ErrorAnswer (of jobs.Answerer, repeated here because it is part of
+	// the contract) is the family's error outcome for failed shards: what
+	// the processor records for every input a shard that failed for good
+	// left unanswered (company enrichment: "error", email lookup:
+	// "not_found", email verification: "unknown"). Its Outcome is also what
+	// the controller's ShardsFailed condition and event name (ErrorOutcome):
+	// one declaration, so the text cannot drift from the rows.
+	ErrorAnswer() jobs.Answer
 	// Profile is how the family's shards are processed.
 	Profile() Profile
 }
@@ -92,6 +100,25 @@ func (r *Registry) Get(name string) (Family, bool) {
 
 // All lists the families in registration order.
 func (r *Registry) All() []Family { return r.order }
+
+// ErrorOutcome is the outcome family's failed shards answer their
+// unanswered rows as (its ErrorAnswer); false for a family not registered.
+func (r *Registry) ErrorOutcome(name string) (string, bool) {
+	f, ok := r.byName[name]
+	if !ok {
+		return "", false
+	}
+	return f.ErrorAnswer().Outcome, true
+}
+
+// Names lists the registered families' names in registration order.
+func (r *Registry) Names() []string {
+	out := make([]string, len(r.order))
+	for i, f := range r.order {
+		out[i] = f.Name()
+	}
+	return out
+}
 
 // Answerers are the families' answerers by name, for the shard processor.
 func (r *Registry) Answerers() map[string]jobs.Answerer {

@@ -579,7 +579,7 @@ func TestValuesRejected(t *testing.T) {
 		{"outbound allowance twice", "outbound: {allowCIDRs: [10.0.0.0/8]}\nconfig: {BULKD_OUTBOUND_ALLOW_CIDRS: 10.1.0.0/16}", "outbound.allowCIDRs"},
 		{"shard size out of range", "jobs: {shardSize: 0}", "shardSize"},
 		{"retention not a duration", "jobs: {retention: 30d}", "retention"},
-		{"unknown family", "processor: {families: {people_search: {parallelismCap: 2}}}", "people_search"},
+		{"not a family name", "processor: {families: {People-Search: {parallelismCap: 2}}}", "People-Search"},
 		{"unknown family setting", "processor: {families: {email_verification: {parallelism: 2}}}", "parallelism"},
 		{"allowance without cidrs", "networkPolicy: {allowEgress: [{ports: [443]}]}", "cidrs"},
 		{"not a CIDR", "networkPolicy: {nonPublicCIDRs: [10.0.0.0]}", "nonPublicCIDRs"},
