@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/test/builders"
 )
@@ -281,6 +282,11 @@ func TestParseFamilyProfiles(t *testing.T) {
 	}
 	if err := CheckFamilyProfiles(map[v1alpha1.Family]FamilyProfile{v1alpha1.FamilyEmailLookup: {}}, families.Names()); err != nil {
 		t.Fatal(err)
+	}
+	// The registry refuses a name the CRD would (one pattern, two packages:
+	// the API types do not import the families).
+	if v1alpha1.FamilyPattern != family.NamePattern {
+		t.Fatalf("CRD family pattern %s, registry's %s", v1alpha1.FamilyPattern, family.NamePattern)
 	}
 }
 

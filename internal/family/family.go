@@ -10,6 +10,7 @@ package family
 import (
 	"bytes"
 	"io"
+	"regexp"
 	"unicode/utf8"
 
 	"github.com/bulkd/bulkd/internal/apierr"
@@ -79,10 +80,21 @@ type Registry struct {
 	order  []Family
 }
 
-// NewRegistry registers families; a name given twice panics (a wiring bug).
+// NamePattern is the form of a family name: what the BulkJob CRD's
+// spec.family accepts (v1alpha1.FamilyPattern; the CRD names no family, so
+// adding one needs no CRD upgrade) and a valid label value (bulkd.io/family).
+const NamePattern = `^[a-z][a-z0-9_]{0,62}$`
+
+var validName = regexp.MustCompile(NamePattern)
+
+// NewRegistry registers families; a name given twice, or one the BulkJob
+// CRD would refuse (NamePattern), panics (a wiring bug).
 func NewRegistry(fams ...Family) *Registry {
 	r := &Registry{byName: map[string]Family{}}
 	for _, f := range fams {
+		if !validName.MatchString(f.Name()) {
+			panic("family: " + f.Name() + " is not a family name (" + NamePattern + ")")
+		}
 		if _, dup := r.byName[f.Name()]; dup {
 			panic("family: " + f.Name() + " registered twice")
 		}
