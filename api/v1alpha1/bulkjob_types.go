@@ -128,7 +128,8 @@ const (
 	ConditionComplete = "Complete"
 	// ConditionShardsFailed is True when at least one shard failed for good
 	// (its Job index exhausted its retries, or the Job failed): its rows
-	// that were still unanswered are answered as errors.
+	// that were still unanswered are answered as the family's error outcome
+	// (family.Family's ErrorAnswer), which its message names.
 	ConditionShardsFailed = "ShardsFailed"
 	// ConditionFailed is True when the BulkJob cannot be completed.
 	ConditionFailed = "Failed"
