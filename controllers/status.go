@@ -39,7 +39,7 @@ type observation struct {
 	failed    map[int32]bool // shards failed for good
 
 	createdJob bool  // this pass created the Job
-	answered   []int // shards this pass answered as errors
+	answered   []int // shards this pass answered with the family's error outcome
 	// errorOutcome is the outcome the family answers a failed shard's
 	// unanswered rows as (ShardFailer.ErrorOutcome), named by the
 	// ShardsFailed condition.
