@@ -596,6 +596,21 @@ func TestValuesRejected(t *testing.T) {
 	}
 }
 
+// TestValuesFamilyNotInTheChart: the schema checks the form of a family
+// name in processor.families, not a list (adding a family needs no chart
+// change); the controller checks it against its registry when it starts.
+func TestValuesFamilyNotInTheChart(t *testing.T) {
+	r, err := render(t, "bulkd", "default", parseValues(t, "processor: {families: {phone_lookup: {parallelismCap: 2}}}"))
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	env := envOf(containers(t, r.get(t, "Deployment", "bulkd-controller"))[0])
+	profiles, err := controllers.ParseFamilyProfiles(env["BULKD_FAMILY_PROFILES"]["value"].(string))
+	if err != nil || profiles["phone_lookup"].ParallelismCap != 2 {
+		t.Fatalf("BULKD_FAMILY_PROFILES %v: %+v %v", env["BULKD_FAMILY_PROFILES"], profiles, err)
+	}
+}
+
 // TestDryRunIsStrict: the dry-run really rejects a schema error, so a pass
 // above means something.
 func TestDryRunIsStrict(t *testing.T) {
