@@ -49,9 +49,19 @@ type AccountPlans interface {
 }
 
 // ShardFailer answers the unanswered inputs of a shard that failed for
-// good as the family's error outcome (*jobs.Processor).
+// good as the family's error outcome (*jobs.Processor, built on the
+// family registry).
 type ShardFailer interface {
 	FailShard(ctx context.Context, jobID string, shard int) error
+	// ErrorOutcome is the outcome FailShard answers a family's rows as
+	// (family.Family's ErrorAnswer: "error", "not_found", "unknown"); false
+	// for a family this build does not know. The ShardsFailed condition
+	// and event name it, and a BulkJob of an unknown family is held with
+	// an UnknownFamily condition instead of getting a Job.
+	ErrorOutcome(family string) (string, bool)
+	// KnownFamilies lists the families it answers (messages, and the
+	// check of --family-profiles at start).
+	KnownFamilies() []string
 }
 
 // BulkJobReconciler reconciles BulkJobs.
@@ -192,10 +202,15 @@ func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 
+	errorOutcome, known := r.Shards.ErrorOutcome(string(bj.Spec.Family))
+	if !known {
+		return r.unknownFamily(ctx, &bj, now, left)
+	}
 	obs, err := r.observe(ctx, &bj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	obs.errorOutcome = errorOutcome
 	old := bj.Status
 	st := computeStatus(&bj, obs, now)
 	write, paced := r.pacer().decide(req.NamespacedName, &old, &st, now)
@@ -226,6 +241,34 @@ func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		next = min(next, paced)
 	}
 	return ctrl.Result{RequeueAfter: min(next, left)}, nil
+}
+
+// unknownFamily holds a BulkJob whose family this build has no answerer
+// for (the CRD accepts any well-formed family name, so that adding a family
+// needs no CRD upgrade; a newer apiserver may create one during a rolling
+// upgrade). No Job is created: its pods could only fail. The BulkJob stays
+// Pending with Complete=False, reason UnknownFamily, and one Warning event;
+// a controller that knows the family (it lists every BulkJob when it
+// starts) takes it from there. It is still deleted at its retention.
+func (r *BulkJobReconciler) unknownFamily(ctx context.Context, bj *v1alpha1.BulkJob, now time.Time, left time.Duration) (ctrl.Result, error) {
+	msg := fmt.Sprintf("family %q is not one this controller knows (%v); no Job is created until a controller that knows it runs",
+		bj.Spec.Family, r.Shards.KnownFamilies())
+	if c := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionComplete); c != nil && c.Reason == ReasonUnknownFamily && c.Message == msg {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	before := bj.DeepCopy()
+	bj.Status.ObservedGeneration = bj.Generation
+	if bj.Status.Phase == "" {
+		bj.Status.Phase = v1alpha1.PhasePending
+	}
+	meta.SetStatusCondition(&bj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
+		Reason: ReasonUnknownFamily, Message: msg, ObservedGeneration: bj.Generation, LastTransitionTime: metav1.NewTime(now)})
+	if err := r.Client.Status().Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return requeueOnConflict(err)
+	}
+	ctrl.LoggerFrom(ctx).Info("BulkJob of an unknown family; no Job is created", "family", bj.Spec.Family)
+	r.event(bj, corev1.EventTypeWarning, ReasonUnknownFamily, "Observe", "%s", msg)
+	return ctrl.Result{RequeueAfter: left}, nil
 }
 
 func (r *BulkJobReconciler) apiReader() client.Reader {
@@ -328,7 +371,7 @@ func (r *BulkJobReconciler) observeShards(ctx context.Context, bj *v1alpha1.Bulk
 		o.answered = append(o.answered, s)
 	}
 	if len(o.answered) > 0 {
-		ctrl.LoggerFrom(ctx).Info("shards failed for good; their unanswered rows were answered as errors", "shards", o.answered)
+		ctrl.LoggerFrom(ctx).Info("shards failed for good; their unanswered rows were answered as the family's error outcome", "shards", o.answered)
 		if o.data, err = r.Data.Get(ctx, bj.Spec.JobID); errors.Is(err, jobs.ErrJobNotFound) {
 			o.data = nil
 		} else if err != nil {
@@ -540,7 +583,7 @@ func (r *BulkJobReconciler) emit(bj *v1alpha1.BulkJob, old *v1alpha1.BulkJobStat
 		sorted := slices.Clone(o.answered)
 		slices.Sort(sorted)
 		r.event(bj, corev1.EventTypeWarning, "ShardsFailed", "FailShards",
-			"Shards %v failed for good; their unanswered rows are answered as %s", sorted, jobs.OutcomeError)
+			"Shards %v failed for good; their unanswered rows are answered as %s", sorted, o.errorOutcome)
 	}
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRetryFailed); c != nil && c.Status == metav1.ConditionTrue {
 		if was := meta.FindStatusCondition(old.Conditions, v1alpha1.ConditionRetryFailed); was == nil || was.Status != c.Status || was.Message != c.Message {

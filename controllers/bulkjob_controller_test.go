@@ -19,9 +19,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/lookup"
+	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/test/builders"
 )
+
+// families are the real families (only their declarations are used here:
+// no answerer runs), as bulkd registers them.
+var families = family.NewRegistry(enrich.NewFamily(nil, &enrich.Answerer{}), verification.New(nil, nil), lookup.New(nil, nil))
 
 // fakeData is the engine's Redis view of jobs, in memory: these tests are
 // about reconcile decisions (the envtest suite in test/kube runs the real
@@ -97,9 +105,18 @@ func (d *fakeData) FailShard(_ context.Context, id string, shard int) error {
 		return jobs.ErrJobNotFound
 	}
 	d.failed = append(d.failed, shard)
-	d.markDone(id, shard, jobs.OutcomeError, 10, 10)
+	// As the processor does: the family's error outcome.
+	outcome, ok := families.ErrorOutcome(d.jobs[id].Family)
+	if !ok {
+		return jobs.ErrUnknownFamily
+	}
+	d.markDone(id, shard, outcome, 10, 10)
 	return nil
 }
+
+func (d *fakeData) ErrorOutcome(fam string) (string, bool) { return families.ErrorOutcome(fam) }
+
+func (d *fakeData) KnownFamilies() []string { return families.Names() }
 
 const (
 	ns = "bulkd"
@@ -262,6 +279,81 @@ func TestReconcileAnswersFailedShardsAsErrorsThenCompletes(t *testing.T) {
 	if ev := s.events(); !strings.Contains(ev, "ShardsFailed") || !strings.Contains(ev, "Completed") ||
 		!strings.Contains(ev, "All 25 rows answered: error 10, found 10; 5 invalid; 1 of 2 shards failed") {
 		t.Fatalf("events %q", ev)
+	}
+}
+
+// A failed shard's condition and event name the outcome its family answers
+// the unanswered rows as (family.Family's ErrorAnswer), not "error" for
+// every family: email lookup answers not_found, email verification unknown.
+func TestReconcileFailedShardConditionNamesTheFamilysErrorOutcome(t *testing.T) {
+	for _, c := range []struct {
+		family  v1alpha1.Family
+		outcome string
+	}{
+		{v1alpha1.FamilyCompanyEnrichment, "error"},
+		{v1alpha1.FamilyEmailLookup, "not_found"},
+		{v1alpha1.FamilyEmailVerification, "unknown"},
+	} {
+		t.Run(string(c.family), func(t *testing.T) {
+			data := newFakeData(builders.MakeJobData(id).Family(string(c.family)).Obj())
+			data.markDone(id, 0, "found", 10, 10)
+			s := newScenario(t, data, builders.MakeBulkJob(id, ns).Family(c.family).Finalizer().Obj())
+			s.mustReconcile() // creates the Job
+			var job batchv1.Job
+			if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &job); err != nil {
+				t.Fatal(err)
+			}
+			job.Status = builders.MakeJob(id, ns, 2).Started(s.now).CompletedIndexes("0", 1).FailedIndexes("1").
+				Condition(batchv1.JobFailureTarget, batchv1.JobReasonFailedIndexes).Condition(batchv1.JobFailed, batchv1.JobReasonFailedIndexes).Obj().Status
+			if err := s.c.Status().Update(context.Background(), &job); err != nil {
+				t.Fatal(err)
+			}
+			s.mustReconcile()
+			st := s.bulkJob().Status
+			if st.Phase != v1alpha1.PhaseCompleted || st.OutcomeRows(c.outcome) != 10 {
+				t.Fatalf("status %+v", st)
+			}
+			want := "answered as " + c.outcome
+			sf := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionShardsFailed)
+			if sf == nil || sf.Message != "1 of 2 shards failed after retries; their unanswered rows are answered as "+c.outcome {
+				t.Fatalf("ShardsFailed condition %+v", sf)
+			}
+			if cc := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionComplete); cc == nil || !strings.HasSuffix(cc.Message, want) {
+				t.Fatalf("Complete condition %+v", cc)
+			}
+			if ev := s.events(); !strings.Contains(ev, "Shards [1] failed for good; their unanswered rows are "+want) {
+				t.Fatalf("events %q", ev)
+			}
+		})
+	}
+}
+
+// A BulkJob of a family this build does not know (the CRD accepts any
+// well-formed name) gets no Job: it stays Pending with an UnknownFamily
+// condition and one Warning event, and later passes write nothing.
+func TestReconcileHoldsABulkJobOfAnUnknownFamily(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Family("phone_lookup").Obj())
+	s := newScenario(t, data, builders.MakeBulkJob(id, ns).Family("phone_lookup").Finalizer().Obj())
+	res := s.mustReconcile()
+	got := s.bulkJob()
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionComplete)
+	if got.Status.Phase != v1alpha1.PhasePending || c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonUnknownFamily ||
+		!strings.Contains(c.Message, `family "phone_lookup" is not one this controller knows`) || !strings.Contains(c.Message, "email_lookup") {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if len(s.jobs()) != 0 {
+		t.Fatal("a Job was created for an unknown family")
+	}
+	if res.RequeueAfter <= time.Hour {
+		t.Fatalf("an unknown family waits for its retention (or a controller that knows it), not %v", res.RequeueAfter)
+	}
+	if ev := s.events(); !strings.Contains(ev, "UnknownFamily") {
+		t.Fatalf("events %q", ev)
+	}
+	rv := got.ResourceVersion
+	s.mustReconcile()
+	if s.bulkJob().ResourceVersion != rv || s.events() != "" || len(s.jobs()) != 0 {
+		t.Fatal("a second pass wrote, emitted or created again")
 	}
 }
 

@@ -50,7 +50,7 @@ type Options struct {
 	// BackoffLimitPerIndex is how many times a failed shard is retried.
 	BackoffLimitPerIndex int32
 	// MaxFailedShards is how many shards may fail for good before the whole
-	// Job is stopped (its remaining shards are then answered as errors);
+	// Job is stopped (its remaining shards are then answered as the family's error outcome);
 	// 0 means never stop a Job early.
 	MaxFailedShards int32
 	// JobTTL is how long a finished Job (and its pods) is kept.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/test/builders"
 )
@@ -251,7 +252,7 @@ func TestParseFamilyProfiles(t *testing.T) {
 	}
 	for _, c := range []struct{ in, want string }{
 		{`[]`, "JSON object"},
-		{`{"people_search":{}}`, "unknown family"},
+		{`{"People Search":{}}`, "not a family name"},
 		{`{"email_verification":{"parallelismcap":4}}`, "parallelismcap"},
 		{`{"email_verification":{"parallelismCap":-1}}`, "negative"},
 		{`{"email_verification":{"resources":{"requests":{"cpu":"lots"}}}}`, "email_verification"},
@@ -266,9 +267,26 @@ func TestParseFamilyProfiles(t *testing.T) {
 	}
 	// OptionsFrom keeps the error for NewManager.
 	kc := config.DefaultKube()
-	kc.FamilyProfiles = `{"people_search":{}}`
+	kc.FamilyProfiles = `{"People Search":{}}`
 	if err := OptionsFrom(kc, time.Hour, corev1.ResourceRequirements{}).Validate(); err == nil || !strings.Contains(err.Error(), "--family-profiles") {
 		t.Fatalf("Validate: %v", err)
+	}
+	// A well-formed name parses; the registry decides whether it is known
+	// (NewManager checks it against the shard failer's families).
+	p, err = ParseFamilyProfiles(`{"people_search":{}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFamilyProfiles(p, families.Names()); err == nil || !strings.Contains(err.Error(), `unknown family "people_search"`) {
+		t.Fatalf("CheckFamilyProfiles: %v", err)
+	}
+	if err := CheckFamilyProfiles(map[v1alpha1.Family]FamilyProfile{v1alpha1.FamilyEmailLookup: {}}, families.Names()); err != nil {
+		t.Fatal(err)
+	}
+	// The registry refuses a name the CRD would (one pattern, two packages:
+	// the API types do not import the families).
+	if v1alpha1.FamilyPattern != family.NamePattern {
+		t.Fatalf("CRD family pattern %s, registry's %s", v1alpha1.FamilyPattern, family.NamePattern)
 	}
 }
 

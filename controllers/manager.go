@@ -67,6 +67,12 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if err := o.Reconciler.Validate(); err != nil {
 		return nil, fmt.Errorf("controller: %w", err)
 	}
+	// The families come from the registry the shard failer was built on:
+	// a profile naming another family is a start-up error, not a setting
+	// silently never applied.
+	if err := CheckFamilyProfiles(o.Reconciler.Families, o.Shards.KnownFamilies()); err != nil {
+		return nil, fmt.Errorf("controller: %w", err)
+	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = DefaultLeaderElectionID
 	}

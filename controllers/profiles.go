@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -62,8 +63,10 @@ func ParseFamilyProfiles(s string) (map[v1alpha1.Family]FamilyProfile, error) {
 	out := make(map[v1alpha1.Family]FamilyProfile, len(raw))
 	for _, name := range slices.Sorted(maps.Keys(raw)) {
 		fam := v1alpha1.Family(name)
-		if !slices.Contains(v1alpha1.KnownFamilies, fam) {
-			return nil, fmt.Errorf("family profiles: unknown family %q (known: %v)", name, v1alpha1.KnownFamilies)
+		// The form only: NewManager checks the names against the
+		// family registry (CheckFamilyProfiles).
+		if !familyName.MatchString(name) {
+			return nil, fmt.Errorf("family profiles: %q is not a family name (%s)", name, v1alpha1.FamilyPattern)
 		}
 		var p FamilyProfile
 		if err := strict(raw[name], &p); err != nil {
@@ -75,6 +78,20 @@ func ParseFamilyProfiles(s string) (map[v1alpha1.Family]FamilyProfile, error) {
 		out[fam] = p
 	}
 	return out, nil
+}
+
+var familyName = regexp.MustCompile(v1alpha1.FamilyPattern)
+
+// CheckFamilyProfiles fails for a profile of a family this build does not
+// know (a typo in --family-profiles would otherwise never apply): the
+// controller refuses to start.
+func CheckFamilyProfiles(profiles map[v1alpha1.Family]FamilyProfile, known []string) error {
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		if !slices.Contains(known, string(name)) {
+			return fmt.Errorf("--family-profiles: unknown family %q (known: %v)", name, known)
+		}
+	}
+	return nil
 }
 
 // strict decodes JSON the way the Kubernetes API server does: field names

@@ -26,6 +26,7 @@ const (
 	ReasonRetrying           = "Retrying"
 	ReasonRetryJobFailed     = "RetryJobFailed"
 	ReasonRetryJobSucceeded  = "RetryJobSucceeded"
+	ReasonUnknownFamily      = "UnknownFamily"
 )
 
 // observation is what one reconcile pass saw: the job's counters in Redis
@@ -38,7 +39,11 @@ type observation struct {
 	failed    map[int32]bool // shards failed for good
 
 	createdJob bool  // this pass created the Job
-	answered   []int // shards this pass answered as errors
+	answered   []int // shards this pass answered with the family's error outcome
+	// errorOutcome is the outcome the family answers a failed shard's
+	// unanswered rows as (ShardFailer.ErrorOutcome), named by the
+	// ShardsFailed condition.
+	errorOutcome string
 
 	// retryJob is the Job of the latest retry round (retryRound), nil when
 	// there is none (or it is gone: TTL); createdRetry says this pass
@@ -165,7 +170,7 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	}
 	if failed > 0 {
 		cond(v1alpha1.ConditionShardsFailed, metav1.ConditionTrue, ReasonShardsFailed,
-			fmt.Sprintf("%d of %d shards failed after retries; their unanswered rows are answered as %s", failed, shards, jobs.OutcomeError))
+			fmt.Sprintf("%d of %d shards failed after retries; their unanswered rows are answered as %s", failed, shards, o.errorOutcome))
 	}
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted:
@@ -178,7 +183,7 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 		}
 		if failed > 0 {
 			cond(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonShardsFailed,
-				fmt.Sprintf("all %d rows answered; %d of %d shards failed and their unanswered rows are errors", d.TotalRows, failed, shards))
+				fmt.Sprintf("all %d rows answered; %d of %d shards failed and their unanswered rows are answered as %s", d.TotalRows, failed, shards, o.errorOutcome))
 		} else {
 			cond(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonAllShardsSucceeded,
 				fmt.Sprintf("all %d rows answered", d.TotalRows))

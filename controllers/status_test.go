@@ -86,7 +86,7 @@ func TestComputeStatus(t *testing.T) {
 			obs: &observation{data: builders.MakeJobData(id).Answered("found", 10, 10).Answered("error", 10, 10).ShardsDone(2).Completed(now).Obj(),
 				job: builders.MakeJob(id, "bulkd", 2).Started(started).CompletedIndexes("0", 1).FailedIndexes("1").
 					Condition(batchv1.JobFailureTarget, batchv1.JobReasonFailedIndexes).Condition(batchv1.JobFailed, batchv1.JobReasonFailedIndexes).Obj(),
-				succeeded: set(0), failed: set(1), answered: []int{1}},
+				succeeded: set(0), failed: set(1), answered: []int{1}, errorOutcome: "error"},
 			want: want{phase: v1alpha1.PhaseCompleted, processed: 25, outcomes: oc("error", 10, "found", 10), pct: "100%", succeeded: 1, failed: 1, progress: "2/2",
 				complete: metav1.ConditionTrue, completeReason: ReasonShardsFailed, shardsFailedCond: true, startTime: true, completeTime: true},
 		},

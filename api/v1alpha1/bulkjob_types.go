@@ -4,19 +4,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Family is a bulk job family.
-// +kubebuilder:validation:Enum=company_enrichment;email_lookup;email_verification
+// Family is a bulk job family. The CRD checks its form only, not the
+// names: adding a family (a package registered in internal/family) must not
+// need a CRD upgrade, which Helm's crds/ directory never does. The
+// controller and the processor check the name against their family
+// registry (a BulkJob of a family the controller does not know is held with
+// an UnknownFamily condition).
+// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_]{0,62}$`
 type Family string
 
-// Families.
+// FamilyPattern is the form of a family name (the marker above; the
+// bulkd.io/family label holds it too, hence at most 63 characters).
+const FamilyPattern = `^[a-z][a-z0-9_]{0,62}$`
+
+// Families bulkd registers today (names the tests and the API use; the
+// registry, not this list, says what a build knows).
 const (
 	FamilyCompanyEnrichment Family = "company_enrichment"
 	FamilyEmailLookup       Family = "email_lookup"
 	FamilyEmailVerification Family = "email_verification"
 )
-
-// KnownFamilies are the families the CRD accepts.
-var KnownFamilies = []Family{FamilyCompanyEnrichment, FamilyEmailLookup, FamilyEmailVerification}
 
 // Metering is how a submission was paid for.
 // +kubebuilder:validation:Enum=credits;unlimited_quota
@@ -121,7 +128,8 @@ const (
 	ConditionComplete = "Complete"
 	// ConditionShardsFailed is True when at least one shard failed for good
 	// (its Job index exhausted its retries, or the Job failed): its rows
-	// that were still unanswered are answered as errors.
+	// that were still unanswered are answered as the family's error outcome
+	// (family.Family's ErrorAnswer), which its message names.
 	ConditionShardsFailed = "ShardsFailed"
 	// ConditionFailed is True when the BulkJob cannot be completed.
 	ConditionFailed = "Failed"

@@ -10,6 +10,7 @@ package family
 import (
 	"bytes"
 	"io"
+	"regexp"
 	"unicode/utf8"
 
 	"github.com/bulkd/bulkd/internal/apierr"
@@ -53,6 +54,14 @@ type Family interface {
 
 	// Answerer answers the family's distinct inputs (the shard processor).
 	jobs.Answerer
+	// ErrorAnswer (of jobs.Answerer, repeated here because it is part of
+	// the contract) is the family's error outcome for failed shards: what
+	// the processor records for every input a shard that failed for good
+	// left unanswered (company enrichment: "error", email lookup:
+	// "not_found", email verification: "unknown"). Its Outcome is also what
+	// the controller's ShardsFailed condition and event name (ErrorOutcome):
+	// one declaration, so the text cannot drift from the rows.
+	ErrorAnswer() jobs.Answer
 	// Profile is how the family's shards are processed.
 	Profile() Profile
 }
@@ -71,10 +80,21 @@ type Registry struct {
 	order  []Family
 }
 
-// NewRegistry registers families; a name given twice panics (a wiring bug).
+// NamePattern is the form of a family name: what the BulkJob CRD's
+// spec.family accepts (v1alpha1.FamilyPattern; the CRD names no family, so
+// adding one needs no CRD upgrade) and a valid label value (bulkd.io/family).
+const NamePattern = `^[a-z][a-z0-9_]{0,62}$`
+
+var validName = regexp.MustCompile(NamePattern)
+
+// NewRegistry registers families; a name given twice, or one the BulkJob
+// CRD would refuse (NamePattern), panics (a wiring bug).
 func NewRegistry(fams ...Family) *Registry {
 	r := &Registry{byName: map[string]Family{}}
 	for _, f := range fams {
+		if !validName.MatchString(f.Name()) {
+			panic("family: " + f.Name() + " is not a family name (" + NamePattern + ")")
+		}
 		if _, dup := r.byName[f.Name()]; dup {
 			panic("family: " + f.Name() + " registered twice")
 		}
@@ -92,6 +112,25 @@ func (r *Registry) Get(name string) (Family, bool) {
 
 // All lists the families in registration order.
 func (r *Registry) All() []Family { return r.order }
+
+// ErrorOutcome is the outcome family's failed shards answer their
+// unanswered rows as (its ErrorAnswer); false for a family not registered.
+func (r *Registry) ErrorOutcome(name string) (string, bool) {
+	f, ok := r.byName[name]
+	if !ok {
+		return "", false
+	}
+	return f.ErrorAnswer().Outcome, true
+}
+
+// Names lists the registered families' names in registration order.
+func (r *Registry) Names() []string {
+	out := make([]string, len(r.order))
+	for i, f := range r.order {
+		out[i] = f.Name()
+	}
+	return out
+}
 
 // Answerers are the families' answerers by name, for the shard processor.
 func (r *Registry) Answerers() map[string]jobs.Answerer {

@@ -45,6 +45,11 @@ const (
 // ErrJobNotFound is returned for unknown or expired jobs.
 var ErrJobNotFound = errors.New("job not found")
 
+// ErrUnknownFamily is a job of a family this build of bulkd has no answerer
+// for (a newer apiserver's family, say): retrying the same build cannot
+// help, a build that knows the family can.
+var ErrUnknownFamily = errors.New("unknown job family")
+
 // Job is a job's metadata (the jobs hash in Redis).
 type Job struct {
 	ID        string

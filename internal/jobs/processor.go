@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -253,8 +255,24 @@ func (p *Processor) FailShard(ctx context.Context, jobID string, shard int) erro
 			return err
 		}
 	}
-	p.Log.Warn("shard failed for good; its unanswered rows are answered as errors", "job", jobID, "shard", shard)
+	p.Log.Warn("shard failed for good; its unanswered rows are answered as the family's error outcome", "job", jobID, "shard", shard, "outcome", ea.Outcome)
 	return p.Store.MarkShardDone(ctx, j, shard)
+}
+
+// ErrorOutcome is the outcome FailShard answers family's unanswered inputs
+// as (the family's ErrorAnswer), false for a family this processor has no
+// answerer for. The controller names it in its ShardsFailed condition.
+func (p *Processor) ErrorOutcome(family string) (string, bool) {
+	fam, ok := p.Families[family]
+	if !ok {
+		return "", false
+	}
+	return fam.ErrorAnswer().Outcome, true
+}
+
+// KnownFamilies lists the families this processor answers, sorted.
+func (p *Processor) KnownFamilies() []string {
+	return slices.Sorted(maps.Keys(p.Families))
 }
 
 // loadShard reads what answering a shard needs: the job, its family's
@@ -266,7 +284,7 @@ func (p *Processor) loadShard(ctx context.Context, jobID string, shard int) (*Jo
 	}
 	fam, ok := p.Families[j.Family]
 	if !ok {
-		return nil, nil, nil, fmt.Errorf("job %s: no answerer for family %q", jobID, j.Family)
+		return nil, nil, nil, fmt.Errorf("job %s: %w %q (this build knows %v)", jobID, ErrUnknownFamily, j.Family, p.KnownFamilies())
 	}
 	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
 	if err != nil {

@@ -579,7 +579,7 @@ func TestValuesRejected(t *testing.T) {
 		{"outbound allowance twice", "outbound: {allowCIDRs: [10.0.0.0/8]}\nconfig: {BULKD_OUTBOUND_ALLOW_CIDRS: 10.1.0.0/16}", "outbound.allowCIDRs"},
 		{"shard size out of range", "jobs: {shardSize: 0}", "shardSize"},
 		{"retention not a duration", "jobs: {retention: 30d}", "retention"},
-		{"unknown family", "processor: {families: {people_search: {parallelismCap: 2}}}", "people_search"},
+		{"not a family name", "processor: {families: {People-Search: {parallelismCap: 2}}}", "People-Search"},
 		{"unknown family setting", "processor: {families: {email_verification: {parallelism: 2}}}", "parallelism"},
 		{"allowance without cidrs", "networkPolicy: {allowEgress: [{ports: [443]}]}", "cidrs"},
 		{"not a CIDR", "networkPolicy: {nonPublicCIDRs: [10.0.0.0]}", "nonPublicCIDRs"},
@@ -593,6 +593,21 @@ func TestValuesRejected(t *testing.T) {
 				t.Errorf("render with %s: error %v, want one mentioning %q", tc.values, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestValuesFamilyNotInTheChart: the schema checks the form of a family
+// name in processor.families, not a list (adding a family needs no chart
+// change); the controller checks it against its registry when it starts.
+func TestValuesFamilyNotInTheChart(t *testing.T) {
+	r, err := render(t, "bulkd", "default", parseValues(t, "processor: {families: {phone_lookup: {parallelismCap: 2}}}"))
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	env := envOf(containers(t, r.get(t, "Deployment", "bulkd-controller"))[0])
+	profiles, err := controllers.ParseFamilyProfiles(env["BULKD_FAMILY_PROFILES"]["value"].(string))
+	if err != nil || profiles["phone_lookup"].ParallelismCap != 2 {
+		t.Fatalf("BULKD_FAMILY_PROFILES %v: %+v %v", env["BULKD_FAMILY_PROFILES"], profiles, err)
 	}
 }
 
