@@ -40,7 +40,7 @@ func (e *idleExecutor) Cancel(context.Context, string) error     { return nil }
 // executor runs nothing.
 func withEngine(ex *idleExecutor) option {
 	return func(d *apiserver.Deps) {
-		d.Jobs = jobs.NewEngine(jobs.NewStore(d.Redis), d.Billing, ex, d.Logger)
+		d.Jobs = jobs.NewEngine(jobs.NewStore(d.Redis, d.Billing), d.Billing, ex, d.Logger)
 		d.Jobs.Now = d.Now
 	}
 }

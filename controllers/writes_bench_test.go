@@ -198,9 +198,10 @@ func runStatusWrites(b *testing.B, assets string) {
 
 	// The engine (accounts, billing, store) with an executor that makes
 	// each accepted job's BulkJob, as kube.Executor does.
-	store := jobs.NewStore(rdb)
+	bl := billing.New(rdb, nil)
+	store := jobs.NewStore(rdb, bl)
 	accts := accounts.NewStore(rdb, nil)
-	engine := jobs.NewEngine(store, billing.New(rdb, nil), bulkJobMaker{k8s}, log)
+	engine := jobs.NewEngine(store, bl, bulkJobMaker{k8s}, log)
 	engine.ShardSize = benchShardSize
 	proc := jobs.NewProcessor(store, map[string]jobs.Answerer{"company_enrichment": slowAnswerer{benchBatchDelay}}, log)
 	proc.BatchSize = benchBatch

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/testredis"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkStoreCreate100k(b *testing.B) {
 	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
 	defer probe.Close()
 	ctx := context.Background()
-	st := NewStore(rdb)
+	st := NewStore(rdb, billing.New(rdb, nil))
 
 	const n = 100_000
 	bld := NewBuilder(testFamily, n)

@@ -24,9 +24,12 @@ type Store struct {
 	billing *billing.Billing
 }
 
-// NewStore returns a store on rdb.
-func NewStore(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, billing: billing.New(rdb, nil)}
+// NewStore returns a store on rdb that pays completion refunds through bl.
+// The caller passes the same billing (and so the same clock) as the
+// engine's, so a refund's ledger entry is dated like the charge it
+// answers; the store used to build its own, on the wall clock.
+func NewStore(rdb redis.UniversalClient, bl *billing.Billing) *Store {
+	return &Store{rdb: rdb, billing: bl}
 }
 
 // Writes of a job's bulk data are cut so that no single command, and no

@@ -19,8 +19,8 @@ import (
 func newEnvOn(t *testing.T, rdb redis.UniversalClient) *env {
 	t.Helper()
 	ctx := context.Background()
-	st := NewStore(rdb)
 	bl := billing.New(rdb, nil)
+	st := NewStore(rdb, bl)
 	ex := &recExecutor{}
 	eng := NewEngine(st, bl, ex, discard)
 	eng.ShardSize = 10
@@ -110,7 +110,7 @@ func TestStoreUnavailable(t *testing.T) {
 	d := testredis.StartDurable(t)
 	rdb := redis.NewClient(&redis.Options{Addr: d.Addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	st := NewStore(rdb)
+	st := NewStore(rdb, billing.New(rdb, nil))
 	ctx := context.Background()
 	if st.unavailable(ctx, errUpstream) {
 		t.Error("an answerer's error with Redis up counted as Redis unavailable")

@@ -92,7 +92,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	st := accounts.NewStore(rdb, o.Now)
 	st.Limits = cfg.AccountLimits() // the key limit; the engine and API take the others below
 	bl := billing.New(rdb, o.Now)
-	proc := newProcessor(cfg, rdb, fams.registry, log)
+	proc := newProcessor(cfg, rdb, bl, fams.registry, log)
 	var local *jobs.Local
 	var ex jobs.Executor
 	if o.Executor != nil {
@@ -160,13 +160,15 @@ func SpamCheck(cfg config.Config, log *slog.Logger) (*apiserver.SpamCheck, error
 }
 
 // NewProcessor builds the shard processor alone, with every family's
-// answerer: all that `bulkd processor` and the controller need.
+// answerer: all that `bulkd processor` and the controller need. Its
+// completion refunds are dated by the wall clock (no clock is injected in
+// those processes).
 func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
 	fams, err := buildFamilies(cfg, rdb, log)
 	if err != nil {
 		return nil, err
 	}
-	return newProcessor(cfg, rdb, fams.registry, log), nil
+	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
 // families are the job families of a process and how the API mounts them.
@@ -270,8 +272,10 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 	return fam, vs, nil
 }
 
-func newProcessor(cfg config.Config, rdb redis.UniversalClient, reg *family.Registry, log *slog.Logger) *jobs.Processor {
-	proc := jobs.NewProcessor(jobs.NewStore(rdb), reg.Answerers(), log)
+// newProcessor builds the shard processor; bl pays the refunds of the jobs
+// it completes (BuildWith passes the engine's, with its clock).
+func newProcessor(cfg config.Config, rdb redis.UniversalClient, bl *billing.Billing, reg *family.Registry, log *slog.Logger) *jobs.Processor {
+	proc := jobs.NewProcessor(jobs.NewStore(rdb, bl), reg.Answerers(), log)
 	proc.BatchSizes = reg.BatchSizes()
 	if cfg.InstanceID != "" {
 		proc.Owner = cfg.InstanceID

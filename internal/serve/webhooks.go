@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/apiserver"
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/outbound"
@@ -45,7 +46,7 @@ func NewController(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	if err != nil {
 		return nil, nil, err
 	}
-	return newProcessor(cfg, rdb, fams.registry, log), newWebhooks(cfg, rdb, log, fams, webhookPolicy(cfg), reg), nil
+	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), newWebhooks(cfg, rdb, log, fams, webhookPolicy(cfg), reg), nil
 }
 
 // newWebhooks builds the webhook service: events of the families as their

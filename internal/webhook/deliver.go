@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -343,7 +344,9 @@ func New(rdb redis.UniversalClient, c Config) *Service {
 	m := NewMetrics(c.Registry)
 	q := NewQueue(rdb)
 	d := NewDeliverer(q, NewSecrets(rdb), c.Policy, c.Options, m, c.Log)
-	sw := &Sweeper{Store: jobs.NewStore(rdb), Queue: q, Events: c.Events, MaxAge: d.Opts.MaxAge, Now: time.Now, Log: c.Log,
+	// The sweeper only reads jobs and their webhook marks (it settles none),
+	// so the billing its store is given never pays anything.
+	sw := &Sweeper{Store: jobs.NewStore(rdb, billing.New(rdb, nil)), Queue: q, Events: c.Events, MaxAge: d.Opts.MaxAge, Now: time.Now, Log: c.Log,
 		Enqueued: func(typ string) { m.Enqueued.WithLabelValues(typ).Inc() }}
 	return &Service{Sweeper: sw, Deliverer: d, Log: c.Log}
 }

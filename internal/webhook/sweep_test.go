@@ -40,7 +40,8 @@ func TestSweepCompletedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := jobs.NewEngine(jobs.NewStore(rdb), billing.New(rdb, nil), nopExecutor{}, quietLog())
+	bl := billing.New(rdb, nil)
+	eng := jobs.NewEngine(jobs.NewStore(rdb, bl), bl, nopExecutor{}, quietLog())
 	rec := newReceiver(t, func(int) int { return 200 })
 	b := jobs.NewBuilder(enrich.Family, 2)
 	b.AddValid("acme.example", "d:acme.example", "d:acme.example")
