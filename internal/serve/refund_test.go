@@ -24,7 +24,9 @@ func (unknownAnswerer) Answer(_ context.Context, payloads []string) ([]jobs.Answ
 	return out, nil
 }
 
-func (unknownAnswerer) ErrorAnswer() jobs.Answer { return jobs.Answer{Outcome: "error", Data: []byte(`{}`)} }
+func (unknownAnswerer) ErrorAnswer() jobs.Answer {
+	return jobs.Answer{Outcome: "error", Data: []byte(`{}`)}
+}
 
 // idleExecutor accepts jobs and runs nothing: the test runs the shards.
 type idleExecutor struct{}
