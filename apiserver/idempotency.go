@@ -4,19 +4,13 @@ package apiserver
 // a charging request after a timeout or a dropped connection sends the same
 // key and gets the first answer back instead of paying again.
 //
-// One Redis hash per (API key, Idempotency-Key) holds the request's state:
-//
-//	st=run  own=<token> t0=<ms> lease=<ms>                   a request is running
-//	st=done own t0 fp=<sha256> code=<status> ct=<type> body  its stored answer
-//
-// Every transition is one Lua script on that one key, so two replicas (or
-// two goroutines) never both run the same key: the claim is "create unless
-// a live record exists" in one step. The owner heartbeats its lease while
-// the handler runs, so a long request keeps its claim and a crashed
-// process's claim frees itself within Lease. Only a 2xx answer is stored:
-// every other answer of the charging endpoints (400, 403, 422, 429, 5xx)
-// means nothing stayed charged, so running the request again is safe and
-// lets the retry succeed (after a top-up, a quota reset, a transient 500).
+// The records and their transitions (claim, record, renew, store,
+// release) are internal/idempotency's; this file is the HTTP side: the
+// header, the request's fingerprint, replaying a stored answer, the errors.
+// Only a 2xx answer is stored: every other answer of the charging endpoints
+// (400, 403, 422, 429, 5xx) means nothing stayed charged, so running the
+// request again is safe and lets the retry succeed (after a top-up, a quota
+// reset, a transient 500).
 //
 // The request's fingerprint (method, path, query, body) is hashed as the
 // handler streams the body, so a 64 MiB submission is never held twice;
@@ -38,10 +32,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
+	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -63,26 +57,9 @@ const (
 	idemRedisTimeout = 3 * time.Second
 )
 
-// IdempotencyOptions tune the Idempotency-Key store.
-type IdempotencyOptions struct {
-	// TTL is how long a stored answer is replayed, counted from the first
-	// request (default 24 h).
-	TTL time.Duration
-	// Lease is how long a running request's claim lasts without a
-	// heartbeat (default 30 s; the owner renews it every Lease/3). It is
-	// how long a key stays "in progress" after the process that ran it
-	// died.
-	Lease time.Duration
-}
-
-func (o *IdempotencyOptions) defaults() {
-	if o.TTL <= 0 {
-		o.TTL = 24 * time.Hour
-	}
-	if o.Lease <= 0 {
-		o.Lease = 30 * time.Second
-	}
-}
+// IdempotencyOptions tune the Idempotency-Key store (TTL of a stored
+// answer, lease of a running claim).
+type IdempotencyOptions = idempotency.Options
 
 // idemMetrics counts Idempotency-Key outcomes.
 type idemMetrics struct {
@@ -99,116 +76,6 @@ func newIdemMetrics(reg *prometheus.Registry) *idemMetrics {
 }
 
 func (m *idemMetrics) inc(outcome string) { m.outcomes.WithLabelValues(outcome).Inc() }
-
-// idemKey is the Redis key of one (API key, Idempotency-Key): hash-tagged
-// with the API key id (Cluster-safe; all of a key's records on one slot),
-// the client's value hashed so that any printable key makes a fixed-length,
-// harmless Redis key.
-func idemKey(apiKeyID, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "bulkd:idem:{" + apiKeyID + "}:" + hex.EncodeToString(sum[:])
-}
-
-// idemClaimScript claims a key or returns its live record.
-// KEYS = record. ARGV = now ms, ttl ms, lease ms, owner token.
-// Returns {"new", job, fp, charge}, or {st, fp, code, ct, body}. A record past its
-// TTL (done) or its lease (run) is dead: it is replaced. The TTL and lease
-// are also checked here, against the server's clock, and not only left to
-// Redis expiry, so that the clock the API runs on (injected in tests)
-// decides.
-//
-// A dead running claim's job and fp (what a bulk submission recorded before
-// charging) and charge (a single request's; idemRecordScript) carry over to
-// the new claim and come back to its owner: the process that died may have
-// committed that job, and the retry must answer with it instead of
-// charging again (idemSubmission); a single request's charge is reversed
-// (newChargeID). They stay on the record until a retry settles them and
-// records its own, so a retry that dies too hands them on.
-var idemClaimScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 't0', 'lease', 'fp', 'code', 'ct', 'body', 'job', 'charge')
-local now = tonumber(ARGV[1])
-local live = false
-if r[1] == 'done' then
-  live = now - tonumber(r[2]) < tonumber(ARGV[2])
-elseif r[1] == 'run' then
-  live = now < tonumber(r[3])
-end
-if live then return {r[1], r[4] or '', r[5] or '', r[6] or '', r[7] or ''} end
-local job, fp, charge = '', '', ''
-if r[1] == 'run' then job, fp, charge = r[8] or '', r[4] or '', r[9] or '' end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'st', 'run', 'own', ARGV[4], 't0', ARGV[1], 'lease', now + tonumber(ARGV[3]))
-if job ~= '' or charge ~= '' then
-  redis.call('HSET', KEYS[1], 'job', job, 'fp', fp, 'charge', charge)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-end
-return {'new', job, fp, charge}
-`)
-
-// idemRecordScript records on a claim we own what a request is about to
-// take, before it takes it: a bulk submission's job id and request
-// fingerprint (fields job and fp), or a single request's charge id (field
-// charge). From then on the record lives for the TTL, not the lease: if
-// the process dies, Redis must not expire the only link between the key and
-// what it may have taken (the lease field still ends the claim). A retry
-// that takes the claim over settles it: it answers with the committed job,
-// or rolls the job back, or reverses the charge (idemSubmission,
-// newChargeID).
-// KEYS = record. ARGV = owner, ttl ms, field, value[, field, value].
-// Returns 1, or 0 when the claim was lost.
-var idemRecordScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 'own')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-`)
-
-// idemRenewScript extends a running claim's lease if we still own it (and
-// the record's expiry with it, unless a job or a charge is recorded: then
-// the record already lives for the TTL, and must go on doing so).
-// KEYS = record. ARGV = owner, now ms, lease ms. Returns 1, or 0 when lost.
-var idemRenewScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 'own', 'job', 'charge')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'lease', tonumber(ARGV[2]) + tonumber(ARGV[3]))
-if not r[3] and not r[4] then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-return 1
-`)
-
-// idemStoreScript stores a claim's answer if we still own it; the record
-// then lives until TTL after the first request.
-// KEYS = record. ARGV = owner, fp, code, ct, body, ttl ms, now ms.
-// Returns 1, or 0 when the claim was lost.
-var idemStoreScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 'own', 't0')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
-local left = tonumber(r[3]) + tonumber(ARGV[6]) - tonumber(ARGV[7])
-if left < 1000 then left = 1000 end
-redis.call('HSET', KEYS[1], 'st', 'done', 'fp', ARGV[2], 'code', ARGV[3], 'ct', ARGV[4], 'body', ARGV[5])
-redis.call('HDEL', KEYS[1], 'lease')
-redis.call('PEXPIRE', KEYS[1], left)
-return 1
-`)
-
-// idemReleaseScript drops a running claim if we own it (a non-2xx answer:
-// nothing was kept, the next request with the key runs anew). A claim that
-// carries a dead request's job this request did not settle (it answered
-// before looking: 422 another body, an error) keeps that job for the next
-// retry: its lease is ended instead.
-// KEYS = record. ARGV = owner, keep (1 or 0).
-var idemReleaseScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'st', 'own')
-if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
-if ARGV[2] == '1' then
-  redis.call('HSET', KEYS[1], 'lease', 0)
-else
-  redis.call('DEL', KEYS[1])
-end
-return 1
-`)
 
 // idempotencyKeyFrom reads and checks the header: absent ("", nil), one
 // value of 1..255 printable ASCII characters (the draft standard's quoted
@@ -259,66 +126,62 @@ func (s *Server) idempotent(next http.Handler) http.Handler {
 			return
 		}
 		p := PrincipalFrom(r.Context())
-		rk := idemKey(p.Key.ID, key)
+		rk := idempotency.Key(p.Key.ID, key)
 		var tok [16]byte
 		_, _ = rand.Read(tok[:])
 		owner := hex.EncodeToString(tok[:])
 
 		ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
-		res, err := idemClaimScript.Run(ctx, s.Redis, []string{rk}, s.Now().UnixMilli(),
-			s.Idempotency.TTL.Milliseconds(), s.Idempotency.Lease.Milliseconds(), owner).StringSlice()
+		rec, err := s.idemStore.Claim(ctx, rk, owner)
 		cancel()
 		if err != nil {
 			s.idem.inc("error")
 			s.internalError(w, r, fmt.Errorf("idempotency claim: %w", err))
 			return
 		}
-		switch res[0] {
-		case "run":
+		switch rec.State {
+		case idempotency.StateRun:
 			s.idem.inc("in_progress")
 			apierr.Write(w, errIdemInProgress("A request with this Idempotency-Key is still being processed."))
 			return
-		case "done":
-			s.replay(w, r, res)
+		case idempotency.StateDone:
+			s.replay(w, r, rec)
 			return
 		}
 		s.idem.inc("executed")
-		c := &idemClaim{rk: rk, owner: owner}
-		if len(res) == 4 {
-			c.priorJob, c.priorFP, c.priorCharge = res[1], res[2], res[3]
-		}
+		c := &idemClaim{rk: rk, owner: owner, priorJob: rec.PriorJob, priorFP: rec.PriorFP, priorCharge: rec.PriorCharge}
 		s.runClaimed(w, r, next, c)
 	})
 }
 
 // replay answers a request whose key has a stored answer: the same answer
 // when the request is the same, else 422.
-func (s *Server) replay(w http.ResponseWriter, r *http.Request, rec []string) {
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, rec idempotency.Claimed) {
 	fp, err := fingerprintRequest(r, s.MaxBodyBytes)
 	if err != nil {
 		apierr.Write(w, readError(err))
 		return
 	}
-	if fp != rec[1] {
+	if fp != rec.FP {
 		s.idem.inc("reused")
 		apierr.Write(w, errIdemReused())
 		return
 	}
-	code, err := strconv.Atoi(rec[2])
+	code, err := strconv.Atoi(rec.Code)
 	if err != nil || code < 200 || code > 599 {
 		s.idem.inc("error")
-		s.internalError(w, r, fmt.Errorf("idempotency: stored status %q", rec[2]))
+		s.internalError(w, r, fmt.Errorf("idempotency: stored status %q", rec.Code))
 		return
 	}
 	s.idem.inc("replayed")
 	h := w.Header()
-	if rec[3] != "" {
-		h.Set("Content-Type", rec[3])
+	if rec.ContentType != "" {
+		h.Set("Content-Type", rec.ContentType)
 	}
 	h.Set(replayedHeader, "true")
-	h.Set("Content-Length", strconv.Itoa(len(rec[4])))
+	h.Set("Content-Length", strconv.Itoa(len(rec.Body)))
 	w.WriteHeader(code)
-	_, _ = io.WriteString(w, rec[4])
+	_, _ = io.WriteString(w, rec.Body)
 }
 
 // runClaimed runs the handler under a claim: the lease is renewed while it
@@ -348,7 +211,7 @@ func (s *Server) runClaimed(w http.ResponseWriter, r *http.Request, next http.Ha
 			// A panic (the recoverer answers 500), or an answer that
 			// kept no charge: the next request with the key runs anew.
 			s.idem.inc("released")
-			if err := idemReleaseScript.Run(ctx, s.Redis, []string{rk}, owner, c.keep()).Err(); err != nil {
+			if err := s.idemStore.Release(ctx, rk, owner, c.keep()); err != nil {
 				s.Logger.Error("idempotency: release failed; the key stays in progress until its lease ends",
 					"request_id", RequestIDFrom(r.Context()), "err", err)
 			}
@@ -357,17 +220,16 @@ func (s *Server) runClaimed(w http.ResponseWriter, r *http.Request, next http.Ha
 		if rw.overflow {
 			s.Logger.Error("idempotency: answer too large to store; a retry with this key will run again",
 				"request_id", RequestIDFrom(r.Context()), "bytes", rw.size)
-			_ = idemReleaseScript.Run(ctx, s.Redis, []string{rk}, owner, c.keep()).Err()
+			_ = s.idemStore.Release(ctx, rk, owner, c.keep())
 			return
 		}
 		fp, _ := hb.drainSum(s.MaxBodyBytes)
-		ok, err := idemStoreScript.Run(ctx, s.Redis, []string{rk}, owner, fp, rw.status,
-			rw.Header().Get("Content-Type"), rw.buf, s.Idempotency.TTL.Milliseconds(), s.Now().UnixMilli()).Int()
+		ok, err := s.idemStore.Save(ctx, rk, owner, fp, rw.status, rw.Header().Get("Content-Type"), rw.buf)
 		switch {
 		case err != nil:
 			s.Logger.Error("idempotency: storing the answer failed; a retry with this key will run again after the lease",
 				"request_id", RequestIDFrom(r.Context()), "err", err)
-		case ok == 0:
+		case !ok:
 			s.Logger.Error("idempotency: claim lost before the answer was stored (lease expired)",
 				"request_id", RequestIDFrom(r.Context()))
 		default:
@@ -396,13 +258,10 @@ type idemClaim struct {
 	settled bool
 }
 
-// keep is the release script's flag: 1 while the record holds a dead
-// request's job or charge nobody has dealt with yet.
-func (c *idemClaim) keep() int {
-	if (c.priorJob != "" || c.priorCharge != "") && !c.settled {
-		return 1
-	}
-	return 0
+// keep is Release's flag: true while the record holds a dead request's
+// job or charge nobody has dealt with yet.
+func (c *idemClaim) keep() bool {
+	return (c.priorJob != "" || c.priorCharge != "") && !c.settled
 }
 
 // newChargeID names the charge (or quota consumption) a single request is
@@ -434,18 +293,17 @@ func (s *Server) newChargeID(w http.ResponseWriter, r *http.Request, accountID, 
 	return id, true
 }
 
-// record runs idemRecordScript for c with field-value pairs; on false the
-// answer (500/503, or 409 when the claim was lost) is written.
+// record notes field-value pairs on c's record (idempotency.Store.Record);
+// on false the answer (500/503, or 409 when the claim was lost) is written.
 func (s *Server) record(w http.ResponseWriter, r *http.Request, c *idemClaim, fieldValues ...any) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
 	defer cancel()
-	args := append([]any{c.owner, s.Idempotency.TTL.Milliseconds()}, fieldValues...)
-	ok, err := idemRecordScript.Run(ctx, s.Redis, []string{c.rk}, args...).Int()
+	ok, err := s.idemStore.Record(ctx, c.rk, c.owner, fieldValues...)
 	switch {
 	case err != nil:
 		s.internalError(w, r, fmt.Errorf("idempotency: record %v: %w", fieldValues[0], err))
 		return false
-	case ok == 0:
+	case !ok:
 		apierr.Write(w, errIdemInProgress("Another request with this Idempotency-Key took over while this one was read."))
 		return false
 	}
@@ -518,11 +376,11 @@ func (s *Server) renewLease(ctx context.Context, rk, owner string, stop <-chan s
 			return
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, idemRedisTimeout)
-			n, err := idemRenewScript.Run(rctx, s.Redis, []string{rk}, owner, s.Now().UnixMilli(), s.Idempotency.Lease.Milliseconds()).Int()
+			ok, err := s.idemStore.Renew(rctx, rk, owner)
 			cancel()
 			if err != nil {
 				s.Logger.Warn("idempotency: lease renewal failed", "err", err)
-			} else if n == 0 {
+			} else if !ok {
 				s.Logger.Error("idempotency: claim lost while the request runs (lease expired)")
 				return
 			}

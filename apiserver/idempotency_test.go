@@ -5,8 +5,6 @@ package apiserver_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,6 +22,7 @@ import (
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/finder"
+	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/verify"
@@ -468,8 +467,7 @@ func TestIdempotencyClaimOfDeadProcessExpires(t *testing.T) {
 	api := newTestAPI(t, withLookup(1000))
 	_, key := api.account(credits.Whole(5), accounts.PayAsYouGo)
 	now := api.Clock.Now()
-	sum := sha256.Sum256([]byte("orphan"))
-	rk := "bulkd:idem:{" + accounts.KeyIDOf(key) + "}:" + hex.EncodeToString(sum[:])
+	rk := idemRecord(key, "orphan")
 	// What a claim looks like in Redis while its request runs.
 	if err := api.Redis.HSet(context.Background(), rk, "st", "run", "own", "dead-process", "t0", now.UnixMilli(),
 		"lease", now.Add(30*time.Second).UnixMilli()).Err(); err != nil {
@@ -705,8 +703,7 @@ func TestIdempotencyLeaseRenewedWhileRunning(t *testing.T) {
 
 // idemRecord is the Redis key of an Idempotency-Key's record.
 func idemRecord(apiKey, idem string) string {
-	sum := sha256.Sum256([]byte(idem))
-	return "bulkd:idem:{" + accounts.KeyIDOf(apiKey) + "}:" + hex.EncodeToString(sum[:])
+	return idempotency.Key(accounts.KeyIDOf(apiKey), idem)
 }
 
 // crashAfterCommit leaves an Idempotency-Key's record as a process that

@@ -20,6 +20,7 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/verification"
@@ -88,6 +89,7 @@ type Server struct {
 	router    chi.Router
 	admission *admission
 	idem      *idemMetrics
+	idemStore *idempotency.Store
 	// spamChecks counts spam checks by outcome (spamcheck.go).
 	spamChecks *prometheus.CounterVec
 }
@@ -125,8 +127,10 @@ func New(d Deps) *Server {
 	if d.BodyGrace <= 0 {
 		d.BodyGrace = defaultBodyGrace
 	}
-	d.Idempotency.defaults()
+	d.Idempotency = d.Idempotency.WithDefaults()
 	s := &Server{Deps: d, idem: newIdemMetrics(d.Metrics.Registry)}
+	// The store reads the API's clock through s, as the handlers do.
+	s.idemStore = idempotency.New(d.Redis, d.Idempotency, func() time.Time { return s.Now() })
 	s.spamChecks = newSpamMetrics(d.Metrics.Registry)
 	if d.Jobs != nil && d.Jobs.RowCache != nil {
 		d.Metrics.Registry.MustRegister(rowCacheCollector{d.Jobs.RowCache})
