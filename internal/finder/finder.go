@@ -131,6 +131,8 @@ type person struct {
 	held      *Result
 	rechecked bool
 	local     string // the local part of a verified answer
+
+	firstName, lastName string // normalized (NormalizeName), to tell people apart
 }
 
 // domain is one domain of a call.
@@ -197,7 +199,8 @@ func (f *Finder) Find(ctx context.Context, people []Person) []Result {
 			doms[dn] = d
 			order = append(order, d)
 		}
-		p := &person{idxs: []int{i}, name: n, dom: d, tried: map[string]bool{}}
+		p := &person{idxs: []int{i}, name: n, dom: d, tried: map[string]bool{},
+			firstName: NormalizeName(pp.FirstName), lastName: NormalizeName(pp.LastName)}
 		d.people = append(d.people, p)
 		uniq[key] = p
 		all = append(all, p)
@@ -697,6 +700,32 @@ func (d *domain) recheck() {
 	}
 }
 
+// samePerson reports whether the rows are one person written two ways: the
+// same last name and first names equal up to a nickname ("Bob" and
+// "Robert" Smith both at robert.smith@ is one person asked twice, not an
+// ambiguity).
+func samePerson(ps []*person) bool {
+	a := ps[0]
+	for _, b := range ps[1:] {
+		if a.lastName != b.lastName || !(a.firstName == b.firstName || slices.Contains(nicknames[a.firstName], b.firstName) ||
+			slices.Contains(nicknames[b.firstName], a.firstName) || sharedFormal(a.firstName, b.firstName)) {
+			return false
+		}
+	}
+	return true
+}
+
+// sharedFormal reports whether two nicknames stand for one formal name
+// ("Bob" and "Rob": robert).
+func sharedFormal(a, b string) bool {
+	for _, x := range nicknames[a] {
+		if slices.Contains(nicknames[b], x) {
+			return true
+		}
+	}
+	return false
+}
+
 // Confidence of a verified address whose pattern is not the domain's most
 // used one (see doc.go's table): the verifier's score less these.
 const (
@@ -760,7 +789,7 @@ func markAmbiguous(all []*person) {
 		}
 	}
 	for _, ps := range by {
-		if len(ps) < 2 {
+		if len(ps) < 2 || samePerson(ps) {
 			continue
 		}
 		for _, p := range ps {
