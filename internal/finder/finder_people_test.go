@@ -128,3 +128,37 @@ func TestConfidenceFromPatternCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestRecheckRefusedKeepsAddress: Paul Drake's mailbox is paul@ at a
+// {last}{f} domain (an exception). He is rechecked at drakep@, which is
+// refused, so paul@ stands, with the confidence of an address against the
+// domain's pattern (4 addresses of {last}{f}: 95 - 20).
+func TestRecheckRefusedKeepsAddress(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.exc.test"}},
+		Domains: []mailworld.Domain{{Name: "exc.test", MX: []string{"mx.exc.test"},
+			Users: []string{"paul", "browna", "davisc", "evansn", "fordg"}}},
+	}
+	w := startWorld(t, spec)
+	f := finder.New(newVerifier(t, w, nil), nil)
+	people := []finder.Person{
+		{FirstName: "Paul", LastName: "Drake", Domain: "exc.test"},
+		{FirstName: "Alice", LastName: "Brown", Domain: "exc.test"},
+		{FirstName: "Carol", LastName: "Davis", Domain: "exc.test"},
+		{FirstName: "Nora", LastName: "Evans", Domain: "exc.test"},
+		{FirstName: "Gina", LastName: "Ford", Domain: "exc.test"},
+	}
+	want := []string{"paul", "browna", "davisc", "evansn", "fordg"}
+	res := f.Find(context.Background(), people)
+	for i, r := range res {
+		if r.Substatus != finder.SubVerified || str(r.Email) != want[i]+"@exc.test" {
+			t.Errorf("%v: %s, want %s@exc.test", people[i], describe(r), want[i])
+		}
+	}
+	if c := res[0].Confidence; c == nil || *c != 75 || res[0].ProbesUsed != 5 {
+		t.Errorf("Paul: %s, want confidence 75 after 5 RCPTs (4 priors of round 1, then drakep)", describe(res[0]))
+	}
+	if c := res[1].Confidence; c == nil || *c != 95 {
+		t.Errorf("Alice: %s, want confidence 95", describe(res[1]))
+	}
+}
