@@ -44,17 +44,17 @@
 // Thomas Jackson's {first}{l} candidate thomasj@ may be Thomas Jimenez's.
 // Three rules keep such an address from being answered:
 //
-//   - Recheck. When the domain's pattern in use (learned in the call or read
-//     from the store, and resting on at least two addresses) does not write a
+//   - Recheck. When the domain's pattern in use (read from the store, or
+//     learned from at least 3 addresses of the call) does not write a
 //     person's verified address and its candidates for that person were not
 //     sent, the person is reopened: those candidates are tried first; a 250
 //     replaces the earlier address (which then teaches nothing), and when all
 //     are refused the earlier address stands (with the confidence below).
-//   - Provisional patterns. A pattern taught by one address of the call
+//   - Provisional patterns. A pattern taught by 1 or 2 addresses of the call
 //     (nothing in the store) is provisional: a person it does not write waits
-//     instead of being answered no_match, and when at least two people refuse
-//     it in a round with nothing verified the call forgets it and searches
-//     the priors again; the address that taught it is rechecked once a
+//     instead of being answered no_match, and when a round's refusals of it
+//     reach max(2, twice its addresses) the call forgets it and searches the
+//     priors again; the addresses that taught it are rechecked once a
 //     pattern with more evidence is learned.
 //   - Ambiguity. Two people of one call (rows of one lookup shard) verified
 //     at the same address are both not_found/ambiguous: the mailbox cannot be

@@ -408,9 +408,9 @@ func (d *domain) plan() []send {
 		}
 		if len(p.cands) == 0 {
 			if d.provisional() && p.held == nil {
-				// The pattern rests on one address of this call: a person
-				// it does not write waits (see absorb's distrust) instead
-				// of being answered no_match at once.
+				// The pattern rests on one or two addresses of this call:
+				// a person it does not write waits (see absorb's distrust)
+				// instead of being answered no_match at once.
 				waiting++
 				continue
 			}
@@ -616,12 +616,13 @@ func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
 		// Nobody of this domain has the stored pattern's address: it may
 		// be stale. The call goes on as if no pattern were known.
 		d.pattern, d.fromStore, d.distrust = "", false, true
-	case d.provisional() && verified == 0 && refused >= distrustAfter:
-		// The pattern was taught by one address of this call and the
-		// next people do not have it: that address may be an exception
-		// (or someone else's mailbox). The call searches the priors again
-		// without it; the address's owner is rechecked once a pattern
-		// with more evidence is learned.
+	case d.provisional() && refused >= max(distrustAfter, 2*int(d.counts[d.pattern])):
+		// The pattern was taught by one or two addresses of this call
+		// (this round's included) and at least twice as many people of
+		// the round do not have it: those
+		// addresses may be exceptions (or other people's mailboxes). The
+		// call searches the priors again without it; their owners are
+		// rechecked once a pattern with more evidence is learned.
 		delete(d.counts, d.pattern)
 		d.pattern = ""
 	}
@@ -662,10 +663,15 @@ func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
 	return []learnt{{d.name, pats[0]}}
 }
 
-// provisional reports whether the domain's pattern in use was taught by a
-// single address of this call (nothing from the store, nobody else).
+// provisionalBelow is the addresses of this call from which a pattern
+// that the store does not know is established.
+const provisionalBelow = 3
+
+// provisional reports whether the domain's pattern in use was taught by
+// fewer than provisionalBelow addresses of this call and the store has
+// none of it.
 func (d *domain) provisional() bool {
-	return d.pattern != "" && !d.fromStore && d.stored[d.pattern] == 0 && d.counts[d.pattern] < 2
+	return d.pattern != "" && !d.fromStore && d.stored[d.pattern] == 0 && d.counts[d.pattern] < provisionalBelow
 }
 
 // recheck reopens every verified person whose address the domain's pattern

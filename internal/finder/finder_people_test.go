@@ -3,6 +3,7 @@ package finder_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/mailworld"
@@ -161,4 +162,40 @@ func TestRecheckRefusedKeepsAddress(t *testing.T) {
 	if c := res[1].Confidence; c == nil || *c != 95 {
 		t.Errorf("Alice: %s, want confidence 95", describe(res[1]))
 	}
+}
+
+// TestPeopleWorldCollisions runs the people world with issue 20's wrong
+// person at every {last}{f} domain (two people's {first}{l} form is
+// someone else's mailbox): nobody is answered with another's address and
+// every findable person is found (checkAnswer).
+func TestPeopleWorldCollisions(t *testing.T) {
+	spec, cases := mailworld.People(mailworld.PeopleOptions{Domains: 80, PerDomain: 8, RTT: 2 * time.Millisecond, Seed: 20,
+		Collisions: 2})
+	traps := 0
+	for _, c := range cases {
+		if c.Pattern == "{last}{f}" && c.Findable {
+			traps++
+		}
+	}
+	if traps == 0 {
+		t.Fatal("no {last}{f} domain in the world")
+	}
+	w := startWorld(t, spec)
+	rdb, _ := testredis.Client(t)
+	f := finder.New(newVerifier(t, w, rdb), finder.NewRedisPatterns(rdb))
+	var ps []finder.Person
+	var cs []mailworld.PersonCase
+	for _, c := range cases {
+		if !c.Greylisted { // greylisting is TestFindPeopleWorld's
+			ps, cs = append(ps, finder.Person{FirstName: c.FirstName, LastName: c.LastName, Domain: c.Domain}), append(cs, c)
+		}
+	}
+	res := f.Find(context.Background(), ps)
+	rcpts := 0
+	for i, r := range res {
+		checkAnswer(t, cs[i], r)
+		rcpts += r.ProbesUsed
+	}
+	t.Logf("%d people (%d findable at {last}{f} domains, 2 per domain with a colliding {first}{l} mailbox), %d candidate RCPTs",
+		len(ps), traps, rcpts)
 }
