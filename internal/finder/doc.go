@@ -19,6 +19,8 @@
 //	                              written with the top prior ({first}.{last})
 //	not_found  no_match           every candidate was refused (5.1.1, disabled,          no       null
 //	                              rejected)
+//	not_found  ambiguous          the verified address is also another person's          no       null
+//	                              answer in the same call (see Wrong persons)
 //	not_found  no_such_domain     NXDOMAIN                                               no       null
 //	not_found  null_mx            MX 0 "." (RFC 7505)                                    no       null
 //	not_found  no_mail_server     no MX and no A/AAAA                                    no       null
@@ -35,6 +37,50 @@
 // guess, roughly the share of companies using {first}.{last}). A guess is
 // never "verified". Clients that want proven addresses keep substatus
 // verified (or confidence >= 90).
+//
+// # Wrong persons
+//
+// A verified mailbox is not always the person's: at a {last}{f} domain
+// Thomas Jackson's {first}{l} candidate thomasj@ may be Thomas Jimenez's.
+// Three rules keep such an address from being answered:
+//
+//   - Recheck. When the domain's pattern in use (read from the store, or
+//     learned from at least 3 addresses of the call) does not write a
+//     person's verified address and its candidates for that person were not
+//     sent, the person is reopened: those candidates are tried first; a 250
+//     replaces the earlier address (which then teaches nothing), and when all
+//     are refused the earlier address stands (with the confidence below).
+//   - Provisional patterns. A pattern taught by 1 or 2 addresses of the call
+//     (nothing in the store) is provisional: a person it does not write waits
+//     instead of being answered no_match, and when a round's refusals of it
+//     reach max(2, twice its addresses) the call forgets it and searches the
+//     priors again; the addresses that taught it are rechecked once a
+//     pattern with more evidence is learned.
+//   - Ambiguity. Two people of one call (rows of one lookup shard) verified
+//     at the same address are both not_found/ambiguous: the mailbox cannot be
+//     both people's and the finder cannot tell whose it is. Rows that are one
+//     person written two ways (the same last name, first names equal up to a
+//     nickname: Bob and Robert Smith) are not ambiguous.
+//
+// Confidence of a verified address, from the domain's pattern counts (the
+// store's at the start of the call plus the addresses verified in it, the
+// address itself left out): with a = the addresses of the pattern(s) that
+// write it and b = the most addresses of any other pattern,
+//
+//	a >= b (the domain's usual pattern, or no evidence against it)  the verifier's score (95, -10 role, -5 free)
+//	a < b and b <= 2                                                the score - 10 (85)
+//	a < b and b >= 3                                                the score - 20 (75)
+//
+// A disposable domain's verified address stays 60.
+//
+// # Nicknames
+//
+// A first name that is a common English nickname (nicknames.go: Bob,
+// Bill, Liz, Tom, ... about 100 of them, written for bulkd by hand) adds
+// its formal names (robert, william, elizabeth, thomas) as further pairs
+// with weight 0.3 of the name as given: among the priors robert.smith comes
+// after bob.smith and bsmith, and a learned pattern tries bob.smith, then
+// robert.smith (MaxLearnedCandidates).
 //
 // The enrichment fields (email_provider, mx_record, is_catch_all, is_role,
 // is_free, is_disposable, confidence) are set only when an address is

@@ -2,6 +2,7 @@ package finder
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ const (
 	SubInvalidDomain = "invalid_domain"
 	SubInvalidName   = "invalid_name"
 	SubUnknown       = "unknown"
+	// SubAmbiguous: the verified address is also the answer of another
+	// person of the same call; it cannot be told whose it is.
+	SubAmbiguous = "ambiguous"
 )
 
 // Confidence of the answers that return an address (0..100).
@@ -120,6 +124,15 @@ type person struct {
 	scoutEnded bool
 	done       bool
 	res        Result
+
+	// held is a verified answer whose address the domain's pattern does
+	// not write, reopened to check the pattern's candidates first (see
+	// recheck); it is the answer when they are all refused.
+	held      *Result
+	rechecked bool
+	local     string // the local part of a verified answer
+
+	firstName, lastName string // normalized (NormalizeName), to tell people apart
 }
 
 // domain is one domain of a call.
@@ -127,10 +140,11 @@ type domain struct {
 	name   string
 	people []*person
 
-	pattern   string // the pattern in use; "" while it is not known
-	fromStore bool   // pattern came from the store and nothing confirmed it yet
-	distrust  bool   // the stored pattern failed in this call: not used again
-	planned   string // the pattern people's lists were built for
+	pattern   string           // the pattern in use; "" while it is not known
+	fromStore bool             // pattern came from the store and nothing confirmed it yet
+	stored    map[string]int64 // the store's counts when the call started (nil: unknown)
+	distrust  bool             // the stored pattern failed in this call: not used again
+	planned   string           // the pattern people's lists were built for
 	built     bool
 	counts    map[string]int64 // addresses verified per pattern in this call
 
@@ -185,7 +199,8 @@ func (f *Finder) Find(ctx context.Context, people []Person) []Result {
 			doms[dn] = d
 			order = append(order, d)
 		}
-		p := &person{idxs: []int{i}, name: n, dom: d, tried: map[string]bool{}}
+		p := &person{idxs: []int{i}, name: n, dom: d, tried: map[string]bool{},
+			firstName: NormalizeName(pp.FirstName), lastName: NormalizeName(pp.LastName)}
 		d.people = append(d.people, p)
 		uniq[key] = p
 		all = append(all, p)
@@ -223,6 +238,9 @@ func (f *Finder) Find(ctx context.Context, people []Person) []Result {
 		f.learn(ctx, learned)
 	}
 	for _, p := range all {
+		if !p.done && p.held != nil {
+			p.answer(Result{})
+		}
 		if !p.done {
 			if ctx.Err() != nil {
 				p.res = notFound(SubUnknown)
@@ -231,6 +249,12 @@ func (f *Finder) Find(ctx context.Context, people []Person) []Result {
 				p.res = notFound(SubNoMatch)
 			}
 		}
+	}
+	for _, p := range all {
+		p.dom.confidence(p)
+	}
+	markAmbiguous(all)
+	for _, p := range all {
 		for k, i := range p.idxs {
 			out[i] = p.res
 			if k > 0 {
@@ -260,6 +284,17 @@ func (f *Finder) loadPatterns(ctx context.Context, order []*domain) {
 	for i, d := range order {
 		names[i] = d.name
 	}
+	if cg, ok := f.patterns.(countsGetter); ok {
+		if m, err := cg.CountsMany(ctx, names); err == nil {
+			for _, d := range order {
+				d.stored = m[d.name]
+				if p, ok := best(d.stored); ok {
+					d.pattern, d.fromStore = p, true
+				}
+			}
+			return
+		}
+	}
 	got := map[string]string{}
 	if bg, ok := f.patterns.(batchGetter); ok {
 		m, err := bg.GetMany(ctx, names)
@@ -275,7 +310,8 @@ func (f *Finder) loadPatterns(ctx context.Context, order []*domain) {
 	}
 	for _, d := range order {
 		if p := got[d.name]; KnownPattern(p) {
-			d.pattern, d.fromStore = p, true
+			// A store without counts: its pattern counts as one address.
+			d.pattern, d.fromStore, d.stored = p, true, map[string]int64{p: 1}
 		}
 	}
 }
@@ -364,18 +400,29 @@ func (d *domain) plan() []send {
 	if !d.built || d.planned != d.pattern {
 		d.rebuild()
 	}
-	open := 0
+	d.recheck()
+	open, waiting := 0, 0
 	for _, p := range d.people {
 		if p.done {
 			continue
 		}
 		if len(p.cands) == 0 {
+			if d.provisional() && p.held == nil {
+				// The pattern rests on one or two addresses of this call:
+				// a person it does not write waits (see absorb's distrust)
+				// instead of being answered no_match at once.
+				waiting++
+				continue
+			}
 			p.answer(notFound(SubNoMatch))
 			continue
 		}
 		open++
 	}
 	if open == 0 {
+		if waiting > 0 {
+			d.stopAll(notFound(SubNoMatch))
+		}
 		d.stopped = true
 		return nil
 	}
@@ -569,6 +616,15 @@ func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
 		// Nobody of this domain has the stored pattern's address: it may
 		// be stale. The call goes on as if no pattern were known.
 		d.pattern, d.fromStore, d.distrust = "", false, true
+	case d.provisional() && refused >= max(distrustAfter, 2*int(d.counts[d.pattern])):
+		// The pattern was taught by one or two addresses of this call
+		// (this round's included) and at least twice as many people of
+		// the round do not have it: those
+		// addresses may be exceptions (or other people's mailboxes). The
+		// call searches the priors again without it; their owners are
+		// rechecked once a pattern with more evidence is learned.
+		delete(d.counts, d.pattern)
+		d.pattern = ""
 	}
 	if verified > 0 {
 		d.fromStore = false
@@ -590,13 +646,164 @@ func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
 	}
 	a.Confidence = &conf
 	a.ProbesUsed = p.res.ProbesUsed
-	p.res, p.done = a, true
+	if p.held != nil {
+		// The recheck found the pattern's address: the earlier one is
+		// not this person's, and teaches nothing.
+		if pats := patternsOf(p.name, p.local); len(pats) == 1 && d.counts[pats[0]] > 0 {
+			d.counts[pats[0]]--
+		}
+		p.held = nil
+	}
+	p.res, p.done, p.local = a, true, c.local
 	pats := patternsOf(p.name, c.local)
 	if len(pats) != 1 {
 		return nil
 	}
 	d.counts[pats[0]]++
 	return []learnt{{d.name, pats[0]}}
+}
+
+// provisionalBelow is the addresses of this call from which a pattern
+// that the store does not know is established.
+const provisionalBelow = 3
+
+// provisional reports whether the domain's pattern in use was taught by
+// fewer than provisionalBelow addresses of this call and the store has
+// none of it.
+func (d *domain) provisional() bool {
+	return d.pattern != "" && !d.fromStore && d.stored[d.pattern] == 0 && d.counts[d.pattern] < provisionalBelow
+}
+
+// recheck reopens every verified person whose address the domain's pattern
+// does not write while the pattern's candidates for them were never sent:
+// the address may be another person's mailbox (Thomas Jackson at a
+// {last}{f} domain verified at thomasj@, the mailbox of a Thomas J...). The
+// person tries those candidates first; their earlier answer is held and
+// given back if all are refused. Once per person.
+func (d *domain) recheck() {
+	if d.pattern == "" || d.provisional() {
+		return
+	}
+	for _, p := range d.people {
+		if !p.done || p.rechecked || p.res.Substatus != SubVerified || p.local == "" {
+			continue
+		}
+		if slices.Contains(patternsOf(p.name, p.local), d.pattern) {
+			continue
+		}
+		var cs []cand
+		for _, c := range learnedCands(p.name, d.pattern) {
+			if !p.tried[c.local] {
+				cs = append(cs, c)
+			}
+		}
+		p.rechecked = true
+		if len(cs) == 0 {
+			continue
+		}
+		held := p.res
+		p.held, p.done, p.cands = &held, false, cs
+	}
+}
+
+// samePerson reports whether the rows are one person written two ways: the
+// same last name and first names equal up to a nickname ("Bob" and
+// "Robert" Smith both at robert.smith@ is one person asked twice, not an
+// ambiguity).
+func samePerson(ps []*person) bool {
+	a := ps[0]
+	for _, b := range ps[1:] {
+		if a.lastName != b.lastName || !(a.firstName == b.firstName || slices.Contains(nicknames[a.firstName], b.firstName) ||
+			slices.Contains(nicknames[b.firstName], a.firstName) || sharedFormal(a.firstName, b.firstName)) {
+			return false
+		}
+	}
+	return true
+}
+
+// sharedFormal reports whether two nicknames stand for one formal name
+// ("Bob" and "Rob": robert).
+func sharedFormal(a, b string) bool {
+	for _, x := range nicknames[a] {
+		if slices.Contains(nicknames[b], x) {
+			return true
+		}
+	}
+	return false
+}
+
+// Confidence of a verified address whose pattern is not the domain's most
+// used one (see doc.go's table): the verifier's score less these.
+const (
+	// offPatternFew: another pattern has more addresses, at most
+	// offPatternMany-1 of them.
+	offPatternFew = 10
+	// offPatternMany: another pattern has at least offPatternMany
+	// addresses.
+	offPatternMany = 20
+	offPatternAt   = 3
+)
+
+// confidence lowers a verified answer's confidence when the domain's
+// learned counts (the store's at the call's start plus this call's
+// verified addresses, this one left out) favour another pattern than the
+// one(s) that write the address.
+func (d *domain) confidence(p *person) {
+	if p.res.Status != StatusFound || p.res.Substatus != SubVerified || p.res.Confidence == nil || p.local == "" ||
+		p.res.IsDisposable != nil && *p.res.IsDisposable {
+		return
+	}
+	pats := patternsOf(p.name, p.local)
+	if len(pats) == 0 {
+		return
+	}
+	w := func(pat string) int64 { return d.stored[pat] + d.counts[pat] }
+	own := int64(0)
+	for _, pat := range pats {
+		c := w(pat)
+		if len(pats) == 1 {
+			c-- // the address itself
+		}
+		own = max(own, c)
+	}
+	top := int64(0)
+	for _, pat := range Patterns() {
+		if !slices.Contains(pats, pat) {
+			top = max(top, w(pat))
+		}
+	}
+	if own >= top {
+		return
+	}
+	cut := offPatternFew
+	if top >= offPatternAt {
+		cut = offPatternMany
+	}
+	c := max(*p.res.Confidence-cut, 0)
+	p.res.Confidence = &c
+}
+
+// markAmbiguous answers not_found/ambiguous every person of the call whose
+// verified address is also another person's verified answer: one mailbox
+// cannot be both people's, and the finder cannot tell whose it is.
+func markAmbiguous(all []*person) {
+	by := map[string][]*person{}
+	for _, p := range all {
+		if p.res.Status == StatusFound && p.res.Substatus == SubVerified && p.res.Email != nil {
+			k := strings.ToLower(*p.res.Email)
+			by[k] = append(by[k], p)
+		}
+	}
+	for _, ps := range by {
+		if len(ps) < 2 || samePerson(ps) {
+			continue
+		}
+		for _, p := range ps {
+			a := notFound(SubAmbiguous)
+			a.ProbesUsed = p.res.ProbesUsed
+			p.res = a
+		}
+	}
 }
 
 // catchAllAnswer is p's answer on a catch-all domain: the address of p's
@@ -642,6 +849,11 @@ func (d *domain) stopAll(a Result) {
 }
 
 func (p *person) answer(a Result) {
+	if p.held != nil {
+		// A reopened person whose recheck ended without a verified
+		// pattern address keeps the address verified before.
+		a, p.held = *p.held, nil
+	}
 	a.ProbesUsed = p.res.ProbesUsed
 	p.res, p.done = a, true
 }

@@ -79,6 +79,7 @@ const (
 type pair struct {
 	first, last string
 	w           float64
+	nick        bool // written with the formal name of a nickname
 }
 
 // name is a person's name as the candidates need it.
@@ -128,8 +129,21 @@ func parseName(first, last string) name {
 						w *= formWeights[1]
 					}
 				}
-				n.pairs = append(n.pairs, pair{f.s, l.s, sw * w})
+				n.pairs = append(n.pairs, pair{f.s, l.s, sw * w, false})
 			}
+		}
+	}
+	// A nickname ("Bob") adds its formal names ("robert") with the last
+	// name's forms, lighter than the name as given (nicknames.go).
+	fn := normalizeName(first, styleStrip)
+	for k, formal := range nicknames[fn] {
+		for _, l := range lastForms(normalizeName(last, styleStrip)) {
+			key := [2]string{formal, l.s}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			n.pairs = append(n.pairs, pair{formal, l.s, nicknameWeight * l.w * formWeights[min(k, len(formWeights)-1)], true})
 		}
 	}
 	sort.SliceStable(n.pairs, func(a, b int) bool { return n.pairs[a].w > n.pairs[b].w })
@@ -149,8 +163,17 @@ func sameKinds(a, b []form) bool {
 }
 
 // variants is how many ways the name may be written (compound names,
-// particles, umlauts).
-func (n name) variants() int { return len(n.pairs) }
+// particles, umlauts; a nickname's formal names are not counted, so that
+// "Ben" is as good a scout as "Cal").
+func (n name) variants() int {
+	k := 0
+	for _, p := range n.pairs {
+		if !p.nick {
+			k++
+		}
+	}
+	return k
+}
 
 // initialOnly reports whether the name's usual form has a one-letter first
 // or last name ("J. Smith"): its verified address is evidence for several

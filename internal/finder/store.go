@@ -2,6 +2,7 @@ package finder
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,47 @@ type PatternStore interface {
 // round trip; Find uses it when present.
 type batchGetter interface {
 	GetMany(ctx context.Context, domains []string) (map[string]string, error)
+}
+
+// countsGetter is implemented by stores that give every pattern's count of
+// many domains in one round trip; Find uses the counts for its confidence
+// and to tell a pattern of one address from an established one.
+type countsGetter interface {
+	CountsMany(ctx context.Context, domains []string) (map[string]map[string]int64, error)
+}
+
+// CountsMany implements countsGetter in one pipelined round trip.
+func (s *RedisPatterns) CountsMany(ctx context.Context, domains []string) (map[string]map[string]int64, error) {
+	out := make(map[string]map[string]int64, len(domains))
+	if len(domains) == 0 {
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(domains))
+	for i, d := range domains {
+		cmds[i] = pipe.HGetAll(ctx, s.Key(d))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		if m, err := c.Result(); err == nil && len(m) > 0 {
+			out[domains[i]] = parseCounts(m)
+		}
+	}
+	return out, nil
+}
+
+func (s *memPatterns) CountsMany(_ context.Context, domains []string) (map[string]map[string]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]map[string]int64, len(domains))
+	for _, d := range domains {
+		if c := s.m[d]; len(c) > 0 {
+			out[d] = maps.Clone(c)
+		}
+	}
+	return out, nil
 }
 
 // best picks the pattern with the most verified addresses; a tie goes to

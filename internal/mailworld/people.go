@@ -19,6 +19,13 @@ type PeopleOptions struct {
 	Greylist time.Duration
 	// MaxConnsPerHost is every host's MaxConns; default 3 (MaxRcpts is 100).
 	MaxConnsPerHost int
+	// Collisions gives every {last}{f} domain, for up to that many people
+	// asked about with a plain ASCII name, a mailbox at the person's
+	// {first}{l} form (thomasj@ for Thomas Jackson) that belongs to someone
+	// nobody asks about: issue 20's wrong person. The truth is unchanged
+	// (the person's Email is still the {last}{f} address). 0 (the default)
+	// adds none; the rest of the world is the same for a seed either way.
+	Collisions int
 }
 
 // PersonCase is one person asked about and the truth about them.
@@ -306,11 +313,38 @@ func People(opts PeopleOptions) (Spec, []PersonCase) {
 				g.addUnasked(role, "", "")
 			}
 			d.Users = g.users
+			if opts.Collisions > 0 && pattern == "{last}{f}" {
+				added := 0
+				for _, pc := range cases {
+					if added == opts.Collisions {
+						break
+					}
+					f, l := strings.ToLower(strings.TrimSpace(pc.FirstName)), strings.ToLower(strings.TrimSpace(pc.LastName))
+					if pc.Domain != name || !asciiLetters(f) || !asciiLetters(l) {
+						continue
+					}
+					if c := RenderPattern("{first}{l}", f, l); !g.addrs[c] {
+						g.addrs[c] = true
+						d.Users = append(d.Users, c)
+						added++
+					}
+				}
+			}
 		}
 		s.Domains = append(s.Domains, d)
 	}
 	rng.Shuffle(len(cases), func(a, b int) { cases[a], cases[b] = cases[b], cases[a] })
 	return s, cases
+}
+
+// asciiLetters reports whether s is one or more of a-z.
+func asciiLetters(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'a' || s[i] > 'z' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // initialOnly reports whether a pattern uses the first name's initial but

@@ -1,0 +1,201 @@
+package finder_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bulkd/bulkd/internal/finder"
+	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/internal/testredis"
+)
+
+// TestLearnedPatternBeforeCollidingMailbox is issue 20's measured wrong
+// person: at a {last}{f} domain, Thomas Jackson's prior candidate thomasj@
+// is a real mailbox of someone else. Thomas scouts, reaches thomasj@ (the
+// {first}{l} prior) before jacksont@ (the {last}{f} prior) and must not be
+// answered with it: the domain's pattern, learned from the other people,
+// writes jacksont@, which is checked first and is his.
+func TestLearnedPatternBeforeCollidingMailbox(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.lastf.test"}},
+		Domains: []mailworld.Domain{{Name: "lastf.test", MX: []string{"mx.lastf.test"},
+			// thomasj: Thomas Jimenez, nobody asks about him.
+			Users: []string{"jacksont", "thomasj", "browna", "davisc", "evansn", "fordg", "info"}}},
+	}
+	w := startWorld(t, spec)
+	rdb, _ := testredis.Client(t)
+	store := finder.NewRedisPatterns(rdb)
+	f := finder.New(newVerifier(t, w, rdb), store)
+	people := []finder.Person{
+		{FirstName: "Thomas", LastName: "Jackson", Domain: "lastf.test"},
+		{FirstName: "Alice", LastName: "Brown", Domain: "lastf.test"},
+		{FirstName: "Carol", LastName: "Davis", Domain: "lastf.test"},
+		{FirstName: "Nora", LastName: "Evans", Domain: "lastf.test"},
+		{FirstName: "Gina", LastName: "Ford", Domain: "lastf.test"},
+	}
+	want := []string{"jacksont", "browna", "davisc", "evansn", "fordg"}
+	res := f.Find(context.Background(), people)
+	total := 0
+	for i, r := range res {
+		total += r.ProbesUsed
+		if r.Status != finder.StatusFound || r.Substatus != finder.SubVerified || str(r.Email) != want[i]+"@lastf.test" {
+			t.Errorf("%s %s: %s, want found/verified %s@lastf.test", people[i].FirstName, people[i].LastName, describe(r), want[i])
+		}
+	}
+	if p, _, _ := store.Get(context.Background(), "lastf.test"); p != "{last}{f}" {
+		t.Errorf("learned pattern %q, want {last}{f}", p)
+	}
+	t.Logf("%d RCPTs for %d people", total, len(people))
+}
+
+// TestTwoPeopleOneAddress: two rows of one call whose only verified
+// address is the same mailbox (thomasj@ at a {first}{l} domain, for Thomas
+// Jackson and Thomas Jones) are an ambiguity: neither is answered with it.
+func TestTwoPeopleOneAddress(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.firstl.test"}},
+		Domains: []mailworld.Domain{{Name: "firstl.test", MX: []string{"mx.firstl.test"},
+			Users: []string{"thomasj", "aliceb", "carold"}}},
+	}
+	w := startWorld(t, spec)
+	f := finder.New(newVerifier(t, w, nil), nil)
+	people := []finder.Person{
+		{FirstName: "Thomas", LastName: "Jackson", Domain: "firstl.test"},
+		{FirstName: "Alice", LastName: "Brown", Domain: "firstl.test"},
+		{FirstName: "Thomas", LastName: "Jones", Domain: "firstl.test"},
+		{FirstName: "Carol", LastName: "Davis", Domain: "firstl.test"},
+	}
+	res := f.Find(context.Background(), people)
+	for _, i := range []int{0, 2} {
+		if r := res[i]; r.Status != finder.StatusNotFound || r.Substatus != finder.SubAmbiguous || r.Email != nil || r.Confidence != nil {
+			t.Errorf("%s %s: %s, want not_found/ambiguous", people[i].FirstName, people[i].LastName, describe(r))
+		}
+	}
+	for i, want := range map[int]string{1: "aliceb@firstl.test", 3: "carold@firstl.test"} {
+		if r := res[i]; r.Substatus != finder.SubVerified || str(r.Email) != want {
+			t.Errorf("%s %s: %s, want %s", people[i].FirstName, people[i].LastName, describe(r), want)
+		}
+	}
+}
+
+// TestNickname: Bob Smith and Bill Gates have mailboxes written with their
+// formal names (robert.smith@, william.gates@).
+func TestNickname(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.nick.test"}},
+		Domains: []mailworld.Domain{{Name: "nick.test", MX: []string{"mx.nick.test"},
+			Users: []string{"robert.smith", "william.gates", "liz.taylor"}}},
+	}
+	w := startWorld(t, spec)
+	f := finder.New(newVerifier(t, w, nil), nil)
+	people := []finder.Person{
+		{FirstName: "Bob", LastName: "Smith", Domain: "nick.test"},
+		{FirstName: "Bill", LastName: "Gates", Domain: "nick.test"},
+		{FirstName: "Liz", LastName: "Taylor", Domain: "nick.test"}, // the name as given comes first
+	}
+	want := []string{"robert.smith", "william.gates", "liz.taylor"}
+	for i, r := range f.Find(context.Background(), people) {
+		if r.Substatus != finder.SubVerified || str(r.Email) != want[i]+"@nick.test" {
+			t.Errorf("%s %s: %s, want %s@nick.test", people[i].FirstName, people[i].LastName, describe(r), want[i])
+		}
+	}
+}
+
+// TestConfidenceFromPatternCounts: a verified address written with another
+// pattern than the domain's established one (5 addresses of {f}{last} in
+// the store) is answered with confidence 95 - 20 = 75 (docs/api.md).
+func TestConfidenceFromPatternCounts(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.conf.test"}},
+		Domains: []mailworld.Domain{{Name: "conf.test", MX: []string{"mx.conf.test"},
+			Users: []string{"jane.doe", "rick.roe"}}},
+	}
+	w := startWorld(t, spec)
+	rdb, _ := testredis.Client(t)
+	ctx := context.Background()
+	store := finder.NewRedisPatterns(rdb)
+	for range 5 {
+		if err := store.Learn(ctx, "conf.test", "{f}{last}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := finder.New(newVerifier(t, w, rdb), store)
+	res := f.Find(ctx, []finder.Person{{"Jane", "Doe", "conf.test"}, {"Rick", "Roe", "conf.test"}})
+	for i, want := range []string{"jane.doe@conf.test", "rick.roe@conf.test"} {
+		r := res[i]
+		if r.Substatus != finder.SubVerified || str(r.Email) != want || r.Confidence == nil || *r.Confidence != 75 {
+			t.Errorf("%s: %s, want verified with confidence 75", want, describe(r))
+		}
+	}
+}
+
+// TestRecheckRefusedKeepsAddress: Paul Drake's mailbox is paul@ at a
+// {last}{f} domain (an exception). He is rechecked at drakep@, which is
+// refused, so paul@ stands, with the confidence of an address against the
+// domain's pattern (4 addresses of {last}{f}: 95 - 20).
+func TestRecheckRefusedKeepsAddress(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.exc.test"}},
+		Domains: []mailworld.Domain{{Name: "exc.test", MX: []string{"mx.exc.test"},
+			Users: []string{"paul", "browna", "davisc", "evansn", "fordg"}}},
+	}
+	w := startWorld(t, spec)
+	f := finder.New(newVerifier(t, w, nil), nil)
+	people := []finder.Person{
+		{FirstName: "Paul", LastName: "Drake", Domain: "exc.test"},
+		{FirstName: "Alice", LastName: "Brown", Domain: "exc.test"},
+		{FirstName: "Carol", LastName: "Davis", Domain: "exc.test"},
+		{FirstName: "Nora", LastName: "Evans", Domain: "exc.test"},
+		{FirstName: "Gina", LastName: "Ford", Domain: "exc.test"},
+	}
+	want := []string{"paul", "browna", "davisc", "evansn", "fordg"}
+	res := f.Find(context.Background(), people)
+	for i, r := range res {
+		if r.Substatus != finder.SubVerified || str(r.Email) != want[i]+"@exc.test" {
+			t.Errorf("%v: %s, want %s@exc.test", people[i], describe(r), want[i])
+		}
+	}
+	if c := res[0].Confidence; c == nil || *c != 75 || res[0].ProbesUsed != 5 {
+		t.Errorf("Paul: %s, want confidence 75 after 5 RCPTs (4 priors of round 1, then drakep)", describe(res[0]))
+	}
+	if c := res[1].Confidence; c == nil || *c != 95 {
+		t.Errorf("Alice: %s, want confidence 95", describe(res[1]))
+	}
+}
+
+// TestPeopleWorldCollisions runs the people world with issue 20's wrong
+// person at every {last}{f} domain (two people's {first}{l} form is
+// someone else's mailbox): nobody is answered with another's address and
+// every findable person is found (checkAnswer).
+func TestPeopleWorldCollisions(t *testing.T) {
+	spec, cases := mailworld.People(mailworld.PeopleOptions{Domains: 80, PerDomain: 8, RTT: 2 * time.Millisecond, Seed: 20,
+		Collisions: 2})
+	traps := 0
+	for _, c := range cases {
+		if c.Pattern == "{last}{f}" && c.Findable {
+			traps++
+		}
+	}
+	if traps == 0 {
+		t.Fatal("no {last}{f} domain in the world")
+	}
+	w := startWorld(t, spec)
+	rdb, _ := testredis.Client(t)
+	f := finder.New(newVerifier(t, w, rdb), finder.NewRedisPatterns(rdb))
+	var ps []finder.Person
+	var cs []mailworld.PersonCase
+	for _, c := range cases {
+		if !c.Greylisted { // greylisting is TestFindPeopleWorld's
+			ps, cs = append(ps, finder.Person{FirstName: c.FirstName, LastName: c.LastName, Domain: c.Domain}), append(cs, c)
+		}
+	}
+	res := f.Find(context.Background(), ps)
+	rcpts := 0
+	for i, r := range res {
+		checkAnswer(t, cs[i], r)
+		rcpts += r.ProbesUsed
+	}
+	t.Logf("%d people (%d findable at {last}{f} domains, 2 per domain with a colliding {first}{l} mailbox), %d candidate RCPTs",
+		len(ps), traps, rcpts)
+}
