@@ -365,8 +365,8 @@ func TestOpenAPILookupContract(t *testing.T) {
 		statuses []string
 		subs     []string
 	}{
-		{"LookupResultRow", rowFields, []string{"found", "not_found", "pending"},
-			append(append([]string{}, substatuses...), "processing_error", lookup.SubQueued, lookup.SubRetrying)},
+		{"LookupResultRow", rowFields, []string{"found", "not_found", "pending"}, // ambiguous: two rows of one job, one address
+			append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), append(append([]string{}, substatuses[4:]...), "processing_error", lookup.SubQueued, lookup.SubRetrying)...)},
 		{"LookupResponse", append(append([]string{}, rowFields...), "credits_consumed"), []string{"found", "not_found"},
 			substatuses[:len(substatuses)-1]}, // unknown is a 502
 	} {
