@@ -37,8 +37,15 @@ type countsGetter interface {
 // CountsMany implements countsGetter in one pipelined round trip.
 func (s *RedisPatterns) CountsMany(ctx context.Context, domains []string) (map[string]map[string]int64, error) {
 	out := make(map[string]map[string]int64, len(domains))
+	err := s.eachCounts(ctx, domains, func(domain string, counts map[string]int64) { out[domain] = counts })
+	return out, err
+}
+
+// eachCounts reads the pattern counts of many domains in one pipelined
+// round trip and calls f for each domain that has any.
+func (s *RedisPatterns) eachCounts(ctx context.Context, domains []string, f func(domain string, counts map[string]int64)) error {
 	if len(domains) == 0 {
-		return out, nil
+		return nil
 	}
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(domains))
@@ -46,14 +53,14 @@ func (s *RedisPatterns) CountsMany(ctx context.Context, domains []string) (map[s
 		cmds[i] = pipe.HGetAll(ctx, s.Key(d))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, err
+		return err
 	}
 	for i, c := range cmds {
 		if m, err := c.Result(); err == nil && len(m) > 0 {
-			out[domains[i]] = parseCounts(m)
+			f(domains[i], parseCounts(m))
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func (s *memPatterns) CountsMany(_ context.Context, domains []string) (map[string]map[string]int64, error) {
@@ -120,26 +127,14 @@ func (s *RedisPatterns) Get(ctx context.Context, domain string) (string, bool, e
 // GetMany returns the best pattern of every domain that has one, in one
 // pipelined round trip.
 func (s *RedisPatterns) GetMany(ctx context.Context, domains []string) (map[string]string, error) {
-	if len(domains) == 0 {
-		return map[string]string{}, nil
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(domains))
-	for i, d := range domains {
-		cmds[i] = pipe.HGetAll(ctx, s.Key(d))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, err
-	}
 	out := make(map[string]string, len(domains))
-	for i, c := range cmds {
-		m, err := c.Result()
-		if err != nil {
-			continue
+	err := s.eachCounts(ctx, domains, func(domain string, counts map[string]int64) {
+		if p, ok := best(counts); ok {
+			out[domain] = p
 		}
-		if p, ok := best(parseCounts(m)); ok {
-			out[domains[i]] = p
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
