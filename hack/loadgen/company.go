@@ -233,23 +233,19 @@ type bulkd struct {
 }
 
 func startBulkd(bin, redisURL string, extra ...string) (*bulkd, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	maddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{"serve", "--listen", addr, "--metrics-listen", maddr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
-		// Load runs submit far more than one account may hold at once.
-		"--account-max-active-jobs", "0", "--account-max-stored-bytes", "0"}, extra...)
+	return startBulkdEnv(bin, redisURL, nil, extra...)
+}
+
+// launchBulkd runs bin with args (env nil: this process's environment)
+// and waits until base answers /healthz.
+func launchBulkd(bin string, args, env []string, base, metrics string) (*bulkd, error) {
 	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	b := &bulkd{cmd: cmd, base: "http://" + addr, metrics: "http://" + maddr}
+	b := &bulkd{cmd: cmd, base: base, metrics: metrics}
 	if err := waitHealthy(b.base, 15*time.Second); err != nil {
 		b.stop()
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -309,18 +308,7 @@ func startBulkdEnv(bin, redisURL string, env []string, extra ...string) (*bulkd,
 	args := append([]string{"serve", "--listen", addr, "--metrics-listen", maddr, "--redis-url", redisURL, "--log-level", "warn", "--rate-limit", "1000000",
 		// Load runs submit far more than one account may hold at once.
 		"--account-max-active-jobs", "0", "--account-max-stored-bytes", "0"}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	b := &bulkd{cmd: cmd, base: "http://" + addr, metrics: "http://" + maddr}
-	if err := waitHealthy(b.base, 15*time.Second); err != nil {
-		b.stop()
-		return nil, err
-	}
-	return b, nil
+	return launchBulkd(bin, args, env, "http://"+addr, "http://"+maddr)
 }
 
 // domainScenarios runs the dead, mixed and live scenarios; each gets its

@@ -205,19 +205,9 @@ func startBulkdCompat(bin, redisURL, gomemlimit string) (*bulkd, error) {
 		args = append(args, "--metrics-listen", maddr)
 		metrics = "http://" + maddr
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = os.Environ()
+	var env []string
 	if gomemlimit != "" {
-		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+gomemlimit)
+		env = append(os.Environ(), "GOMEMLIMIT="+gomemlimit)
 	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	b := &bulkd{cmd: cmd, base: "http://" + addr, metrics: metrics}
-	if err := waitHealthy(b.base, 15*time.Second); err != nil {
-		b.stop()
-		return nil, err
-	}
-	return b, nil
+	return launchBulkd(bin, args, env, "http://"+addr, metrics)
 }

@@ -351,3 +351,23 @@ end
 if freed > 0 then redis.call('HINCRBY', KEYS[%[2]d], '*', -freed) end
 `, zset, sizes)
 }
+
+// FreedAtLua is the Lua, for the same sized reservation sets, that says
+// when a refused reservation would fit: it sets the local "at" to the
+// expiry (ms) by which enough of the oldest entries leave for used + want
+// to fit bmax (locals of the script before it), or -1 when want alone is
+// larger than bmax or the first 1,000 entries are not enough (a script
+// holds Redis: it reads no more).
+func FreedAtLua(zset, sizes int) string {
+	return fmt.Sprintf(`
+local at = -1
+if want <= bmax then
+  local need = used + want - bmax
+  local z = redis.call('ZRANGE', KEYS[%[1]d], 0, 999, 'WITHSCORES')
+  for i = 1, #z, 2 do
+    need = need - tonumber(redis.call('HGET', KEYS[%[2]d], z[i]) or '0')
+    if need <= 0 then at = tonumber(z[i + 1]); break end
+  end
+end
+`, zset, sizes)
+}

@@ -664,7 +664,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	dur(fs, &k.Requeue, "requeue", "safety-net resync of a running BulkJob (progress normally arrives as the processors announce it)")
 	dur(fs, &k.ProgressInterval, "progress-interval", "least time between two status writes of one BulkJob that only report progress (phase changes are written at once; 0: no such limit)")
 	num(fs, &k.ProgressWrites, "progress-writes", "status writes that only report progress, per second over all BulkJobs (0: no cap)")
-	num(fs, &k.MaxRunningShards, "max-running-shards", "processor pods running at once over all BulkJobs: shards are admitted against it across accounts in turn (0: no budget, pods start as their Job allows)")
+	num(fs, &k.MaxRunningShards, "max-running-shards", "processor pods running at once over all BulkJobs: shards are admitted against it across accounts in turn (0: no global budget; with --max-running-shards-per-account 0 too there is no admission and pods start as their Job allows)")
 	num(fs, &k.MaxRunningShardsPerAccount, "max-running-shards-per-account", "processor pods of one account running at once (0: --max-running-shards)")
 	str(fs, &k.FairWeights, "fair-weights", "shares of the processor budget by plan when accounts compete, e.g. payg=1,starter=1,standard=2,professional=4 (rows per turn; every plan 1 unless given; payg: no active unlimited plan)")
 	str(fs, &k.KueueQueueName, "kueue-queue-name", "hand admission to Kueue: Jobs are created suspended with label kueue.x-k8s.io/queue-name set to this, where {account}, {plan} and {family} are replaced (bulkd-{plan}); the budgets above are then Kueue's to enforce (default: bulkd admits)")

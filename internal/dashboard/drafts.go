@@ -44,16 +44,7 @@ if cmax > 0 and n >= cmax then
   return {-1, n, cmax, tonumber(first[2] or '0')}
 end
 local used = tonumber(redis.call('HGET', KEYS[3], '*') or '0')
-if bmax > 0 and used + want > bmax then
-  local at = -1
-  if want <= bmax then
-    local need = used + want - bmax
-    local z = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
-    for i = 1, #z, 2 do
-      need = need - tonumber(redis.call('HGET', KEYS[3], z[i]) or '0')
-      if need <= 0 then at = tonumber(z[i + 1]); break end
-    end
-  end
+if bmax > 0 and used + want > bmax then` + accounts.FreedAtLua(2, 3) + `
   return {-2, used, bmax, at}
 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])

@@ -59,7 +59,7 @@ var usagePrelude = accounts.PruneExpiredLua(3, 4) + `
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local function expire(k, at)
   local ttl = redis.call('PTTL', k)
-  if ttl >= 0 and now + ttl < at then redis.call('PEXPIREAT', k, at) end
+  if ttl < 0 or now + ttl < at then redis.call('PEXPIREAT', k, at) end
 end
 `
 
@@ -79,16 +79,7 @@ local bmax = tonumber(redis.call('HGET', KEYS[1], 'limit:stored_bytes') or ARGV[
 local active = redis.call('ZCARD', KEYS[2])
 if ARGV[7] == '1' and amax > 0 and active >= amax then return {-1, active, amax, 0} end
 local used = tonumber(redis.call('HGET', KEYS[4], '*') or '0')
-if bmax > 0 and used + want > bmax then
-  local at = -1
-  if want <= bmax then
-    local need = used + want - bmax
-    local z = redis.call('ZRANGE', KEYS[3], 0, 999, 'WITHSCORES')
-    for i = 1, #z, 2 do
-      need = need - tonumber(redis.call('HGET', KEYS[4], z[i]) or '0')
-      if need <= 0 then at = tonumber(z[i + 1]); break end
-    end
-  end
+if bmax > 0 and used + want > bmax then` + accounts.FreedAtLua(3, 4) + `
   return {-2, used, bmax, at}
 end
 local exp = tonumber(ARGV[3])
@@ -156,7 +147,7 @@ func (e *Engine) reserve(ctx context.Context, j *Job, bytes int64) error {
 		if res[0] == 0 {
 			return nil
 		}
-		if try == 0 {
+		if try == 0 && e.Store.repairDue(ctx, j.AccountID) {
 			if n, err := e.Store.repairUsage(ctx, j.AccountID, res[0] == -1); err != nil {
 				e.Log.Warn("checking the account's usage against its jobs failed", "account", j.AccountID, "err", err)
 			} else if n > 0 {
@@ -212,6 +203,18 @@ const maxRepair = 2000
 // read in the other order, a job could be stored and committed in
 // between and look gone). It returns how many entries it dropped. active
 // says whether the active set was what refused (else the bytes).
+// repairEvery is the least time between two repairs of one account's
+// usage: a refusal is the normal answer of an account at its limit, and
+// each repair reads up to maxRepair entries and their jobs.
+const repairEvery = 10 * time.Second
+
+// repairDue reports whether the account's usage may be repaired now (at
+// most once per repairEvery, over all processes); a Redis error says yes.
+func (s *Store) repairDue(ctx context.Context, accountID string) bool {
+	ok, err := s.rdb.SetNX(ctx, prefix+"acct:{"+accountID+"}:jobs:repaired", 1, repairEvery).Result()
+	return ok || err != nil
+}
+
 func (s *Store) repairUsage(ctx context.Context, accountID string, active bool) (int, error) {
 	key := accountStoredKey(accountID)
 	if active {

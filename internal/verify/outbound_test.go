@@ -125,9 +125,15 @@ func TestInternalAddressesGetNoSMTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res = v.Verify(context.Background(), []string{"a@[127.0.0.1]", "alice@loop.test", "alice@private.test", "alice@two.test"})
+	res = v.Verify(context.Background(), []string{"a@[127.0.0.1]", "alice@loop.test", "alice@private.test", "alice@two.test", "alice@mixed.test"})
 	if res[0].Reason != ReasonAccepted || res[1].Reason != ReasonAccepted || res[3].Reason != ReasonAccepted {
 		t.Fatalf("with the allowance: %+v", res)
+	}
+	// A host with an allowed and a refused address is verified through the
+	// allowed one (the refused one is never dialled): one stray address
+	// must not make a real mail server a charged undeliverable.
+	if res[4].Reason != ReasonAccepted {
+		t.Fatalf("a mail host with an allowed and a refused address: %+v", res[4])
 	}
 	if res[2].Reason != ReasonNoMailServer {
 		t.Fatalf("a private MX with a loopback allowance: %+v", res[2])

@@ -433,13 +433,24 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 			return nil, ReasonNoMailServer
 		}
 	}
-	// The outbound policy: every address of the host is checked, and one
-	// refused address refuses the host (its name is not ours to trust),
-	// which then counts as a host without a usable address; the sessions
-	// dial only these checked addresses (converse), never the name.
-	if r.v.cfg.Policy.CheckAll(h.name, ips) != nil {
+	// The outbound policy: every address of the host is checked and only
+	// the allowed ones are kept; the sessions dial only these (converse),
+	// never the name, so a refused address is never reached. A host left
+	// with none counts as a host without a usable address. Keeping the
+	// public addresses of a mixed host matters for money: a resolver that
+	// adds NAT64 (64:ff9b::) addresses to every IPv4-only name, or one stray
+	// internal record, must not turn real mail servers into a charged
+	// undeliverable verdict.
+	allowed := ips[:0:0]
+	for _, ip := range ips {
+		if r.v.cfg.Policy.Allowed(ip) {
+			allowed = append(allowed, ip)
+		}
+	}
+	if len(allowed) == 0 {
 		return nil, ReasonNoMailServer
 	}
+	ips = allowed
 	r.mu.Lock()
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
