@@ -168,8 +168,14 @@
 //   - a reply that does not come within CommandTimeout: the host is a
 //     tarpit; the transaction's addresses and everything queued on the host
 //     are timeout (final), with no other MX tried.
-//   - the connection dropped mid-session (or a malformed reply): the
-//     unanswered addresses get one new session, then smtp_error.
+//   - the connection dropped mid-session (or a malformed reply, or RSET not
+//     250): the unanswered addresses go to a new session. After K answered
+//     RCPTs the call's later sessions to the host send at most K; K becomes
+//     the host's learned limit (an hour, shared through the limiter) only
+//     when a second session drops after the same K, so one spurious drop
+//     does not shrink every session to the host. A drop before any answer
+//     counts against the address: twice is smtp_error (5 lost sessions at
+//     most per address).
 //   - ctx ends: every read and write is cut at once; what is unanswered is
 //     timeout, Temporary.
 //

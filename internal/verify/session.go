@@ -502,9 +502,12 @@ const maxTooMany = 5
 //
 // A server that closes the connection without a reply after the session's
 // K-th RCPT (some count RCPTs per connection and hang up rather than answer
-// 452) has told us its limit as surely as a 452 would: K is learned as the
-// host's RCPT limit (as tooMany does), so later sessions send at most K, and
-// the dropped addresses are not counted against: they go to a new session.
+// 452) may be telling its limit, or may have dropped once for a reason of
+// its own (a restart, a network blip, an RSET it did not like): this call's
+// later sessions to the host send at most K (dropLimit), and the dropped
+// addresses are not counted against: they go to a new session. K is
+// learned for later calls and shared with other processes only when a
+// second session drops after the same K (dropLimit).
 // A drop before any RCPT of the session was answered says nothing about a
 // limit: such drops count, and an address dropped so twice ends
 // smtp_error. maxDrops bounds the sessions one address may lose in a call
@@ -526,7 +529,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.learnRcptLimit(h, answered)
+		r.dropLimit(h, answered)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -551,8 +554,30 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 // maxDrops bounds the lost sessions one address may see in a call.
 const maxDrops = 5
 
-// learnRcptLimit lowers h's RCPT limit to n (a 452 or a drop after n
-// answered RCPTs), for this call, this process's later calls and, through
+// dropLimit handles a session that dropped after n answered RCPTs: this
+// call's later sessions to h send at most n; the limit is learned (this
+// process's later calls, and every process through the limiter) only when
+// another session to h, of this call or of one in the last limitTTL,
+// dropped after the same n. One drop is not evidence enough to make every
+// later session to a host smaller for an hour: a server restarting or one
+// network blip would do that. Caller holds r.mu.
+func (r *run) dropLimit(h *hostQ, n int) {
+	now := time.Now()
+	if k, ok := r.v.drops.get(h.name, now); ok && k == n {
+		if h.rcptLimit == n {
+			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
+		}
+		r.learnRcptLimit(h, n)
+		return
+	}
+	r.v.drops.put(h.name, n, now.Add(limitTTL))
+	if h.rcptLimit == 0 || n < h.rcptLimit {
+		h.rcptLimit = n // this call only
+	}
+}
+
+// learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
+// after n answered RCPTs), for this call, this process's later calls and, through
 // the limiter when it shares limits (RedisLimiter), every process.
 // Caller holds r.mu.
 func (r *run) learnRcptLimit(h *hostQ, n int) {

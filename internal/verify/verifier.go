@@ -150,7 +150,11 @@ type Verifier struct {
 	// ends: a later session refused by the limiter's back-off answers
 	// blocked rather than rate_limited.
 	blocks *ttlCache[string, bool]
-	log    *slog.Logger
+	// drops are the hosts whose session dropped after K answered RCPTs
+	// once, with that K, until a second drop after the same K confirms it
+	// as the host's limit (dropLimit).
+	drops *ttlCache[string, int]
+	log   *slog.Logger
 }
 
 // limitTTL is how long a learned per-host limit is remembered.
@@ -198,7 +202,7 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
-		log: cfg.Logger}, nil
+		drops: newTTLCache[string, int](catchAllEntries), log: cfg.Logger}, nil
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.
