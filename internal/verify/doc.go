@@ -31,7 +31,9 @@
 //	               smtp_error         protocol error, connection dropped twice before any RCPT of the
 //	                                  session was answered (or 5 times in all), MAIL FROM refused
 //	               blocked            the reply blames the client, not the address (isClientBlock: a
-//	                                  DNSBL, reputation, ban, no PTR, x.7.x naming our IP); Temporary,
+//	                                  DNSBL; at RCPT otherwise only a reply naming our source IP,
+//	                                  HELO name or "client host" with block words or x.7.x; before
+//	                                  RCPT reputation, ban, no PTR alone too); Temporary,
 //	                                  RetryAfter = BlockBackoff (30m), the host backed off as long
 //
 // Unknown means unknown: nothing is deliverable without a 250 to the real

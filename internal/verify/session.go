@@ -21,6 +21,7 @@ type sess struct {
 	answered int  // RCPTs answered other than "too many recipients"
 	txs      int  // transactions started
 	tooMany  bool // a "too many recipients" ended the session's usefulness
+	client   clientID
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -93,13 +94,14 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	client := clientOf(c.nc, cfg.HeloName)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
 		return
 	}
 	switch {
-	case isClientBlock(banner):
+	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
 		r.blocked(h, banner, "banner", nil)
@@ -120,7 +122,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		r.sessionFailed(h, err, false)
 		return
 	}
-	if isClientBlock(hello) {
+	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
 		r.blocked(h, hello, "helo", nil)
 		return
@@ -137,7 +139,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{}
+	s := &sess{client: client}
 	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
@@ -356,7 +358,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		return err, false
 	}
 	if mail.code != 250 {
-		if isClientBlock(mail) {
+		if isClientBlock(mail, stageMail, s.client) {
 			r.blocked(h, mail, "mail", j)
 			return nil, true
 		}
@@ -392,7 +394,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			r.txFailed(h, s, j, err)
 			return err, false
 		}
-		switch cl := classify(rep); {
+		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
@@ -430,7 +432,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
 			return err, false
 		}
-		cl := classify(rep)
+		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
 			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return nil, true
