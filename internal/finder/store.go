@@ -193,6 +193,12 @@ func (s *memPatterns) Learn(_ context.Context, domain, pattern string) error {
 	if !KnownPattern(pattern) {
 		return nil
 	}
+	s.add(domain, pattern, 1)
+	return nil
+}
+
+// add counts n addresses of the domain under field (a pattern or a shape).
+func (s *memPatterns) add(domain, field string, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.m[domain]
@@ -209,8 +215,7 @@ func (s *memPatterns) Learn(_ context.Context, domain, pattern string) error {
 		c = map[string]int64{}
 		s.m[domain] = c
 	}
-	c[pattern]++
-	return nil
+	c[field] += n
 }
 
 // LearnMany records several verified addresses (domains[i] written with

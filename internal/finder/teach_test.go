@@ -1,0 +1,153 @@
+package finder_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/bulkd/bulkd/internal/finder"
+	"github.com/bulkd/bulkd/internal/mailworld"
+	"github.com/bulkd/bulkd/internal/testredis"
+	"github.com/bulkd/bulkd/internal/verification"
+	"github.com/bulkd/bulkd/internal/verify"
+)
+
+// teachWorld: two companies whose pattern is not the top prior ({f}.{last}
+// and {first}_{last}), a catch-all company and a free provider.
+func teachWorld() mailworld.Spec {
+	return mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.fdot.test"}, {Name: "mx.under.test"}, {Name: "mx.catch.test"}},
+		Domains: []mailworld.Domain{
+			{Name: "fdot.test", MX: []string{"mx.fdot.test"},
+				Users: []string{"a.brown", "c.davis", "n.evans", "g.ford", "info", "t.jackson", "m.wilson", "k.moore"}},
+			{Name: "under.test", MX: []string{"mx.under.test"},
+				Users: []string{"alice_brown", "carol_davis", "nora_evans", "thomas_jackson", "mary_wilson"}},
+			{Name: "catch.test", MX: []string{"mx.catch.test"}, CatchAll: true, Users: []string{"a.brown", "c.davis"}},
+		},
+	}
+}
+
+// TestLearnFromVerification: a bulk verification job on the world's
+// domains (the family's answering step, with the finder's teacher, on real
+// Redis) teaches the shapes of its deliverable addresses and nothing from
+// catch-all, role or refused ones; a lookup afterwards tries the shape's
+// pattern first and finds people with fewer RCPTs than without it.
+func TestLearnFromVerification(t *testing.T) {
+	w := startWorld(t, teachWorld())
+	ctx := context.Background()
+	rdb, _ := testredis.Client(t)
+	store := finder.NewRedisPatterns(rdb)
+
+	fam := verification.New(newVerifier(t, w, rdb), nil)
+	fam.Teacher = &finder.VerificationTeacher{Store: store}
+	emails := []string{
+		"a.brown@fdot.test", "c.davis@fdot.test", "n.evans@fdot.test", "g.ford@fdot.test",
+		"info@fdot.test",     // role: teaches nothing
+		"x.nobody@fdot.test", // refused: teaches nothing
+		"alice_brown@under.test", "carol_davis@under.test", "nora_evans@under.test",
+		"a.brown@catch.test", "c.davis@catch.test", // catch-all: teaches nothing
+	}
+	ans, err := fam.Answer(ctx, emails)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range ans {
+		t.Logf("%s: %s", emails[i], a.Outcome)
+	}
+	for dom, want := range map[string]map[string]int64{
+		"fdot.test":  {"shape:i.w": 4},
+		"under.test": {"shape:w_w": 3},
+		"catch.test": {},
+	} {
+		got, err := store.Counts(ctx, dom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: counts %v, want %v", dom, got, want)
+		}
+		for k, n := range want {
+			if got[k] != n {
+				t.Errorf("%s: counts %v, want %v", dom, got, want)
+			}
+		}
+		// A shape is not a learned pattern.
+		if p, ok, _ := store.Get(ctx, dom); ok {
+			t.Errorf("%s: the shape made %q the learned pattern", dom, p)
+		}
+	}
+
+	people := []finder.Person{
+		{FirstName: "Thomas", LastName: "Jackson", Domain: "fdot.test"},
+		{FirstName: "Mary", LastName: "Wilson", Domain: "fdot.test"},
+		{FirstName: "Kevin", LastName: "Moore", Domain: "fdot.test"},
+		{FirstName: "Thomas", LastName: "Jackson", Domain: "under.test"},
+		{FirstName: "Mary", LastName: "Wilson", Domain: "under.test"},
+	}
+	want := []string{"t.jackson@fdot.test", "m.wilson@fdot.test", "k.moore@fdot.test",
+		"thomas_jackson@under.test", "mary_wilson@under.test"}
+	rcpts := func(name string, res []finder.Result) int {
+		n := 0
+		for i, r := range res {
+			n += r.ProbesUsed
+			if r.Substatus != finder.SubVerified || str(r.Email) != want[i] {
+				t.Errorf("%s: %s %s: %s, want %s", name, people[i].FirstName, people[i].Domain, describe(r), want[i])
+			}
+		}
+		return n
+	}
+	// Without the verification's lesson: a store of its own.
+	rdb2, _ := testredis.Client(t)
+	before := rcpts("without", finder.New(newVerifier(t, w, rdb2), finder.NewRedisPatterns(rdb2)).Find(ctx, people))
+	after := rcpts("with", finder.New(newVerifier(t, w, rdb), store).Find(ctx, people))
+	t.Logf("RCPTs for %d people: %d without the verification's shapes, %d with them", len(people), before, after)
+	if after != len(people) {
+		t.Errorf("%d RCPTs with the shapes, want %d (the shape's pattern first, one per person)", after, len(people))
+	}
+	if after >= before {
+		t.Errorf("%d RCPTs with the shapes, %d without: no saving", after, before)
+	}
+}
+
+// TestLearnFromVerificationOff: without a teacher (the flag off) a
+// verification job leaves the store untouched.
+func TestLearnFromVerificationOff(t *testing.T) {
+	w := startWorld(t, teachWorld())
+	ctx := context.Background()
+	rdb, _ := testredis.Client(t)
+	store := finder.NewRedisPatterns(rdb)
+	fam := verification.New(newVerifier(t, w, rdb), nil)
+	if _, err := fam.Answer(ctx, []string{"a.brown@fdot.test", "c.davis@fdot.test"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := store.Counts(ctx, "fdot.test"); len(got) != 0 {
+		t.Errorf("counts %v without a teacher", got)
+	}
+}
+
+// TestShapesOf: what one verification answer teaches. Only deliverable
+// addresses on domains that are not catch-all, and not role, free or
+// disposable; only local parts with one reading of separator and initials.
+func TestShapesOf(t *testing.T) {
+	ok := func(email string) verify.Result {
+		return verify.Result{Email: email, Status: verify.StatusDeliverable, Reason: verify.ReasonAccepted}
+	}
+	role, free, disp, catch := ok("sales@a.test"), ok("jo.lee@free.test"), ok("j.lee@d.test"), ok("jo.lee@c.test")
+	role.IsRole, free.IsFree, disp.IsDisposable, catch.IsCatchAll = true, true, true, true
+	unknown := verify.Result{Email: "jo.lee@u.test", Status: verify.StatusUnknown, Reason: verify.ReasonGreylisted}
+	risky := verify.Result{Email: "jo.lee@r.test", Status: verify.StatusRisky, Reason: verify.ReasonCatchAll, IsCatchAll: true}
+	got := finder.ShapesOf([]verify.Result{
+		ok("John.Smith@a.test"), ok("smith.john@a.test"), ok("j.smith@a.test"), ok("john.s@a.test"),
+		ok("john_smith@a.test"), ok("j_smith@a.test"), ok("john-smith@a.test"), ok("j-smith@a.test"), ok("jsmith@a.test"),
+		ok("j.s@a.test"), ok("john.smith2@a.test"), ok("anne-marie.oneil@a.test"), ok("a..b@a.test"), ok(".js@a.test"),
+		role, free, disp, catch, unknown, risky,
+	})
+	want := map[string]int64{"w.w": 2, "i.w": 1, "w.i": 1, "w_w": 1, "i_w": 1, "w-w": 1, "i-w": 1, "joined": 1}
+	if len(got) != len(want) {
+		t.Errorf("shapes %+v, want %v on a.test only", got, want)
+	}
+	for _, c := range got {
+		if c.Domain != "a.test" || want[c.Shape] != c.N {
+			t.Errorf("%+v, want %v on a.test", c, want)
+		}
+	}
+}
