@@ -71,6 +71,15 @@
 //     client's IP ("554 5.7.1 Service unavailable; Client host [ip] blocked
 //     using zen.spamhaus.org; ...", Postfix's reject_rbl_client wording);
 //     the truth of its addresses is unknown/blocked, knowable (HostStats.Blocks).
+//   - Host.AcceptThenBounce: every RCPT for a domain the host serves is
+//     "250 2.1.5 Ok", mailbox or not (full and disabled ones too), as a
+//     gateway without a recipient directory answers; mail to a mailbox that
+//     does not exist would bounce later (HostStats.Bounces counts those
+//     RCPTs). Its catch-all probe is accepted like everything else, so the
+//     expected answer (Case) of all its addresses is risky/catch_all, never
+//     deliverable; Spec.Truth gives each mailbox's real fate (undeliverable
+//     for the unknown ones). AddAcceptBounce adds such a domain to a Spec
+//     (DropsBlocksOptions.Bounce).
 //   - Host.Refuse: the host has an A record but nothing listens on its
 //     address (the address:port is held by a bound, non-listening socket
 //     so no other world can take it), so connections are refused.

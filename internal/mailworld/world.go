@@ -56,6 +56,11 @@ type Host struct {
 	// unavailable; Client host [ip] blocked using zen.spamhaus.org; ...".
 	// The truth of its addresses is unknown/blocked whatever the mailbox.
 	BlockClient bool
+	// AcceptThenBounce: every RCPT for a domain the host serves is
+	// answered "250 2.1.5 Ok", mailbox or not (after greylisting); mail to
+	// a mailbox that does not exist would bounce later (HostStats.Bounces
+	// counts those RCPTs). See bounce.go for the truth of its addresses.
+	AcceptThenBounce bool
 }
 
 // DNSKind says how the DNS server answers for a domain.
@@ -137,6 +142,7 @@ type HostStats struct {
 	MaxConcurrent                                        int
 	Drops                                                int64 // sessions closed without a reply (DropAfterRcpts)
 	Blocks                                               int64 // RCPTs answered with a client block (BlockClient)
+	Bounces                                              int64 // RCPTs accepted for a mailbox that does not exist (AcceptThenBounce)
 }
 
 // World is a running mail world. Its methods are safe for concurrent use.
@@ -181,6 +187,7 @@ type host struct {
 	sessions, rejected421, rcpts, replies452, greylisted atomic.Int64
 	maxConcurrent                                        atomic.Int64
 	drops, blocks                                        atomic.Int64
+	bounces                                              atomic.Int64
 }
 
 type domain struct {
@@ -563,6 +570,7 @@ func (w *World) Stats() Stats {
 			MaxConcurrent: int(h.maxConcurrent.Load()),
 			Drops:         h.drops.Load(),
 			Blocks:        h.blocks.Load(),
+			Bounces:       h.bounces.Load(),
 		}
 		s.Sessions += hs.Sessions
 		s.Rejected421 += hs.Rejected421
@@ -587,6 +595,7 @@ func (w *World) ResetStats() {
 		h.greylisted.Store(0)
 		h.drops.Store(0)
 		h.blocks.Store(0)
+		h.bounces.Store(0)
 		h.maxConcurrent.Store(h.live.Load())
 	}
 }
