@@ -174,8 +174,9 @@
 //     250): the unanswered addresses go to a new session. After K answered
 //     RCPTs the call's later sessions to the host send at most K; K becomes
 //     the host's learned limit (an hour, shared through the limiter) only
-//     when a second session drops after the same K, so one spurious drop
-//     does not shrink every session to the host. A drop before any answer
+//     when a session started after that drop drops after the same K (in
+//     this process), so one spurious drop, or a restart dropping every
+//     open session at once, does not shrink every session to the host. A drop before any answer
 //     counts against the address: twice is smtp_error (5 lost sessions at
 //     most per address).
 //   - ctx ends: every read and write is cut at once; what is unanswered is

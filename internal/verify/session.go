@@ -22,6 +22,7 @@ type sess struct {
 	txs      int  // transactions started
 	tooMany  bool // a "too many recipients" ended the session's usefulness
 	client   clientID
+	started  time.Time // when the session was dialled
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -139,7 +140,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{client: client}
+	s := &sess{client: client, started: start}
 	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
@@ -509,7 +510,7 @@ const maxTooMany = 5
 // later sessions to the host send at most K (dropLimit), and the dropped
 // addresses are not counted against: they go to a new session. K is
 // learned for later calls and shared with other processes only when a
-// second session drops after the same K (dropLimit).
+// session started after that drop drops after the same K (dropLimit).
 // A drop before any RCPT of the session was answered says nothing about a
 // limit: such drops count, and an address dropped so twice ends
 // smtp_error. maxDrops bounds the sessions one address may lose in a call
@@ -531,7 +532,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.dropLimit(h, answered)
+		r.dropLimit(h, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -556,23 +557,27 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 // maxDrops bounds the lost sessions one address may see in a call.
 const maxDrops = 5
 
-// dropLimit handles a session that dropped after n answered RCPTs: this
-// call's later sessions to h send at most n; the limit is learned (this
-// process's later calls, and every process through the limiter) only when
-// another session to h, of this call or of one in the last limitTTL,
-// dropped after the same n. One drop is not evidence enough to make every
-// later session to a host smaller for an hour: a server restarting or one
-// network blip would do that. Caller holds r.mu.
-func (r *run) dropLimit(h *hostQ, n int) {
+// dropLimit handles a session (started at started) that dropped after n
+// answered RCPTs: this call's later sessions to h send at most n; the
+// limit is learned (this process's later calls, and every process through
+// the limiter) only when a session to h that started after an earlier
+// drop (within limitTTL) dropped after the same n. One drop is not
+// evidence enough to make every later session to a host smaller for an
+// hour: a server restarting or one network blip would do that, and a
+// restart drops every open session at once, often after the same number
+// of pipelined RCPTs, hence the later start. Caller holds r.mu.
+func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
 	now := time.Now()
-	if k, ok := r.v.drops.get(h.name, now); ok && k == n {
+	if d, ok := r.v.drops.get(h.name, now); ok && d.k == n && started.After(d.at) {
 		if h.rcptLimit == n {
 			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
 		}
 		r.learnRcptLimit(h, n)
 		return
 	}
-	r.v.drops.put(h.name, n, now.Add(limitTTL))
+	if d, ok := r.v.drops.get(h.name, now); !ok || d.k != n {
+		r.v.drops.put(h.name, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	}
 	if h.rcptLimit == 0 || n < h.rcptLimit {
 		h.rcptLimit = n // this call only
 	}

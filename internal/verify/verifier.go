@@ -151,10 +151,16 @@ type Verifier struct {
 	// blocked rather than rate_limited.
 	blocks *ttlCache[string, bool]
 	// drops are the hosts whose session dropped after K answered RCPTs
-	// once, with that K, until a second drop after the same K confirms it
-	// as the host's limit (dropLimit).
-	drops *ttlCache[string, int]
+	// once, with that K and when, until a later session's drop after the
+	// same K confirms it as the host's limit (dropLimit).
+	drops *ttlCache[string, dropSeen]
 	log   *slog.Logger
+}
+
+// dropSeen is a host's unconfirmed drop: after k answered RCPTs, at at.
+type dropSeen struct {
+	k  int
+	at time.Time
 }
 
 // limitTTL is how long a learned per-host limit is remembered.
@@ -202,7 +208,7 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
-		drops: newTTLCache[string, int](catchAllEntries), log: cfg.Logger}, nil
+		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger}, nil
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.
