@@ -285,7 +285,9 @@
 // whose pattern is not known has that shape's patterns' priors multiplied
 // by 100, so they are tried first: at a {f}.{last} company j.smith is the
 // first candidate, not the fifth (TestLearnFromVerification: 5 people,
-// 30 RCPTs without the shapes, 5 with them). A shape never makes the
+// 30 RCPTs without the shapes, 5 with them; on the people world, half of
+// each domain verified and the other half looked up, 3.02 -> 2.20 RCPTs
+// per findable person, docs/benchmarks.md). A shape never makes the
 // pattern known: the learned-pattern search (one candidate per person),
 // the recheck and the confidence table need an address verified for a
 // named person, which the finder then learns as usual.

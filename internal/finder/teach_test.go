@@ -3,6 +3,7 @@ package finder_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/mailworld"
@@ -149,5 +150,67 @@ func TestShapesOf(t *testing.T) {
 		if c.Domain != "a.test" || want[c.Shape] != c.N {
 			t.Errorf("%+v, want %v on a.test", c, want)
 		}
+	}
+}
+
+// TestLearnFromVerificationPeopleWorld measures the lesson on the people
+// world: per domain, the true addresses of half the people are verified in
+// a bulk verification job (with the teacher), then the other half are
+// looked up; the RCPTs are compared with the same lookup on a store that
+// learned nothing. Every answer is checked against the truth.
+func TestLearnFromVerificationPeopleWorld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("people world")
+	}
+	spec, cases := mailworld.People(mailworld.PeopleOptions{Domains: 200, PerDomain: 10, RTT: time.Millisecond, Seed: 5, Greylist: time.Second})
+	w := startWorld(t, spec)
+	ctx := context.Background()
+	var emails []string
+	var asked []mailworld.PersonCase
+	half := map[string]int{}
+	for _, c := range cases {
+		if c.Greylisted {
+			continue // their answers would wait for retries in both runs alike
+		}
+		if c.Email != "" && half[c.Domain] < 5 {
+			half[c.Domain]++
+			emails = append(emails, c.Email)
+			continue
+		}
+		asked = append(asked, c)
+	}
+	run := func(teach bool) (rcpts, findable int, res []finder.Result) {
+		rdb, _ := testredis.Client(t)
+		store := finder.NewRedisPatterns(rdb)
+		if teach {
+			fam := verification.New(newVerifier(t, w, rdb), nil)
+			fam.Teacher = &finder.VerificationTeacher{Store: store}
+			if _, err := fam.Answer(ctx, emails); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res = finder.New(newVerifier(t, w, rdb), store).Find(ctx, peopleOf(asked))
+		for i, r := range res {
+			rcpts += r.ProbesUsed
+			if asked[i].Findable {
+				findable += r.ProbesUsed
+			}
+			checkAnswer(t, asked[i], r)
+		}
+		return rcpts, findable, res
+	}
+	nf := 0
+	for _, c := range asked {
+		if c.Findable {
+			nf++
+		}
+	}
+	before, bf, _ := run(false)
+	after, af, _ := run(true)
+	t.Logf("%d addresses verified on %d domains; %d people looked up (%d findable): %d RCPTs (%.2f per person; findable %.2f) without the shapes, %d (%.2f; findable %.2f) with them",
+		len(emails), len(half), len(asked), nf, before, float64(before)/float64(len(asked)), float64(bf)/float64(nf),
+		after, float64(after)/float64(len(asked)), float64(af)/float64(nf))
+	if after >= before {
+		t.Errorf("%d RCPTs with the shapes, %d without", after, before)
 	}
 }
