@@ -283,7 +283,8 @@
 // disposable; everything else teaches nothing. A domain whose counts favour
 // one shape (at least 2 addresses, at least twice any other shape) and
 // whose pattern is not known has that shape's patterns' priors multiplied
-// by 100, so they are tried first: at a {f}.{last} company j.smith is the
+// by 10,000, so they are tried first (in prior order, over the name's
+// forms; still at most MaxCandidates): at a {f}.{last} company j.smith is the
 // first candidate, not the fifth (TestLearnFromVerification: 5 people,
 // 30 RCPTs without the shapes, 5 with them; on the people world, half of
 // each domain verified and the other half looked up, 3.02 -> 2.20 RCPTs
