@@ -36,7 +36,8 @@ func AddAcceptBounce(s Spec, n int, seed int64) Spec {
 
 // Truth is the fate of mail to email in the world s, whatever SMTP says at
 // RCPT time: Deliverable for an existing mailbox (a user that is neither
-// full nor disabled) or any address of a catch-all domain, Undeliverable
+// full, disabled nor refusing our sender) or any address of a catch-all
+// domain, Undeliverable
 // for anything else (an unknown mailbox, also one an AcceptThenBounce host
 // accepted; a domain without mail; bad syntax). It is the truth that
 // accuracy is judged against where the Case cannot be: a verifier's
@@ -55,7 +56,7 @@ func (s Spec) Truth(email string) string {
 		if d.DNS != DNSMX && d.DNS != DNSNoMXWithA {
 			return Undeliverable
 		}
-		for _, f := range append(append([]string(nil), d.Full...), d.Disabled...) {
+		for _, f := range append(append(append([]string(nil), d.Full...), d.Disabled...), d.SenderBlocked...) {
 			if strings.EqualFold(f, local) {
 				return Undeliverable
 			}

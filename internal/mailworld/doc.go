@@ -49,8 +49,10 @@
 //     does not list this host as its MX (or implicit MX); "450 4.7.1
 //     Greylisted, try again later" while the domain's Greylist period since
 //     the first attempt for that exact recipient (remembered world-wide,
-//     across hosts) has not passed; "552 5.2.2 Mailbox full" for
-//     Domain.Full; "550 5.2.1 Mailbox disabled" for Domain.Disabled;
+//     across hosts) has not passed; "550 5.7.1 <addr>: Sender blocked by
+//     the recipient's block list" for Domain.SenderBlocked (one
+//     recipient's policy, not a block of the client: undeliverable/
+//     rejected); "552 5.2.2 Mailbox full" for Domain.Full; "550 5.2.1 Mailbox disabled" for Domain.Disabled;
 //     "250 2.1.5 Ok" for Domain.Users or any local part of a CatchAll
 //     domain; otherwise "550 5.1.1 User unknown". Local parts and domains
 //     are compared case-insensitively.

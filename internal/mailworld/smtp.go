@@ -315,6 +315,8 @@ func (s *session) rcpt(path string) action {
 		return actContinue
 	}
 	switch {
+	case d.senderBlocked[local]:
+		s.reply("550 5.7.1 <" + local + "@" + dom + ">: Sender blocked by the recipient's block list")
 	case d.full[local]:
 		s.reply("552 5.2.2 Mailbox full")
 	case d.disabled[local]:

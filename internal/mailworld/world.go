@@ -113,6 +113,12 @@ type Domain struct {
 	Greylist time.Duration
 	Full     []string // local parts answered "552 5.2.2 Mailbox full"
 	Disabled []string // local parts answered "550 5.2.1 Mailbox disabled"
+	// SenderBlocked: local parts whose owner's own policy refuses our
+	// sender: "550 5.7.1 <addr>: Sender blocked by the recipient's block
+	// list". One recipient's refusal, not a block of the client: the truth
+	// is undeliverable/rejected, and the host's other addresses are
+	// answered as usual.
+	SenderBlocked []string
 }
 
 // Case is the answer a verifier is expected to give for one address.
@@ -194,6 +200,7 @@ type domain struct {
 	Domain
 	name                  string // lower case
 	users, full, disabled map[string]bool
+	senderBlocked         map[string]bool
 	aIP                   string // DNSNoMXWithA
 }
 
@@ -308,7 +315,8 @@ func (w *World) build() error {
 		if w.domains[name] != nil {
 			return fmt.Errorf("mailworld: domain %s listed twice", name)
 		}
-		ds := &domain{Domain: d, name: name, users: set(d.Users), full: set(d.Full), disabled: set(d.Disabled)}
+		ds := &domain{Domain: d, name: name, users: set(d.Users), full: set(d.Full), disabled: set(d.Disabled),
+			senderBlocked: set(d.SenderBlocked)}
 		var mx []string
 		switch d.DNS {
 		case DNSMX:

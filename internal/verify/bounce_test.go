@@ -46,3 +46,34 @@ func TestAcceptThenBounce(t *testing.T) {
 		t.Error("the server counted no bounce: the probe at least is one")
 	}
 }
+
+// TestRecipientPolicyIsNotABlock: a recipient whose own policy refuses our
+// sender ("550 5.7.1 <addr>: Sender blocked by the recipient's block
+// list") is undeliverable/rejected, and the host is not backed off: its
+// other addresses, in this call and the next, get their verdicts. Before
+// the RCPT-stage rule, "block list" made it a client block and every
+// address of the host unknown/blocked for 30 minutes.
+func TestRecipientPolicyIsNotABlock(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.policy.test"}},
+		Domains: []mailworld.Domain{{Name: "policy.test", MX: []string{"mx.policy.test"},
+			Users: []string{"alice", "bob", "carol"}, SenderBlocked: []string{"picky"}}},
+	}
+	w := startWorld(t, spec)
+	v, err := verify.New(worldConfig(w), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emails := []string{"picky@policy.test", "alice@policy.test", "bob@policy.test", "nobody@policy.test", "carol@policy.test"}
+	want := []string{verify.ReasonRejected, verify.ReasonAccepted, verify.ReasonAccepted, verify.ReasonMailboxNotFound, verify.ReasonAccepted}
+	for call := 1; call <= 2; call++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		res := v.Verify(ctx, emails)
+		cancel()
+		for i, r := range res {
+			if r.Reason != want[i] {
+				t.Errorf("call %d: %s: %s/%s, want %s", call, r.Email, r.Status, r.Reason, want[i])
+			}
+		}
+	}
+}
