@@ -281,7 +281,8 @@
 // on) counts it in the domain's hash as field "shape:<shape>", only for
 // deliverable/accepted answers that are not catch-all, role, free or
 // disposable; everything else teaches nothing. A domain whose counts favour
-// one shape (at least 2 addresses, at least twice any other shape) and
+// one shape (at least 2 addresses, 3 for joined, which generic mailboxes
+// like office@ also are; at least twice any other shape) and
 // whose pattern is not known has that shape's patterns' priors multiplied
 // by 10,000, so they are tried first (in prior order, over the name's
 // forms; still at most MaxCandidates): at a {f}.{last} company j.smith is the

@@ -100,10 +100,13 @@ func rawShape(local string) (string, bool) {
 }
 
 // Evidence needed before a shape reorders the priors: at least
-// minShapeAddresses addresses of the shape, and at least shapeMargin times
-// the addresses of any other shape.
+// minShapeAddresses addresses of the shape (minJoinedAddresses for joined:
+// a generic mailbox the role list does not know, office@ or hello@, is
+// joined too), and at least shapeMargin times the addresses of any other
+// shape.
 const (
-	minShapeAddresses = 2
+	minShapeAddresses  = 2
+	minJoinedAddresses = 3
 	shapeMargin       = 2
 	// shapeBoost multiplies the prior weight of the favoured shape's
 	// patterns: enough to put every candidate of theirs (the rarest prior,
@@ -134,7 +137,7 @@ func favouredShape(counts map[string]int64) string {
 			second = max(second, c)
 		}
 	}
-	if best < minShapeAddresses || best < shapeMargin*second {
+	if best < minShapeAddresses || best < shapeMargin*second || top == "joined" && best < minJoinedAddresses {
 		return ""
 	}
 	return top

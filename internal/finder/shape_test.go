@@ -21,6 +21,8 @@ func TestFavouredShape(t *testing.T) {
 		{map[string]int64{"shape:i.w": 2, "shape:w.w": 2}, ""},
 		{map[string]int64{"{f}{last}": 9, "shape:w_w": 2}, "w_w"},
 		{map[string]int64{"{f}{last}": 9}, ""},
+		{map[string]int64{"shape:joined": 2}, ""}, // office@, hello@: maybe not people
+		{map[string]int64{"shape:joined": 3, "shape:w.w": 1}, "joined"},
 	} {
 		if got := favouredShape(c.counts); got != c.want {
 			t.Errorf("favouredShape(%v) = %q, want %q", c.counts, got, c.want)
