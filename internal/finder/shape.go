@@ -107,7 +107,7 @@ func rawShape(local string) (string, bool) {
 const (
 	minShapeAddresses  = 2
 	minJoinedAddresses = 3
-	shapeMargin       = 2
+	shapeMargin        = 2
 	// shapeBoost multiplies the prior weight of the favoured shape's
 	// patterns: enough to put every candidate of theirs (the rarest prior,
 	// 0.002, on a form weighing 0.2 scores 4) before every other pattern's
