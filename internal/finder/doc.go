@@ -280,7 +280,10 @@
 // VerificationTeacher (wired by --finder-learn-from-verification, default
 // on) counts it in the domain's hash as field "shape:<shape>", only for
 // deliverable/accepted answers that are not catch-all, role, free or
-// disposable; everything else teaches nothing. A domain whose counts favour
+// disposable; everything else teaches nothing. Each address counts once:
+// RedisPatterns keeps the counted local parts in a HyperLogLog per domain
+// (bulkd:finder:seen:<domain>, 180 days), so a list verified again every
+// week adds no evidence. A domain whose counts favour
 // one shape (at least 2 addresses, 3 for joined, which generic mailboxes
 // like office@ also are; at least twice any other shape) and
 // whose pattern is not known has that shape's patterns' priors multiplied

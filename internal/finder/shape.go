@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bulkd/bulkd/internal/verify"
 )
 
@@ -143,16 +145,17 @@ func favouredShape(counts map[string]int64) string {
 	return top
 }
 
-// ShapeCount is how many verified addresses of a domain had a shape.
-type ShapeCount struct {
-	Domain, Shape string
-	N             int64
+// ShapeAddr is one verified address's shape.
+type ShapeAddr struct {
+	Domain, Shape, Local string
 }
 
 // ShapeLearner is implemented by pattern stores that keep shapes
-// (RedisPatterns and the in-process store).
+// (RedisPatterns and the in-process store). An address is counted once
+// however often it is verified: evidence is distinct mailboxes, not how
+// many times a customer re-checks one list.
 type ShapeLearner interface {
-	LearnShapes(ctx context.Context, counts []ShapeCount) error
+	LearnShapes(ctx context.Context, addrs []ShapeAddr) error
 }
 
 // VerificationTeacher feeds the shapes of a verification job's deliverable
@@ -164,15 +167,15 @@ type ShapeLearner interface {
 // unknown, undeliverable) teaches nothing.
 type VerificationTeacher struct {
 	Store ShapeLearner
-	// Timeout bounds the store write of one batch (default 2 s); a failed
+	// Timeout bounds the store writes of one batch (default 2 s); a failed
 	// write is dropped: learning is best effort.
 	Timeout time.Duration
 }
 
 // Teach implements the verification family's Teacher.
 func (t *VerificationTeacher) Teach(ctx context.Context, res []verify.Result) {
-	counts := ShapesOf(res)
-	if len(counts) == 0 || t.Store == nil {
+	addrs := ShapesOf(res)
+	if len(addrs) == 0 || t.Store == nil {
 		return
 	}
 	d := t.Timeout
@@ -181,14 +184,14 @@ func (t *VerificationTeacher) Teach(ctx context.Context, res []verify.Result) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	_ = t.Store.LearnShapes(ctx, counts)
+	_ = t.Store.LearnShapes(ctx, addrs)
 }
 
-// ShapesOf returns the shape counts a batch of verifier results teaches
-// (see VerificationTeacher), one entry per (domain, shape).
-func ShapesOf(res []verify.Result) []ShapeCount {
-	idx := map[[2]string]int{}
-	var out []ShapeCount
+// ShapesOf returns the addresses of a batch of verifier results that teach
+// a shape (see VerificationTeacher), each address once, in order.
+func ShapesOf(res []verify.Result) []ShapeAddr {
+	seen := map[string]bool{}
+	var out []ShapeAddr
 	for _, r := range res {
 		if r.Status != verify.StatusDeliverable || r.Reason != verify.ReasonAccepted ||
 			r.IsCatchAll || r.IsRole || r.IsFree || r.IsDisposable {
@@ -200,39 +203,93 @@ func ShapesOf(res []verify.Result) []ShapeCount {
 		}
 		local, dom := strings.ToLower(r.Email[:at]), strings.ToLower(r.Email[at+1:])
 		s, ok := shapeOf(local)
-		if !ok || dom == "" {
+		if !ok || dom == "" || seen[local+"@"+dom] {
 			continue
 		}
-		k := [2]string{dom, s}
-		if i, ok := idx[k]; ok {
-			out[i].N++
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, ShapeCount{Domain: dom, Shape: s, N: 1})
+		seen[local+"@"+dom] = true
+		out = append(out, ShapeAddr{Domain: dom, Shape: s, Local: local})
 	}
 	return out
 }
 
-// LearnShapes implements ShapeLearner: one HINCRBY per (domain, shape) and
-// the key's expiry renewed, in one pipelined round trip.
-func (s *RedisPatterns) LearnShapes(ctx context.Context, counts []ShapeCount) error {
-	if len(counts) == 0 {
+// SeenKey is the Redis key of the local parts a domain's shapes were
+// counted from (a HyperLogLog: PFADD tells a new one from one counted
+// before, in a few bytes per address while small, at most 12 KB).
+func (s *RedisPatterns) SeenKey(domain string) string { return "bulkd:finder:seen:" + domain }
+
+// LearnShapes implements ShapeLearner in two pipelined round trips: PFADD
+// of every address to its domain's seen set, then HINCRBY of the shape of
+// each address the set did not have; both keys' expiry renewed.
+func (s *RedisPatterns) LearnShapes(ctx context.Context, addrs []ShapeAddr) error {
+	if len(addrs) == 0 {
 		return nil
 	}
 	pipe := s.rdb.Pipeline() // keys of several domains: no MULTI (cluster slots)
-	for _, c := range counts {
-		pipe.HIncrBy(ctx, s.Key(c.Domain), shapeField+c.Shape, c.N)
-		pipe.Expire(ctx, s.Key(c.Domain), s.ttl)
+	adds := make([]*redis.IntCmd, len(addrs))
+	doms := map[string]bool{}
+	for i, a := range addrs {
+		adds[i] = pipe.PFAdd(ctx, s.SeenKey(a.Domain), a.Local)
+		if !doms[a.Domain] {
+			doms[a.Domain] = true
+			pipe.Expire(ctx, s.SeenKey(a.Domain), s.ttl)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	type key struct{ dom, shape string }
+	inc := map[key]int64{}
+	var order []key
+	for i, a := range addrs {
+		if adds[i].Val() != 1 {
+			continue // counted before (or, rarely, an estimate that did not move)
+		}
+		k := key{a.Domain, a.Shape}
+		if inc[k] == 0 {
+			order = append(order, k)
+		}
+		inc[k]++
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	pipe = s.rdb.Pipeline()
+	for _, k := range order {
+		pipe.HIncrBy(ctx, s.Key(k.dom), shapeField+k.shape, inc[k])
+		pipe.Expire(ctx, s.Key(k.dom), s.ttl)
 	}
 	_, err := pipe.Exec(ctx)
 	return err
 }
 
+// memSeenPerDomain bounds the local parts the in-process store remembers
+// per domain; past it the domain's shapes are no longer counted (its
+// evidence is plentiful by then).
+const memSeenPerDomain = 1000
+
 // LearnShapes implements ShapeLearner.
-func (s *memPatterns) LearnShapes(_ context.Context, counts []ShapeCount) error {
-	for _, c := range counts {
-		s.add(c.Domain, shapeField+c.Shape, c.N)
+func (s *memPatterns) LearnShapes(_ context.Context, addrs []ShapeAddr) error {
+	for _, a := range addrs {
+		s.mu.Lock()
+		if s.seen == nil {
+			s.seen = map[string]map[string]bool{}
+		}
+		seen := s.seen[a.Domain]
+		if seen == nil {
+			if len(s.seen) >= memDomains {
+				clear(s.seen)
+			}
+			seen = map[string]bool{}
+			s.seen[a.Domain] = seen
+		}
+		fresh := !seen[a.Local] && len(seen) < memSeenPerDomain
+		if fresh {
+			seen[a.Local] = true
+		}
+		s.mu.Unlock()
+		if fresh {
+			s.add(a.Domain, shapeField+a.Shape, 1)
+		}
 	}
 	return nil
 }

@@ -60,3 +60,19 @@ func TestShapeOrdersPriors(t *testing.T) {
 		}
 	}
 }
+
+// TestMemShapesCountEachAddressOnce: the in-process store counts an
+// address's shape once, however often it is learned.
+func TestMemShapesCountEachAddressOnce(t *testing.T) {
+	s := newMemPatterns()
+	addrs := []ShapeAddr{{"a.test", "i.w", "j.smith"}, {"a.test", "i.w", "m.jones"}}
+	for range 3 {
+		if err := s.LearnShapes(t.Context(), addrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := s.CountsMany(t.Context(), []string{"a.test"})
+	if got["a.test"]["shape:i.w"] != 2 {
+		t.Errorf("counts %v, want shape:i.w 2", got)
+	}
+}

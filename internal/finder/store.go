@@ -174,8 +174,9 @@ func parseCounts(m map[string]string) map[string]int64 {
 // same counting rule, at most memDomains domains (when full, an arbitrary
 // tenth is forgotten).
 type memPatterns struct {
-	mu sync.Mutex
-	m  map[string]map[string]int64
+	mu   sync.Mutex
+	m    map[string]map[string]int64
+	seen map[string]map[string]bool // local parts whose shape was counted, per domain
 }
 
 const memDomains = 100_000

@@ -51,6 +51,11 @@ func TestLearnFromVerification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same list verified again (a customer's weekly clean-up) adds
+	// no evidence: each mailbox counts once.
+	if _, err := fam.Answer(ctx, emails); err != nil {
+		t.Fatal(err)
+	}
 	for i, a := range ans {
 		t.Logf("%s: %s", emails[i], a.Outcome)
 	}
@@ -140,15 +145,22 @@ func TestShapesOf(t *testing.T) {
 		ok("John.Smith@a.test"), ok("smith.john@a.test"), ok("j.smith@a.test"), ok("john.s@a.test"),
 		ok("john_smith@a.test"), ok("j_smith@a.test"), ok("john-smith@a.test"), ok("j-smith@a.test"), ok("jsmith@a.test"),
 		ok("j.s@a.test"), ok("john.smith2@a.test"), ok("anne-marie.oneil@a.test"), ok("a..b@a.test"), ok(".js@a.test"),
-		role, free, disp, catch, unknown, risky,
+		role, free, disp, catch, unknown, risky, ok("john.smith@a.test"), // the same address again: once
 	})
 	want := map[string]int64{"w.w": 2, "i.w": 1, "w.i": 1, "w_w": 1, "i_w": 1, "w-w": 1, "i-w": 1, "joined": 1}
-	if len(got) != len(want) {
-		t.Errorf("shapes %+v, want %v on a.test only", got, want)
-	}
+	n := map[string]int64{}
 	for _, c := range got {
-		if c.Domain != "a.test" || want[c.Shape] != c.N {
-			t.Errorf("%+v, want %v on a.test", c, want)
+		if c.Domain != "a.test" {
+			t.Errorf("%+v, want a.test only", c)
+		}
+		n[c.Shape]++
+	}
+	if len(n) != len(want) {
+		t.Errorf("shapes %v, want %v", n, want)
+	}
+	for k, v := range want {
+		if n[k] != v {
+			t.Errorf("shapes %v, want %v", n, want)
 		}
 	}
 }
