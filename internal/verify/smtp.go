@@ -327,8 +327,9 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 // Which replies are blocks depends on the stage (blockStage):
 //
 //   - Always: an explicit DNS block list (reDNSBL: "blocked using",
-//     Spamhaus, Barracuda, SpamCop, SORBS, "listed at/on/in/by", RBL,
-//     DNSBL); and any block wording (reBlockList: reputation, banned,
+//     Spamhaus, Barracuda, SpamCop, SORBS, "listed at/on", RBL, DNSBL;
+//     not "listed in", which a directory's "recipient not listed in the
+//     directory" says); and any block wording (reBlockList: reputation, banned,
 //     PTR/reverse DNS, block list, blocked senders, not authorized to send)
 //     or an x.7.x enhanced code when the text names OUR client (namesClient:
 //     the source address we dialled from, our HELO name, or Postfix's and
@@ -344,7 +345,7 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 // answered as greylisting.
 var (
 	reDNSBL = regexp.MustCompile(`(?i)blocked\s+using|spamhaus|barracuda|spamcop|\bsorbs\b|dnsbl|\brbl\b|` +
-		`\blisted\s+(at|on|in|by)\b`)
+		`\blisted\s+(at|on)\b`)
 	reBlockList = regexp.MustCompile(`(?i)(block|black|deny|reject)\s*-?\s*list|` +
 		`(poor|bad|low|sender|sending|ip)\s+reputation|dynamic\s+reputation|\bbanned\b|` +
 		`reverse\s+(dns|hostname|lookup|name)|\bptr\b|\brdns\b|` +

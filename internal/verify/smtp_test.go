@@ -111,6 +111,7 @@ func TestClassifyClientBlocks(t *testing.T) {
 		// policy words, is not a block of us (it would back the whole
 		// host off for 30 minutes).
 		{"recipient", 550, "5.7.1 Sender blocked by recipient (p)", rcRejected, stageRcpt},
+		{"recipient", 550, "Recipient not listed in public directory (p)", rcRejected, stageRcpt},
 		{"recipient", 550, "5.7.1 <a@b.test>: Recipient address rejected: Access denied", rcRejected, stageRcpt},
 		{"recipient", 550, "5.7.1 You are banned from posting to this list (p)", rcRejected, stageRcpt},
 		{"recipient", 550, "5.7.1 Message refused: sender domain has a poor reputation with this recipient (p)", rcRejected, stageRcpt},
