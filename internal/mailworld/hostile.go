@@ -1,0 +1,289 @@
+package mailworld
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// HostileOptions tunes Hostile; zero fields take the defaults.
+type HostileOptions struct {
+	// Ordinary is the number of ordinary domains (about 40 % of them on
+	// three shared provider hosts); default 30.
+	Ordinary int
+	// PerDomain is the number of addresses per domain; default 10.
+	PerDomain int
+	RTT       time.Duration // default 0
+	// Greylist is the greylisting period of the grey- domains; default 1s.
+	Greylist time.Duration
+	// Slow is the extra delay before every reply of the tarpit- hosts, a
+	// tarpit a verifier waits out (it must stay below its command
+	// timeout); default 200ms. Stuck is the stuck- host's, one no verifier
+	// should wait out (longer than its command timeout); default 3s.
+	Slow, Stuck time.Duration
+	Seed        int64
+}
+
+// Hostile is a world with every hostile behaviour the mail world has, for
+// accuracy measurements (issue 20's goals). Each domain's name starts with
+// its behaviour (HostileBehaviour reads it back):
+//
+//	ok-         ordinary domains, own host or one of three shared provider
+//	            hosts (3 sessions, 100 RCPTs each; a 4th session is 421);
+//	            about 20 % unknown mailboxes, 2 % each full, disabled and
+//	            refusing our sender (Domain.SenderBlocked, undeliverable/
+//	            rejected), the rest exist
+//	catch-      catch-all: risky/catch_all
+//	grey-       greylisting for Greylist (the real verdict once retried)
+//	drop-       a host dropping the session without a reply after K = 1, 2,
+//	            3 RCPTs (two domains each; the real verdict)
+//	blocked-    three domains on one host answering every RCPT with a DNSBL
+//	            block of the client (the third domain also catch-all):
+//	            unknown/blocked, knowable (a blocked address is right only
+//	            when it is unknown)
+//	dropshared- three domains on one shared host (3 sessions) that drops
+//	            the session after 2 RCPTs (the real verdict)
+//	dropgrey-   drop after K = 1, 2 and greylisting (the real verdict)
+//	catchgrey-  catch-all and greylisting: risky/catch_all
+//	bounce-     accept then bounce: risky/catch_all (Spec.Truth has the
+//	            mailboxes' real fate)
+//	tarpit-     every reply Slow late (the real verdict)
+//	tight-      1 session at a time (421 beyond) and 5 RCPTs per session
+//	            (452 beyond): the real verdict
+//	nopipe-     no PIPELINING: the real verdict
+//	backup-     the first MX refuses connections, the second answers
+//	implicit-   no MX, an A record: the real verdict
+//	nullmx-, nx-, nomail-   undeliverable null_mx, no_such_domain,
+//	            no_mail_server
+//	stuck-      every reply Stuck late: unknown/timeout, not knowable
+//	dead-       its only MX refuses connections: unknown/connection_failed,
+//	            not knowable
+//	servfail-   SERVFAIL: unknown/dns_error, not knowable
+//
+// Cases are shuffled as a real upload.
+func Hostile(opts HostileOptions) Spec {
+	if opts.Ordinary <= 0 {
+		opts.Ordinary = 30
+	}
+	if opts.PerDomain <= 0 {
+		opts.PerDomain = 10
+	}
+	if opts.RTT < 0 {
+		opts.RTT = 0
+	}
+	if opts.Greylist <= 0 {
+		opts.Greylist = time.Second
+	}
+	if opts.Slow <= 0 {
+		opts.Slow = 200 * time.Millisecond
+	}
+	if opts.Stuck <= 0 {
+		opts.Stuck = 3 * time.Second
+	}
+	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x686f7374696c65)) // "hostile"
+	s := Spec{RTT: opts.RTT}
+	providers := []string{"mx.hostile-provider-a.test", "mx.hostile-provider-b.test", "mx.hostile-provider-c.test"}
+	for _, p := range providers {
+		s.Hosts = append(s.Hosts, Host{Name: p, MaxConns: 3, MaxRcpts: 100})
+	}
+	s.Hosts = append(s.Hosts, Host{Name: "mx.blocked.hostile.test", BlockClient: true})
+	n := 0
+	name := func(kind string) string {
+		n++
+		return fmt.Sprintf("%s-%03d.test", kind, n)
+	}
+	ownHost := func(d *Domain, h Host) {
+		h.Name = "mx." + d.Name
+		s.Hosts = append(s.Hosts, h)
+		d.MX = []string{h.Name}
+	}
+	// mix fills a domain that answers every mailbox truthfully.
+	mix := func(d *Domain) {
+		for _, local := range hostileLocals(rng, opts.PerDomain) {
+			email := local + "@" + d.Name
+			switch r := rng.Float64(); {
+			case r < 0.20:
+				s.Cases = append(s.Cases, bad(email, "mailbox_not_found"))
+			case r < 0.22:
+				d.Full = append(d.Full, local)
+				s.Cases = append(s.Cases, risky(email, "mailbox_full"))
+			case r < 0.24:
+				d.Disabled = append(d.Disabled, local)
+				s.Cases = append(s.Cases, bad(email, "mailbox_disabled"))
+			case r < 0.26:
+				d.SenderBlocked = append(d.SenderBlocked, local)
+				s.Cases = append(s.Cases, bad(email, "rejected"))
+			default:
+				d.Users = append(d.Users, local)
+				s.Cases = append(s.Cases, ok(email))
+			}
+		}
+	}
+	// same gives every address of d the one expected answer c; the
+	// mailboxes (for Spec.Truth) are about 70 % of them.
+	same := func(d *Domain, c Case) {
+		for _, local := range hostileLocals(rng, opts.PerDomain) {
+			if rng.Float64() < 0.7 {
+				d.Users = append(d.Users, local)
+			}
+			c.Email = local + "@" + d.Name
+			s.Cases = append(s.Cases, c)
+		}
+	}
+	add := func(d Domain) { s.Domains = append(s.Domains, d) }
+
+	for range opts.Ordinary {
+		d := Domain{Name: name("ok")}
+		if rng.Float64() < 0.4 {
+			d.MX = []string{providers[rng.IntN(len(providers))]}
+		} else {
+			ownHost(&d, Host{MaxConns: 3, MaxRcpts: 100})
+		}
+		mix(&d)
+		add(d)
+	}
+	for range 3 {
+		d := Domain{Name: name("catch"), CatchAll: true}
+		ownHost(&d, Host{MaxConns: 3})
+		same(&d, risky("", "catch_all"))
+		add(d)
+	}
+	for i := range 3 {
+		d := Domain{Name: name("grey"), Greylist: opts.Greylist}
+		if i == 0 {
+			d.MX = []string{providers[0]} // greylisting behind a shared host
+		} else {
+			ownHost(&d, Host{MaxConns: 3})
+		}
+		mix(&d)
+		add(d)
+	}
+	for i := range 6 {
+		d := Domain{Name: name("drop")}
+		ownHost(&d, Host{DropAfterRcpts: i%3 + 2}) // drops after K = 1, 2, 3
+		mix(&d)
+		add(d)
+	}
+	for i := range 3 {
+		// The third is also catch-all: its probe is blocked all the same.
+		d := Domain{Name: name("blocked"), MX: []string{"mx.blocked.hostile.test"}, CatchAll: i == 2}
+		same(&d, Case{Status: Unknown, Reason: "blocked", Knowable: true})
+		add(d)
+	}
+	// Behaviours together: a shared host that drops after 2 RCPTs for
+	// three domains, drop-after-K hosts that greylist, a catch-all domain
+	// that greylists (its probe too).
+	s.Hosts = append(s.Hosts, Host{Name: "mx.dropshared.hostile.test", DropAfterRcpts: 3, MaxConns: 3})
+	for range 3 {
+		d := Domain{Name: name("dropshared"), MX: []string{"mx.dropshared.hostile.test"}}
+		mix(&d)
+		add(d)
+	}
+	for i := range 2 {
+		d := Domain{Name: name("dropgrey"), Greylist: opts.Greylist}
+		ownHost(&d, Host{DropAfterRcpts: i + 2})
+		mix(&d)
+		add(d)
+	}
+	{
+		d := Domain{Name: name("catchgrey"), CatchAll: true, Greylist: opts.Greylist}
+		ownHost(&d, Host{MaxConns: 3})
+		same(&d, risky("", "catch_all"))
+		add(d)
+	}
+	{
+		d := Domain{Name: name("bounce")}
+		ownHost(&d, Host{AcceptThenBounce: true})
+		same(&d, risky("", "catch_all"))
+		add(d)
+	}
+	for range 2 {
+		d := Domain{Name: name("tarpit")}
+		ownHost(&d, Host{Tarpit: opts.Slow})
+		mix(&d)
+		add(d)
+	}
+	for range 2 {
+		d := Domain{Name: name("tight")}
+		ownHost(&d, Host{MaxConns: 1, MaxRcpts: 5})
+		mix(&d)
+		add(d)
+	}
+	{
+		d := Domain{Name: name("nopipe")}
+		ownHost(&d, Host{NoPipelining: true})
+		mix(&d)
+		add(d)
+	}
+	{
+		d := Domain{Name: name("backup")}
+		s.Hosts = append(s.Hosts, Host{Name: "mx1." + d.Name, Refuse: true}, Host{Name: "mx2." + d.Name})
+		d.MX = []string{"mx1." + d.Name, "mx2." + d.Name}
+		mix(&d)
+		add(d)
+	}
+	{
+		d := Domain{Name: name("implicit"), DNS: DNSNoMXWithA}
+		ownHost(&d, Host{})
+		mix(&d)
+		add(d)
+	}
+	for _, c := range []struct {
+		kind   string
+		dns    DNSKind
+		reason string
+	}{{"nullmx", DNSNullMX, "null_mx"}, {"nx", DNSNXDomain, "no_such_domain"}, {"nomail", DNSNoMail, "no_mail_server"}} {
+		d := Domain{Name: name(c.kind), DNS: c.dns}
+		same(&d, bad("", c.reason))
+		d.Users = nil
+		add(d)
+	}
+	{
+		d := Domain{Name: name("stuck")}
+		ownHost(&d, Host{Tarpit: opts.Stuck})
+		same(&d, unknown("", "timeout"))
+		add(d)
+	}
+	{
+		d := Domain{Name: name("dead")}
+		ownHost(&d, Host{Refuse: true})
+		same(&d, unknown("", "connection_failed"))
+		add(d)
+	}
+	{
+		d := Domain{Name: name("servfail"), DNS: DNSServFail}
+		same(&d, unknown("", "dns_error"))
+		d.Users = nil
+		add(d)
+	}
+	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
+	return s
+}
+
+// HostileBehaviour is the behaviour of an address's domain in a Hostile
+// world ("ok", "drop", "blocked", ...): the domain name's prefix.
+func HostileBehaviour(email string) string {
+	dom := email[strings.LastIndexByte(email, '@')+1:]
+	if i := strings.IndexByte(dom, '-'); i > 0 {
+		return dom[:i]
+	}
+	return dom
+}
+
+// hostileLocals returns n distinct first.last local parts.
+func hostileLocals(rng *rand.Rand, n int) []string {
+	seen := map[string]bool{}
+	out := make([]string, 0, n)
+	for len(out) < n {
+		local := firstNames[rng.IntN(len(firstNames))] + "." + lastNames[rng.IntN(len(lastNames))]
+		if seen[local] {
+			local += fmt.Sprint(rng.IntN(100))
+		}
+		if !seen[local] {
+			seen[local] = true
+			out = append(out, local)
+		}
+	}
+	return out
+}
