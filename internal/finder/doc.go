@@ -20,7 +20,8 @@
 //	not_found  no_match           every candidate was refused (5.1.1, disabled,          no       null
 //	                              rejected)
 //	not_found  ambiguous          the verified address is also another person's          no       null
-//	                              answer in the same call (see Wrong persons)
+//	                              answer in the same call, or 2+ addresses of the
+//	                              domain are written another way (see Wrong persons)
 //	not_found  no_such_domain     NXDOMAIN                                               no       null
 //	not_found  null_mx            MX 0 "." (RFC 7505)                                    no       null
 //	not_found  no_mail_server     no MX and no A/AAAA                                    no       null
@@ -68,8 +69,16 @@
 // write it and b = the most addresses of any other pattern,
 //
 //	a >= b (the domain's usual pattern, or no evidence against it)  the verifier's score (95, -10 role, -5 free)
-//	a < b and b <= 2                                                the score - 10 (85)
-//	a < b and b >= 3                                                the score - 20 (75)
+//	a < b and b = 1                                                 the score - 10 (85)
+//	a < b and b >= 2                                                not answered: not_found/ambiguous
+//
+// The last row is issue 20's wrong person: the pattern's candidate for the
+// person was refused (the learned pattern goes first, recheck), and a
+// mailbox written another way, against two or more addresses of the
+// domain, is more often a colleague's (Ronald McDonald, who left a
+// {last}{f} company, and ronaldm@, Ronald Miller's) than the person's
+// exception; SMTP cannot tell them apart. The counts of the call are kept
+// for this even when the call stops searching with a provisional pattern.
 //
 // A disposable domain's verified address stays 60.
 //

@@ -148,6 +148,10 @@ type domain struct {
 	planned   string           // the pattern people's lists were built for
 	built     bool
 	counts    map[string]int64 // addresses verified per pattern in this call
+	// evidence is counts without forgetting: a provisional pattern the
+	// call stopped searching with (absorb) still speaks against another
+	// pattern's address when confidence judges it.
+	evidence map[string]int64
 
 	scoutsFailed int  // scouts that ended while the pattern was unknown
 	mass         bool // everyone searches (see noteScouts)
@@ -651,8 +655,13 @@ func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
 	if p.held != nil {
 		// The recheck found the pattern's address: the earlier one is
 		// not this person's, and teaches nothing.
-		if pats := patternsOf(p.name, p.local); len(pats) == 1 && d.counts[pats[0]] > 0 {
-			d.counts[pats[0]]--
+		if pats := patternsOf(p.name, p.local); len(pats) == 1 {
+			if d.counts[pats[0]] > 0 {
+				d.counts[pats[0]]--
+			}
+			if d.evidence[pats[0]] > 0 {
+				d.evidence[pats[0]]--
+			}
 		}
 		p.held = nil
 	}
@@ -662,6 +671,10 @@ func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
 		return nil
 	}
 	d.counts[pats[0]]++
+	if d.evidence == nil {
+		d.evidence = map[string]int64{}
+	}
+	d.evidence[pats[0]]++
 	return []learnt{{d.name, pats[0]}}
 }
 
@@ -734,22 +747,18 @@ func sharedFormal(a, b string) bool {
 	return false
 }
 
-// Confidence of a verified address whose pattern is not the domain's most
-// used one (see doc.go's table): the verifier's score less these.
+// A verified address whose pattern is not the domain's most used one (see
+// doc.go's table): another pattern has 1 address (the score less
+// offPatternFew), or at least offPatternAmbiguous (not answered).
 const (
-	// offPatternFew: another pattern has more addresses, at most
-	// offPatternMany-1 of them.
-	offPatternFew = 10
-	// offPatternMany: another pattern has at least offPatternMany
-	// addresses.
-	offPatternMany = 20
-	offPatternAt   = 3
+	offPatternFew       = 10
+	offPatternAmbiguous = 2
 )
 
-// confidence lowers a verified answer's confidence when the domain's
-// learned counts (the store's at the call's start plus this call's
-// verified addresses, this one left out) favour another pattern than the
-// one(s) that write the address.
+// confidence lowers a verified answer's confidence, or withdraws it
+// (not_found/ambiguous), when the domain's learned counts (the store's at
+// the call's start plus this call's verified addresses, this one left
+// out) favour another pattern than the one(s) that write the address.
 func (d *domain) confidence(p *person) {
 	if p.res.Status != StatusFound || p.res.Substatus != SubVerified || p.res.Confidence == nil || p.local == "" ||
 		p.res.IsDisposable != nil && *p.res.IsDisposable {
@@ -759,7 +768,7 @@ func (d *domain) confidence(p *person) {
 	if len(pats) == 0 {
 		return
 	}
-	w := func(pat string) int64 { return d.stored[pat] + d.counts[pat] }
+	w := func(pat string) int64 { return d.stored[pat] + d.evidence[pat] }
 	own := int64(0)
 	for _, pat := range pats {
 		c := w(pat)
@@ -777,11 +786,20 @@ func (d *domain) confidence(p *person) {
 	if own >= top {
 		return
 	}
-	cut := offPatternFew
-	if top >= offPatternAt {
-		cut = offPatternMany
+	if top >= offPatternAmbiguous {
+		// At least two addresses of the domain are written another way,
+		// and that pattern's candidate for this person was refused (the
+		// learned pattern goes first, recheck): the mailbox is more likely
+		// a colleague's (Ronald McDonald, not in the directory of a
+		// {last}{f} company, and ronaldm@, Ronald Miller's) than the
+		// person's exception. Issue 20's goal is no wrong person, and the
+		// finder cannot tell whose it is.
+		a := notFound(SubAmbiguous)
+		a.ProbesUsed = p.res.ProbesUsed
+		p.res = a
+		return
 	}
-	c := max(*p.res.Confidence-cut, 0)
+	c := max(*p.res.Confidence-offPatternFew, 0)
 	p.res.Confidence = &c
 }
 

@@ -287,3 +287,95 @@ func hostileLocals(rng *rand.Rand, n int) []string {
 	}
 	return out
 }
+
+// PeopleBehaviours are the hostile behaviours HardenPeople gives domains of
+// a people world, in turn.
+var PeopleBehaviours = []string{"drop1", "drop2", "drop3", "blocked", "bounce", "tarpit", "senderblocked", "tight", "nopipe"}
+
+// HardenPeople gives every other ordinary domain of a people world (one
+// that receives mail on a host of its own, is neither catch-all nor
+// greylisting) one of PeopleBehaviours in turn, and adjusts the truth of
+// its people:
+//
+//	drop1..3       the host drops the session without a reply after K
+//	               RCPTs: the truth is unchanged
+//	blocked        every RCPT is a DNSBL block of the client: nobody is
+//	               findable (PersonCase.Blocked; the honest answer is
+//	               not_found/unknown)
+//	bounce         accept then bounce: every RCPT is accepted, so the
+//	               domain is catch-all as far as SMTP tells
+//	               (PersonCase.CatchAll; a guess, never a verified address)
+//	tarpit         every reply slow late (slow must stay below the
+//	               finder's command timeout): unchanged
+//	senderblocked  the domain's people's own mailboxes refuse our sender
+//	               (550 5.7.1 Sender blocked): they are not findable, and
+//	               the answer must not be someone else's address
+//	tight          1 session at a time, 5 RCPTs per session: unchanged
+//	nopipe         no PIPELINING: unchanged
+//
+// It returns the new spec and cases and each hardened domain's behaviour
+// (other domains are absent from the map).
+func HardenPeople(s Spec, cases []PersonCase, slow time.Duration) (Spec, []PersonCase, map[string]string) {
+	s.Hosts = append([]Host(nil), s.Hosts...)
+	s.Domains = append([]Domain(nil), s.Domains...)
+	cases = append([]PersonCase(nil), cases...)
+	hostIdx := map[string]int{}
+	for i, h := range s.Hosts {
+		hostIdx[canon(h.Name)] = i
+	}
+	ordinary := map[string]bool{}
+	for _, c := range cases {
+		if c.Reason == "" && !c.CatchAll && !c.Greylisted {
+			ordinary[canon(c.Domain)] = true
+		}
+	}
+	beh := map[string]string{}
+	next := 0
+	for di := range s.Domains {
+		d := &s.Domains[di]
+		name := canon(d.Name)
+		hi, own := hostIdx["mx."+name]
+		if !ordinary[name] || !own || len(d.MX) != 1 || canon(d.MX[0]) != "mx."+name {
+			continue
+		}
+		next++
+		if next%2 == 1 {
+			continue // every other one stays ordinary
+		}
+		b := PeopleBehaviours[(next/2-1)%len(PeopleBehaviours)]
+		beh[name] = b
+		h := &s.Hosts[hi]
+		switch b {
+		case "drop1", "drop2", "drop3":
+			h.DropAfterRcpts = int(b[4]-'0') + 1
+		case "blocked":
+			h.BlockClient = true
+		case "bounce":
+			h.AcceptThenBounce = true
+		case "tarpit":
+			h.Tarpit = slow
+		case "tight":
+			h.MaxConns, h.MaxRcpts = 1, 5
+		case "nopipe":
+			h.NoPipelining = true
+		case "senderblocked":
+			for _, c := range cases {
+				if canon(c.Domain) == name && c.Email != "" {
+					d.SenderBlocked = append(d.SenderBlocked, c.Email[:strings.LastIndexByte(c.Email, '@')])
+				}
+			}
+		}
+	}
+	for i := range cases {
+		c := &cases[i]
+		switch beh[canon(c.Domain)] {
+		case "blocked":
+			c.Findable, c.Blocked = false, true
+		case "bounce":
+			c.Findable, c.CatchAll = false, true
+		case "senderblocked":
+			c.Findable = false
+		}
+	}
+	return s, cases, beh
+}

@@ -51,6 +51,9 @@ type PersonCase struct {
 	// Pattern is the domain's address pattern ("{first}.{last}", ...), ""
 	// for a domain without mail.
 	Pattern string
+	// Blocked: the domain's mail server blocks the client (HardenPeople),
+	// so nothing about the person can be known.
+	Blocked bool
 }
 
 // PeoplePatterns are the address patterns the people world's domains use,
