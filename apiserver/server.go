@@ -172,12 +172,14 @@ func (s *Server) MetricsHandler() http.Handler {
 // Routes is the router, for walking its routes (tests sweep every route).
 func (s *Server) Routes() chi.Routes { return s.router }
 
-// Family is which kind of key a route accepts (SPEC section 5).
-type Family int
+// KeyKind is which kind of key a route accepts (SPEC section 5 calls it
+// the key's family; a family, in this code, is a kind of work:
+// internal/family).
+type KeyKind int
 
 const (
 	// Metered routes take pay-as-you-go keys.
-	Metered Family = iota
+	Metered KeyKind = iota
 	// UnlimitedPlan routes take unlimited keys with an active plan.
 	UnlimitedPlan
 	// AnyKey routes take both (POST /v1/content-spam-check).
@@ -243,7 +245,7 @@ func (s *Server) routes() chi.Router {
 }
 
 // mountBulks mounts the bulk endpoints that take keys of kind k.
-func (s *Server) mountBulks(g chi.Router, k Family) {
+func (s *Server) mountBulks(g chi.Router, k KeyKind) {
 	for _, b := range s.Bulk {
 		if b.Keys == k {
 			s.mountBulk(g, b)
