@@ -4,7 +4,8 @@ package apiserver
 // that it charges, checks quotas, answers errors and renders results
 // exactly as the API does: the same decode, metering and submission path
 // as POST .../bulk (SubmitAs), the same usage numbers (Usage, account.go)
-// and the same CSV (WriteJobCSV).
+// and the same CSV (WriteJobCSV). The dashboard declares what it uses as
+// its own interface (dashboard.API), which *Server satisfies.
 
 import (
 	"bytes"
@@ -77,6 +78,9 @@ func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, m Bulk, bo
 	s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
 	return j, nil
 }
+
+// Mounts are the bulk endpoints, in the order they are mounted.
+func (s *Server) Mounts() []Bulk { return s.Bulk }
 
 // FamilyOf returns the family of a job.
 func (s *Server) FamilyOf(j *jobs.Job) (family.Family, bool) {
