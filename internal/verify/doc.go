@@ -45,6 +45,22 @@
 // domain keeps its probe address for a day, because greylisting keys on the
 // recipient: a new random probe would be greylisted on every retry.
 //
+// Verdicts and probe addresses are shared by every process through Redis
+// (Config.CatchAlls; RedisProbes in production): bulkd:smtp:catchall:<domain>
+// holds "1" (the probe was accepted: catch-all) or "0" (refused with a 5xx)
+// for CatchAllTTL (1h), bulkd:smtp:probe:<domain> the probe local part for a
+// day (set once). A Verify call reads what its domains have, in one
+// pipelined round trip per 512 domains while their DNS resolves, and a
+// domain with a verdict gets no probe; a new verdict is written in the
+// background as soon as the probe's reply is read. A probe answered 4xx
+// (greylisting, a temporary failure) or blocked is no verdict: nothing is
+// written and the next call, in any process, probes again. In front of
+// Redis each process keeps what it read or wrote for at most a minute (and
+// never past the Redis TTL), at most 100,000 domains. Each key is one
+// domain's, so the store works on Redis Cluster as is. If Redis fails (or
+// takes longer than 500 ms) the call probes as it would without the store,
+// and the store is left alone for 10 s (one warning per outage).
+//
 // Temporary marks answers that may change on a later attempt: greylisted,
 // temporary_failure, rate_limited, a 4xx mailbox_full, and addresses left
 // unanswered because ctx ended (reported timeout). A tarpit's timeout and a
