@@ -51,6 +51,9 @@ type Components struct {
 	// Webhooks sweeps jobs for the events they owe and delivers them
 	// (webhooks.go); Run starts it.
 	Webhooks *webhook.Service
+	// Lists are the verifier's address lists; Run keeps them in step with
+	// what `bulkd admin lists sync` stores (verify.WatchLists).
+	Lists *verify.Lists
 }
 
 // Options are what the modes other than standalone wire differently.
@@ -137,7 +140,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
-		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
+		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry), Lists: fams.lists}, nil
 }
 
 // SpamCheck builds the content spam check: the daily allowances (defaults
@@ -179,6 +182,7 @@ type families struct {
 	companies    *company.Store
 	verification *verification.VerificationFamily
 	lookup       *apiserver.SingleLookup
+	lists        *verify.Lists
 }
 
 // buildFamilies builds every family once: the registry the processor
@@ -201,6 +205,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	lists := vs.lists
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, err
@@ -210,7 +215,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	// patterns are shared through Redis by every process.
 	patterns := finder.NewRedisPatterns(rdb)
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver,
+	f := &families{company: co, companies: companies, verification: ver, lists: lists,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
 	f.bulk = []apiserver.Bulk{
@@ -231,7 +236,10 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 // verifiers are the SMTP verifiers of a process: bulk (no waiting) and
 // single (waits out a short greylist within the request; the bulk one when
 // --verify-single-retry is 0).
-type verifiers struct{ bulk, single *verify.Verifier }
+type verifiers struct {
+	bulk, single *verify.Verifier
+	lists        *verify.Lists // both verifiers'
+}
 
 func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, verifiers, error) {
 	delays, err := cfg.RetryDelays()
@@ -257,7 +265,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
 	fam := verification.New(v, delays)
-	vs := verifiers{bulk: v, single: v}
+	vs := verifiers{bulk: v, single: v, lists: lists}
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
@@ -430,6 +438,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	}
 	go janitor(workCtx, c.Engine, log)
 	go c.Webhooks.Run(workCtx) // webhook events: every replica sweeps and delivers
+	go verify.WatchLists(workCtx, rdb, c.Lists, log)
 
 	srv := &http.Server{
 		Handler:           c.API,

@@ -225,20 +225,19 @@
 //
 // Disposable domains (a listed domain and its subdomains), role local parts
 // (the whole local part, ignoring a +tag), free-provider domains (exact).
-// No Go module with maintained lists could be used: the candidates on the
-// module proxy (github.com/AfterShip/email-verifier,
-// github.com/mehrtat/disposable-email-domain,
-// github.com/lindell/go-burner-email-providers,
-// github.com/FGRibreau/mailchecker, github.com/go-email-validator/...) are
-// not available from it. So the defaults are curated text files embedded in
-// the binary (internal/verify/lists/*.txt: about 650 disposable domains, 130
-// role local parts, 210 free-provider domains), and an operator replaces any
-// of them with `bulkd admin lists load --kind disposable|role|free FILE`,
-// which stores the list in Redis (bulkd:lists:<kind>, a string of lines,
-// plus bulkd:lists:meta); LoadListsFromRedis overlays those on the defaults
-// at process start, and `bulkd admin lists show` prints counts and sources.
+// The embedded lists (151,669 disposable domains, 5,368 free providers,
+// 1,020 role local parts) are bulkd's curated lists merged with maintained
+// packages by hack/listmerge; internal/verify/lists/SOURCES.md names each
+// package, version, licence and count, and docs/lists.md the merge rules
+// (a free provider is never disposable). An operator replaces or extends
+// any of them with `bulkd admin lists sync --list KIND [--mode replace|add]
+// FILE`, which stores the list in Redis (bulkd:{lists}:<kind>, one slot with
+// its metadata and version) and announces it on bulkd:lists:changed;
+// LoadListsFromRedis overlays the stored lists on the defaults at start and
+// WatchLists reloads them in every running process on the announcement, or
+// within 30 s if it was missed.
 //
-// Suggestion: for a domain on no list, a top-level typo that is not a real
+// Suggestion: for a domain that is not a free provider, a top-level typo that is not a real
 // TLD is fixed (.con .cmo .ocm ... -> .com, .nte -> .net), and a domain
 // within Damerau-Levenshtein (OSA) distance 1 of a well-known provider of 4
 // or 5 letters (gmail, yahoo) or 2 of a longer one (hotmail, outlook) is

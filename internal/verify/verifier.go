@@ -135,7 +135,7 @@ type Lists = lists.Lists
 func DefaultLists() *Lists { return lists.Default() }
 
 // LoadListsFromRedis returns the embedded lists overlaid with the lists an
-// operator stored with `bulkd admin lists load`.
+// operator stored with `bulkd admin lists sync`.
 func LoadListsFromRedis(ctx context.Context, rdb redis.UniversalClient) (*Lists, error) {
 	return lists.LoadFromRedis(ctx, rdb)
 }
@@ -394,4 +394,11 @@ func providerOf(host string) string {
 		return p
 	}
 	return reg
+}
+
+// WatchLists reloads l whenever an operator stores a list (`bulkd admin
+// lists sync`), until ctx ends: announced through Redis pub/sub, checked
+// every 30 s in case an announcement was missed (lists.Watch).
+func WatchLists(ctx context.Context, rdb redis.UniversalClient, l *Lists, log *slog.Logger) {
+	lists.Watch(ctx, rdb, l, lists.WatchOptions{Log: log})
 }
