@@ -174,6 +174,18 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
+// NewProcessorWatching is NewProcessor whose verifier's address lists
+// follow `bulkd admin lists sync` until ctx ends (a processor pod may run a
+// shard for a long time).
+func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log)
+	if err != nil {
+		return nil, err
+	}
+	go verify.WatchLists(ctx, rdb, fams.lists, log)
+	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
+}
+
 // families are the job families of a process and how the API mounts them.
 type families struct {
 	registry     *family.Registry
