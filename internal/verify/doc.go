@@ -60,6 +60,9 @@
 // domain's, so the store works on Redis Cluster as is. If Redis fails (or
 // takes longer than 500 ms) the call probes as it would without the store,
 // and the store is left alone for 10 s (one warning per outage).
+// bulkd_smtp_catchall_verdicts_total{source} counts the verdicts used by
+// where they came from: "probe" (this process probed) or "shared" (read
+// from Redis: a probe RCPT saved).
 //
 // Temporary marks answers that may change on a later attempt: greylisted,
 // temporary_failure, rate_limited, a 4xx mailbox_full, and addresses left

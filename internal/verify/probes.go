@@ -162,6 +162,7 @@ func (v *Verifier) loadKnowledge(ctx context.Context, ds []*domainState) {
 	for d, k := range known {
 		if k.Verdict != 0 {
 			v.catchAll.put(d, k.Verdict == 1, now.Add(min(k.VerdictTTL, localKnowledgeTTL)))
+			catchAllVerdicts.WithLabelValues("shared").Inc()
 		}
 		if k.Probe != "" {
 			v.probes.put(d, k.Probe, now.Add(min(k.ProbeTTL, localKnowledgeTTL)))
@@ -173,6 +174,7 @@ func (v *Verifier) loadKnowledge(ctx context.Context, ds []*domainState) {
 // background, in the shared store. Only a 2xx or 5xx probe reply is a
 // verdict; a 4xx or a blocked probe never reaches here.
 func (v *Verifier) noteVerdict(domain string, acceptsAll bool) {
+	catchAllVerdicts.WithLabelValues("probe").Inc()
 	ttl := v.cfg.CatchAllTTL
 	st := v.cfg.CatchAlls
 	if st == nil {
