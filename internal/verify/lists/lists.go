@@ -250,15 +250,16 @@ func (l *Lists) Version() int64 {
 	return l.version
 }
 
-// adopt takes o's lists when they are newer than l's; it reports whether
-// it did.
+// adopt takes o's lists when their version differs from l's (a lower
+// version is Redis restored from an older snapshot, or emptied: what Redis
+// holds is what counts); it reports whether it did.
 func (l *Lists) adopt(o *Lists) bool {
 	o.mu.RLock()
 	sets, info, v := o.sets, o.info, o.version
 	o.mu.RUnlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if v <= l.version {
+	if v == l.version {
 		return false
 	}
 	l.sets, l.info, l.version = sets, info, v

@@ -176,6 +176,13 @@ func TestWatchReloadsEveryProcess(t *testing.T) {
 	if a.IsRole("chief") {
 		t.Error("a process without poll took a change that was never announced (test is not testing the poll)")
 	}
+
+	// Redis emptied (or restored from an older snapshot): what it holds
+	// counts, so the process goes back to the embedded lists.
+	if err := rdb.Del(ctx, KeyPrefix+Role, versionKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the poll finds the emptied store", func() bool { return !c.IsRole("chief") && c.IsRole("info") && c.Version() == 0 })
 }
 
 // TestSyncRefusesOversizedLists: more than MaxEntries entries is an error

@@ -79,7 +79,7 @@ func Watch(ctx context.Context, rdb redis.UniversalClient, l *Lists, o WatchOpti
 func reloadIfChanged(ctx context.Context, rdb redis.UniversalClient, l *Lists, o WatchOptions) error {
 	v, err := rdb.Get(ctx, versionKey).Int64()
 	if errors.Is(err, redis.Nil) {
-		return nil // nothing was ever stored
+		v, err = 0, nil // nothing stored (ever, or since Redis was emptied)
 	}
 	if err != nil {
 		return err
