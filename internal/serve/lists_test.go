@@ -62,7 +62,7 @@ func TestListsSyncReachesRunningProcess(t *testing.T) {
 	if _, err := lists.Sync(ctx, rdb, strings.NewReader("burner.example\n"), lists.SyncOptions{Kind: lists.Disposable, Mode: lists.Add, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; !disposable("b"+strings.Repeat("x", i)+"@burner.example"); i++ {
+	for i := 0; !disposable("b" + strings.Repeat("x", i) + "@burner.example"); i++ {
 		if i == 50 {
 			t.Fatal("the running process did not take the synced list")
 		}
