@@ -54,6 +54,9 @@ type Components struct {
 	// Webhooks sweeps jobs for the events they owe and delivers them
 	// (webhooks.go); Run starts it.
 	Webhooks *webhook.Service
+	// Lists are the verifier's address lists; Run keeps them in step with
+	// what `bulkd admin lists sync` stores (verify.WatchLists).
+	Lists *verify.Lists
 }
 
 // Options are what the modes other than standalone wire differently.
@@ -143,7 +146,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
 	return &Components{API: api, Dashboard: dash, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
-		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
+		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry), Lists: fams.lists}, nil
 }
 
 // SpamCheck builds the content spam check: the daily allowances (defaults
@@ -177,6 +180,18 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
+// NewProcessorWatching is NewProcessor whose verifier's address lists
+// follow `bulkd admin lists sync` until ctx ends (a processor pod may run a
+// shard for a long time).
+func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log)
+	if err != nil {
+		return nil, err
+	}
+	go verify.WatchLists(ctx, rdb, fams.lists, log)
+	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
+}
+
 // families are the job families of a process and how the API mounts them.
 type families struct {
 	registry     *family.Registry
@@ -185,6 +200,7 @@ type families struct {
 	companies    *company.Store
 	verification *verification.VerificationFamily
 	lookup       *apiserver.SingleLookup
+	lists        *verify.Lists
 }
 
 // buildFamilies builds every family once: the registry the processor
@@ -207,6 +223,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	lists := vs.lists
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, err
@@ -221,7 +238,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
 	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver,
+	f := &families{company: co, companies: companies, verification: ver, lists: lists,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
 	f.bulk = []apiserver.Bulk{
@@ -242,7 +259,10 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 // verifiers are the SMTP verifiers of a process: bulk (no waiting) and
 // single (waits out a short greylist within the request; the bulk one when
 // --verify-single-retry is 0).
-type verifiers struct{ bulk, single *verify.Verifier }
+type verifiers struct {
+	bulk, single *verify.Verifier
+	lists        *verify.Lists // both verifiers'
+}
 
 func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, verifiers, error) {
 	delays, err := cfg.RetryDelays()
@@ -268,7 +288,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
 	fam := verification.New(v, delays)
-	vs := verifiers{bulk: v, single: v}
+	vs := verifiers{bulk: v, single: v, lists: lists}
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
@@ -441,6 +461,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	}
 	go janitor(workCtx, c.Engine, log)
 	go c.Webhooks.Run(workCtx) // webhook events: every replica sweeps and delivers
+	go verify.WatchLists(workCtx, rdb, c.Lists, log)
 
 	srv := &http.Server{
 		Handler:           c.API,
