@@ -18,7 +18,6 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
-	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -70,6 +69,21 @@ type Options struct {
 	// MetricsReady, if not nil, receives the bound address of the
 	// metrics listener (--metrics-listen) once it is up.
 	MetricsReady chan<- string
+	// Families are families beyond the built-in ones (a test's): each is
+	// registered, answered by the processor, mounted on the API, and shown
+	// by the dashboard and the webhooks exactly like a built-in one.
+	Families []Extra
+}
+
+// Extra is a family beyond the built-in ones and where the API mounts it.
+// Adding a family to bulkd itself is one such entry in buildFamilies.
+type Extra struct {
+	Family family.Family
+	// Bulk are its bulk mounts (Path and Keys; Family is set from the
+	// entry's).
+	Bulk []apiserver.Bulk
+	// Singles are its single-input mounts, if it has any.
+	Singles []apiserver.Single
 }
 
 // Build assembles the standalone components on rdb. Nothing starts running.
@@ -79,7 +93,7 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 
 // BuildWith assembles the components on rdb with another executor.
 func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+	fams, err := buildFamilies(cfg, rdb, log, o.Families)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +142,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
-		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
+		Bulk: fams.bulk, Singles: fams.singles, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Dashboard: dash, Limits: cfg.AccountLimits(),
@@ -160,11 +174,12 @@ func SpamCheck(cfg config.Config, log *slog.Logger) (*apiserver.SpamCheck, error
 }
 
 // NewProcessor builds the shard processor alone, with every family's
-// answerer: all that `bulkd processor` and the controller need. Its
+// answerer (and the extra families'): all that `bulkd processor` and the
+// controller need. Its
 // completion refunds are dated by the wall clock (no clock is injected in
 // those processes).
-func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -175,15 +190,17 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 type families struct {
 	registry     *family.Registry
 	bulk         []apiserver.Bulk
+	singles      []apiserver.Single // the extra families' (the built-in ones are Deps fields)
 	company      *enrich.CompanyFamily
 	companies    *company.Store
-	verification *verification.VerificationFamily
+	verification *verification.Family
 	lookup       *apiserver.SingleLookup
 }
 
 // buildFamilies builds every family once: the registry the processor
-// answers from and the bulk endpoints the API mounts.
-func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*families, error) {
+// answers from and the bulk endpoints the API mounts; extra families come
+// after the built-in ones.
+func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra []Extra) (*families, error) {
 	out, err := outboundConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -215,14 +232,22 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
 	f.bulk = []apiserver.Bulk{
 		{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered},
-		{Path: "/bulk", Family: ver, Keys: apiserver.Metered,
-			Metering: func(*accounts.Principal) (jobs.Metering, *apierr.Error) { return verification.Metering(), nil }},
+		{Path: "/bulk", Family: ver, Keys: apiserver.Metered},
 		{Path: "/bulk-lookup", Family: lk, Keys: apiserver.Metered},
 		// Unlimited keys pay with the daily bulk search quota (the
 		// apiserver's metering of unlimited mounts).
 		{Path: "/unlimited/bulk-lookup", Family: lk, Keys: apiserver.UnlimitedPlan},
 	}
-	f.registry = family.NewRegistry(co, ver, lk)
+	all := []family.Family{co, ver, lk}
+	for _, x := range extra {
+		all = append(all, x.Family)
+		for _, b := range x.Bulk {
+			b.Family = x.Family
+			f.bulk = append(f.bulk, b)
+		}
+		f.singles = append(f.singles, x.Singles...)
+	}
+	f.registry = family.NewRegistry(all...)
 	return f, nil
 }
 
@@ -233,7 +258,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 // --verify-single-retry is 0).
 type verifiers struct{ bulk, single *verify.Verifier }
 
-func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, verifiers, error) {
+func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.Family, verifiers, error) {
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, verifiers{}, err
