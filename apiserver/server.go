@@ -20,10 +20,10 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
-	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
 
@@ -65,8 +65,8 @@ type Deps struct {
 	// /v1/company-enrichment): a Single mount of the family.
 	Company *enrich.CompanyFamily
 	// Verification answers the single check (GET /v1/verify): a Single
-	// mount of the family.
-	Verification *verification.Family
+	// mount of the family (verification.Family).
+	Verification family.Single
 	// Lookup answers the single email lookups (POST /v1/email-lookup and
 	// /v1/unlimited/email-lookup): two Single mounts of a lookup.Single.
 	Lookup *SingleLookup
