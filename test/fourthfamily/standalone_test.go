@@ -116,7 +116,7 @@ func TestPhoneLookupOverTheAPI(t *testing.T) {
 	}
 	st, b = e.do("GET", "/v1/phone-lookup/bulk/"+sub.JobID+"/results", key, "")
 	var page struct {
-		TotalRows int64               `json:"total_rows"`
+		TotalRows int64              `json:"total_rows"`
 		Results   []fourthfamily.Row `json:"results"`
 	}
 	decode(t, b, &page)
