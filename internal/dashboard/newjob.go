@@ -89,12 +89,15 @@ type familyOption struct {
 }
 
 type newJobData struct {
-	Families   []familyOption
-	PlanActive bool
-	Family     string
-	Pay        string
-	Paste      string
-	MaxUpload  string
+	Families []familyOption
+	// QuotaFamilies are the labels of the families the plan's quota pays
+	// for (the API mounts them for unlimited keys), for the hint.
+	QuotaFamilies string
+	PlanActive    bool
+	Family        string
+	Pay           string
+	Paste         string
+	MaxUpload     string
 }
 
 func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
@@ -111,6 +114,12 @@ func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
 		_, ok := d.mountFor(s.Name, "credits")
 		_, q := d.mountFor(s.Name, "quota")
 		data.Families = append(data.Families, familyOption{familySpec: s, Available: ok || q})
+		if q {
+			if data.QuotaFamilies != "" {
+				data.QuotaFamilies += ", "
+			}
+			data.QuotaFamilies += strings.ToLower(s.Label)
+		}
 	}
 	return data, nil
 }

@@ -67,23 +67,6 @@ func Norm(s string) string {
 	return b.String()
 }
 
-// Matches reports whether a column name means field f.
-func (f Field) Matches(column string) bool {
-	n := Norm(column)
-	if n == "" {
-		return false
-	}
-	if n == Norm(f.Name) {
-		return true
-	}
-	for _, a := range f.Aliases {
-		if n == a {
-			return true
-		}
-	}
-	return false
-}
-
 // GuessHeader maps fields to the columns of a header row by name: field ->
 // column index, each field its first matching column, best alias first.
 // Empty when no column name is recognised (the row is likely data).
