@@ -75,8 +75,9 @@ type Options struct {
 	Families []Extra
 }
 
-// Extra is a family beyond the built-in ones and where the API mounts it.
-// Adding a family to bulkd itself is one such entry in buildFamilies.
+// Extra is a family and where the API mounts it: buildFamilies lists the
+// built-in ones this way (adding a family to bulkd is one more entry), and
+// Options.Families takes more (a test's).
 type Extra struct {
 	Family family.Family
 	// Bulk are its bulk mounts (Path and Keys; Family is set from the
@@ -230,16 +231,19 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	f := &families{company: co, companies: companies, verification: ver,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
-	f.bulk = []apiserver.Bulk{
-		{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered},
-		{Path: "/bulk", Family: ver, Keys: apiserver.Metered},
-		{Path: "/bulk-lookup", Family: lk, Keys: apiserver.Metered},
+	// The families, one entry each (a new family is one more), then the
+	// extra ones (a test's). Their single endpoints are the Deps fields
+	// set from f above.
+	entries := append([]Extra{
+		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}}},
+		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}}},
 		// Unlimited keys pay with the daily bulk search quota (the
 		// apiserver's metering of unlimited mounts).
-		{Path: "/unlimited/bulk-lookup", Family: lk, Keys: apiserver.UnlimitedPlan},
-	}
-	all := []family.Family{co, ver, lk}
-	for _, x := range extra {
+		{Family: lk, Bulk: []apiserver.Bulk{{Path: "/bulk-lookup", Keys: apiserver.Metered},
+			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}}},
+	}, extra...)
+	var all []family.Family
+	for _, x := range entries {
 		all = append(all, x.Family)
 		for _, b := range x.Bulk {
 			b.Family = x.Family
