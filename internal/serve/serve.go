@@ -18,7 +18,6 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
-	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -76,6 +75,22 @@ type Options struct {
 	// MetricsReady, if not nil, receives the bound address of the
 	// metrics listener (--metrics-listen) once it is up.
 	MetricsReady chan<- string
+	// Families are families beyond the built-in ones (a test's): each is
+	// registered, answered by the processor, mounted on the API, and shown
+	// by the dashboard and the webhooks exactly like a built-in one.
+	Families []Extra
+}
+
+// Extra is a family and where the API mounts it: buildFamilies lists the
+// built-in ones this way (adding a family to bulkd is one more entry), and
+// Options.Families takes more (a test's).
+type Extra struct {
+	Family family.Family
+	// Bulk are its bulk mounts (Path and Keys; Family is set from the
+	// entry's).
+	Bulk []apiserver.Bulk
+	// Singles are its single-input mounts, if it has any.
+	Singles []apiserver.Single
 }
 
 // Build assembles the standalone components on rdb. Nothing starts running.
@@ -85,7 +100,7 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 
 // BuildWith assembles the components on rdb with another executor.
 func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+	fams, err := buildFamilies(cfg, rdb, log, o.Families)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +149,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
-		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
+		Bulk: fams.bulk, Singles: fams.singles, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits: cfg.AccountLimits(),
@@ -169,11 +184,12 @@ func SpamCheck(cfg config.Config, log *slog.Logger) (*apiserver.SpamCheck, error
 }
 
 // NewProcessor builds the shard processor alone, with every family's
-// answerer: all that `bulkd processor` and the controller need. Its
+// answerer (and the extra families'): all that `bulkd processor` and the
+// controller need. Its
 // completion refunds are dated by the wall clock (no clock is injected in
 // those processes).
-func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +199,8 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 // NewProcessorWatching is NewProcessor whose verifier's address lists
 // follow `bulkd admin lists sync` until ctx ends (a processor pod may run a
 // shard for a long time).
-func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -196,16 +212,18 @@ func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.Univ
 type families struct {
 	registry     *family.Registry
 	bulk         []apiserver.Bulk
+	singles      []apiserver.Single // the extra families' (the built-in ones are Deps fields)
 	company      *enrich.CompanyFamily
 	companies    *company.Store
-	verification *verification.VerificationFamily
+	verification *verification.Family
 	lookup       *apiserver.SingleLookup
 	lists        *verify.Lists
 }
 
 // buildFamilies builds every family once: the registry the processor
-// answers from and the bulk endpoints the API mounts.
-func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*families, error) {
+// answers from and the bulk endpoints the API mounts; extra families come
+// after the built-in ones.
+func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra []Extra) (*families, error) {
 	out, err := outboundConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -241,16 +259,27 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	f := &families{company: co, companies: companies, verification: ver, lists: lists,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
-	f.bulk = []apiserver.Bulk{
-		{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered},
-		{Path: "/bulk", Family: ver, Keys: apiserver.Metered,
-			Metering: func(*accounts.Principal) (jobs.Metering, *apierr.Error) { return verification.Metering(), nil }},
-		{Path: "/bulk-lookup", Family: lk, Keys: apiserver.Metered},
+	// The families, one entry each (a new family is one more), then the
+	// extra ones (a test's). Their single endpoints are the Deps fields
+	// set from f above.
+	entries := append([]Extra{
+		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}}},
+		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}}},
 		// Unlimited keys pay with the daily bulk search quota (the
 		// apiserver's metering of unlimited mounts).
-		{Path: "/unlimited/bulk-lookup", Family: lk, Keys: apiserver.UnlimitedPlan},
+		{Family: lk, Bulk: []apiserver.Bulk{{Path: "/bulk-lookup", Keys: apiserver.Metered},
+			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}}},
+	}, extra...)
+	var all []family.Family
+	for _, x := range entries {
+		all = append(all, x.Family)
+		for _, b := range x.Bulk {
+			b.Family = x.Family
+			f.bulk = append(f.bulk, b)
+		}
+		f.singles = append(f.singles, x.Singles...)
 	}
-	f.registry = family.NewRegistry(co, ver, lk)
+	f.registry = family.NewRegistry(all...)
 	return f, nil
 }
 
@@ -264,7 +293,7 @@ type verifiers struct {
 	lists        *verify.Lists // both verifiers'
 }
 
-func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, verifiers, error) {
+func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.Family, verifiers, error) {
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, verifiers{}, err
