@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,12 +50,16 @@ func TestFinderHostileWorld(t *testing.T) {
 	}
 	spec, cases := mailworld.People(opts)
 	spec, cases, beh := mailworld.HardenPeople(spec, cases, 200*time.Millisecond)
+	if n, _ := strconv.Atoi(os.Getenv("BULKD_ACCURACY_COLLEAGUES")); n > 0 {
+		spec = mailworld.AddColleagues(spec, cases, n)
+	}
 	w := startWorld(t, spec)
 	rdb, _ := testredis.Client(t)
 	fam := lookup.New(finder.New(newVerifier(t, w, rdb), finder.NewRedisPatterns(rdb)),
 		[]time.Duration{1200 * time.Millisecond, 1500 * time.Millisecond, 1500 * time.Millisecond})
 
 	final := make([]finder.Result, len(cases))
+	finalAttempt := make([]int, len(cases))
 	pending := make([]int, len(cases))
 	for i := range cases {
 		pending[i] = i
@@ -84,6 +89,7 @@ func TestFinderHostileWorld(t *testing.T) {
 			if err := json.Unmarshal(a.Data, &final[pending[k]]); err != nil {
 				t.Fatal(err)
 			}
+			finalAttempt[pending[k]] = attempt
 			if !a.RetryAt.IsZero() {
 				again = append(again, pending[k])
 				if a.RetryAt.After(due) {
@@ -128,7 +134,7 @@ func TestFinderHostileWorld(t *testing.T) {
 		var right bool
 		switch {
 		case wrong:
-			t.Errorf("WRONG PERSON %s %s @ %s (%s): %s, truth %q", c.FirstName, c.LastName, c.Domain, b, describe(r), c.Email)
+			t.Errorf("WRONG PERSON %s %s @ %s (%s, attempt %d): %s, truth %q", c.FirstName, c.LastName, c.Domain, b, finalAttempt[i], describe(r), c.Email)
 		case c.Blocked:
 			right = r.Status == finder.StatusNotFound && r.Substatus == finder.SubUnknown
 		case c.Reason != "":

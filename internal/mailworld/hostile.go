@@ -379,3 +379,48 @@ func HardenPeople(s Spec, cases []PersonCase, slow time.Duration) (Spec, []Perso
 	}
 	return s, cases, beh
 }
+
+// AddColleagues gives every ordinary domain of a people world (mail, not
+// catch-all), for up to n people asked about who are not in its directory
+// and have a plain ASCII name, a colleague's mailbox at the person's
+// {first} form (ronald@ for Ronald McDonald, who left: Ronald Miller's), or
+// at the {f}{last} form where the domain writes {first}: the departed
+// person's most likely wrong answer. Nobody's truth changes; a finder that
+// answers such a mailbox verified answers a wrong person.
+func AddColleagues(s Spec, cases []PersonCase, n int) Spec {
+	s.Domains = append([]Domain(nil), s.Domains...)
+	byName := map[string]int{}
+	for i, d := range s.Domains {
+		byName[canon(d.Name)] = i
+	}
+	added := map[string]int{}
+	for _, c := range cases {
+		dom := canon(c.Domain)
+		i, ok := byName[dom]
+		if !ok || c.Email != "" || c.Reason != "" || c.CatchAll || added[dom] >= n {
+			continue
+		}
+		f, l := strings.ToLower(strings.TrimSpace(c.FirstName)), strings.ToLower(strings.TrimSpace(c.LastName))
+		if !asciiLetters(f) || !asciiLetters(l) {
+			continue
+		}
+		pat := "{first}"
+		if c.Pattern == "{first}" {
+			pat = "{f}{last}"
+		}
+		local := RenderPattern(pat, f, l)
+		d := &s.Domains[i]
+		taken := false
+		for _, u := range d.Users {
+			if strings.EqualFold(u, local) {
+				taken = true
+			}
+		}
+		if taken {
+			continue
+		}
+		d.Users = append(append([]string(nil), d.Users...), local)
+		added[dom]++
+	}
+	return s
+}
