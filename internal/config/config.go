@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/outbound"
 )
 
@@ -99,6 +100,11 @@ type Config struct {
 	VerifyRetryDelays   string        // waits before the retries of a greylisted address, e.g. "2m,5m,15m"
 	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
 	SMTPDenyPrivate     bool          // deprecated, no effect: non-public addresses are always refused (OutboundAllowCIDRs opens ranges)
+	// SMTP egress (internal/egress, docs/egress.md): at most one of the
+	// three; none is the host's own route greeting with SMTPHelo.
+	SMTPEgress    string // "name=a,source=IP,helo=NAME,public_ip=IP;name=b,proxy=socks5://...,helo=NAME"
+	SMTPProxy     string // socks5://[user:pass@]host:port (a secret: never logged)
+	SMTPSourceIPs string // "ip[=helo],ip[=helo]"
 
 	// Email lookup.
 	LookupTimeout      time.Duration // one single email lookup, end to end
@@ -276,6 +282,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SpamdMaxConns, "spamd-max-conns", "content spam checks sent to spamd at once per process (match spamd --max-children; more wait, up to 4x this many)")
 	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
+	str(fs, &c.SMTPEgress, "smtp-egress", "SMTP egresses, ';'-separated, each comma-separated key=value: name, helo, source (local address to bind), proxy (socks5://[user:pass@]host:port), public_ip (the address mail servers see, for the HELO check), mail_from; e.g. name=a,source=203.0.113.5,helo=a.example.com;name=b,proxy=socks5://10.0.0.9:1080,helo=b.example.com,public_ip=198.51.100.7 (docs/egress.md)")
+	str(fs, &c.SMTPProxy, "smtp-proxy", "send SMTP checks through this SOCKS5 proxy, socks5://[user:pass@]host:port, greeting with --smtp-helo (one egress; credentials are never logged)")
+	str(fs, &c.SMTPSourceIPs, "smtp-source-ips", "send SMTP checks from these local addresses, comma-separated, each ip or ip=helo-name (default HELO --smtp-helo); one egress per address")
 	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "deprecated, no effect: addresses that are not public are always refused (open ranges with --outbound-allow-cidrs)")
 	c.registerWebhooks(fs)
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
@@ -449,6 +458,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SMTPCommandTimeout < 100*time.Millisecond {
 		return fmt.Errorf("--smtp-command-timeout must be at least 100ms")
+	}
+	if _, err := c.SMTPEgresses(); err != nil {
+		return err
 	}
 	if _, err := c.RetryDelays(); err != nil {
 		return err
@@ -716,4 +728,11 @@ func (k *Kube) Validate() error {
 		return fmt.Errorf("--max-running-shards and --max-running-shards-per-account must be 0..100000")
 	}
 	return nil
+}
+
+// SMTPEgresses parses the SMTP egress flags (--smtp-egress, --smtp-proxy,
+// --smtp-source-ips; none: the single default egress with --smtp-helo).
+func (c *Config) SMTPEgresses() ([]egress.Egress, error) {
+	return egress.Parse(egress.Flags{Helo: c.SMTPHelo, MailFrom: c.SMTPMailFrom, Egress: c.SMTPEgress,
+		Proxy: c.SMTPProxy, SourceIPs: c.SMTPSourceIPs})
 }
