@@ -589,6 +589,7 @@ type Kube struct {
 	RedisSecretName      string
 	RedisSecretKey       string
 	ProcessorConfigMap   string
+	ProcessorSecret      string // Secret of BULKD_* settings for the processor pods (SMTP egress with proxy credentials)
 	FamilyProfiles       string // JSON of per-family processor settings by family name (controllers.ParseFamilyProfiles)
 	BackoffLimitPerShard int
 	MaxFailedShards      int
@@ -668,6 +669,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	str(fs, &k.RedisSecretName, "redis-secret-name", "Secret holding the Redis URL the processor pods use")
 	str(fs, &k.RedisSecretKey, "redis-secret-key", "key of the Redis URL in --redis-secret-name")
 	str(fs, &k.ProcessorConfigMap, "processor-config-map", "ConfigMap of BULKD_* settings for the processor pods (optional)")
+	str(fs, &k.ProcessorSecret, "processor-secret", "Secret of BULKD_* settings for the processor pods, loaded after the ConfigMaps (optional; e.g. BULKD_SMTP_EGRESS with proxy credentials)")
 	str(fs, &k.FamilyProfiles, "family-profiles", `per-family processor settings, JSON by family, every field optional: {"email_verification":{"parallelismCap":4,"resources":{"requests":{"cpu":"100m"}},"configMap":"NAME","env":{"K":"V"},"nodeSelector":{"K":"V"},"tolerations":[...],"hostNetwork":true}}`)
 	num(fs, &k.BackoffLimitPerShard, "backoff-limit-per-shard", "retries of a failed shard before its unanswered rows are answered as the family's error outcome")
 	num(fs, &k.MaxFailedShards, "max-failed-shards", "shards of one job that may fail for good before the rest are stopped and answered as the family's error outcome (0: never stop early)")

@@ -157,7 +157,15 @@ func Parse(f Flags) ([]Egress, error) {
 		return nil, fmt.Errorf("egress: %d egresses, at most %d", len(out), maxEgresses)
 	}
 	seen := map[string]bool{}
+	routes := map[string]string{}
 	for _, e := range out {
+		// Two egresses on one route are one client to the mail servers:
+		// they would double the sessions a server sees from that address.
+		route := e.Source.String() + " via " + e.ProxyAddr()
+		if other, ok := routes[route]; ok {
+			return nil, fmt.Errorf("egress: %s and %s leave the same way (same source and proxy): mail servers would see one client with twice the sessions", other, e.Name)
+		}
+		routes[route] = e.Name
 		if !nameRe.MatchString(e.Name) {
 			return nil, fmt.Errorf("egress: name %q: letters, digits, '.', '_', ':' and '-', at most 64", e.Name)
 		}
