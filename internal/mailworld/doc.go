@@ -71,6 +71,10 @@
 //     client's IP ("554 5.7.1 Service unavailable; Client host [ip] blocked
 //     using zen.spamhaus.org; ...", Postfix's reject_rbl_client wording);
 //     the truth of its addresses is unknown/blocked, knowable (HostStats.Blocks).
+//     Host.BlockClientIPs blocks only clients connecting from those
+//     addresses (a DNSBL lists addresses), so a verifier with several
+//     egresses sees one blocked and the others answered. World.Clients
+//     tells which addresses greeted each host with which HELO name.
 //   - Host.Refuse: the host has an A record but nothing listens on its
 //     address (the address:port is held by a bound, non-listening socket
 //     so no other world can take it), so connections are refused.
