@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -276,5 +277,44 @@ func TestBlockedEgressSetAside(t *testing.T) {
 	}
 	if n := w2.Stats().PerHost["mx.egress.test"].Sessions; n > 4 {
 		t.Errorf("%d sessions to a server that blocks every egress, want at most 2 per egress", n)
+	}
+}
+
+// TestSessionCapPerEgress: the session cap is per (egress, server): with
+// a cap of 1 and two egresses a server sees at most one session from each
+// address, two at once in all, and never a 421.
+func TestSessionCapPerEgress(t *testing.T) {
+	var users []string
+	var emails []string
+	for i := range 40 {
+		users = append(users, fmt.Sprintf("u%d", i))
+		emails = append(emails, fmt.Sprintf("u%d@cap.test", i))
+	}
+	w := startWorld(t, mailworld.Spec{
+		RTT:     15 * time.Millisecond,
+		Hosts:   []mailworld.Host{{Name: "mx.cap.test", MaxConns: 2}},
+		Domains: []mailworld.Domain{{Name: "cap.test", MX: []string{"mx.cap.test"}, Users: users}},
+	})
+	cfg := worldConfig(w)
+	cfg.MaxRcptsPerSession = 5
+	cfg.Egresses = []egress.Egress{
+		{Name: "a", Helo: "a.egress.test", Source: netip.MustParseAddr("127.0.0.2")},
+		{Name: "b", Helo: "b.egress.test", Source: netip.MustParseAddr("127.0.0.3")},
+	}
+	v, err := verify.New(cfg, nil, verify.NewLocalLimiter(verify.LimiterOptions{SessionsPerHost: 1, SessionsPerSecond: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range v.Verify(context.Background(), emails) {
+		if r.Status != verify.StatusDeliverable {
+			t.Errorf("%s: %s/%s", r.Email, r.Status, r.Reason)
+		}
+	}
+	hs := w.Stats().PerHost["mx.cap.test"]
+	if hs.MaxConcurrent != 2 || hs.Rejected421 != 0 {
+		t.Errorf("the server saw %d sessions at once and %d 421s, want 2 (one per egress) and none", hs.MaxConcurrent, hs.Rejected421)
+	}
+	if n := len(w.Clients("mx.cap.test")); n != 2 {
+		t.Errorf("%d clients greeted, want both egresses", n)
 	}
 }
