@@ -250,9 +250,6 @@ func checkHelo(name string) error {
 	return checkHostname(strings.ToLower(name))
 }
 
-// Egresses returns the verifier's egresses (for the HELO check at start).
-func (v *Verifier) Egresses() []egress.Egress { return slices.Clone(v.egs) }
-
 // VerifyOne checks one address; ctx's deadline bounds the answer.
 func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
 	return v.Verify(ctx, []string{email})[0]
