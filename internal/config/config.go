@@ -282,8 +282,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SpamdMaxConns, "spamd-max-conns", "content spam checks sent to spamd at once per process (match spamd --max-children; more wait, up to 4x this many)")
 	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
-	str(fs, &c.SMTPEgress, "smtp-egress", "SMTP egresses, ';'-separated, each comma-separated key=value: name, helo, source (local address to bind), proxy (socks5://[user:pass@]host:port), public_ip (the address mail servers see, for the HELO check), mail_from; e.g. name=a,source=203.0.113.5,helo=a.example.com;name=b,proxy=socks5://10.0.0.9:1080,helo=b.example.com,public_ip=198.51.100.7 (docs/egress.md)")
-	str(fs, &c.SMTPProxy, "smtp-proxy", "send SMTP checks through this SOCKS5 proxy, socks5://[user:pass@]host:port, greeting with --smtp-helo (one egress; credentials are never logged)")
+	secretStr(fs, &c.SMTPEgress, "smtp-egress", "SMTP egresses, ';'-separated, each comma-separated key=value: name, helo, source (local address to bind), proxy (socks5://[user:pass@]host:port), public_ip (the address mail servers see, for the HELO check), mail_from; e.g. name=a,source=203.0.113.5,helo=a.example.com;name=b,proxy=socks5://10.0.0.9:1080,helo=b.example.com,public_ip=198.51.100.7 (docs/egress.md)")
+	secretStr(fs, &c.SMTPProxy, "smtp-proxy", "send SMTP checks through this SOCKS5 proxy, socks5://[user:pass@]host:port, greeting with --smtp-helo (one egress; credentials are never logged)")
 	str(fs, &c.SMTPSourceIPs, "smtp-source-ips", "send SMTP checks from these local addresses, comma-separated, each ip or ip=helo-name (default HELO --smtp-helo); one egress per address")
 	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "deprecated, no effect: addresses that are not public are always refused (open ranges with --outbound-allow-cidrs)")
 	c.registerWebhooks(fs)
@@ -318,6 +318,16 @@ func str(fs *flag.FlagSet, p *string, name, u string) {
 		*p = v
 	}
 	fs.StringVar(p, name, *p, usage(u, name))
+}
+
+// secretStr is str for a setting that may carry a password (a proxy URL):
+// the value from the environment is used but not shown as the default in
+// --help output.
+func secretStr(fs *flag.FlagSet, p *string, name, u string) {
+	fs.StringVar(p, name, "", usage(u, name))
+	if v, ok := env(name); ok {
+		*p = v
+	}
 }
 
 func num(fs *flag.FlagSet, p *int, name, u string) {
