@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Statuses of an egress's HELO check.
@@ -32,6 +33,17 @@ const (
 	// CheckPending: the check has not finished yet.
 	CheckPending = "pending"
 )
+
+// heloCheck is 1 for each egress's current check status, for an alert on
+// anything but ok.
+var heloCheck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "bulkd_smtp_egress_helo_check",
+	Help: "The start-up check of each SMTP egress's HELO name against its A and PTR records: 1 for the egress's status (ok, mismatch, unverified, error), 0 for the others (docs/egress.md).",
+}, []string{"egress", "status"})
+
+// Collectors are the package's Prometheus collectors, for the registry
+// that serves /metrics.
+func Collectors() []prometheus.Collector { return []prometheus.Collector{heloCheck} }
 
 // Check is the outcome of one egress's HELO check, as /readyz shows it.
 type Check struct {
@@ -98,6 +110,15 @@ func (c *Checker) Run(ctx context.Context, egs []Egress, log *slog.Logger) []Che
 	c.mu.Lock()
 	c.results = slices.Clone(out)
 	c.mu.Unlock()
+	for _, r := range out {
+		for _, st := range []string{CheckOK, CheckMismatch, CheckUnverified, CheckError} {
+			v := 0.0
+			if r.Status == st {
+				v = 1
+			}
+			heloCheck.WithLabelValues(r.Egress, st).Set(v)
+		}
+	}
 	if log != nil {
 		for _, r := range out {
 			lvl := slog.LevelWarn

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/outbound"
@@ -307,6 +308,27 @@ func TestHeloCheck(t *testing.T) {
 			t.Errorf("%s: %s (%s), want %s", r.Egress, r.Status, r.Detail, want[r.Egress])
 		}
 		t.Logf("%s: %s: %s", r.Egress, r.Status, r.Detail)
+	}
+
+	// The gauge an operator alerts on.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(egress.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			gauge[l["egress"]+"/"+l["status"]] = m.GetGauge().GetValue()
+		}
+	}
+	if gauge["ok/ok"] != 1 || gauge["ok/mismatch"] != 0 || gauge["wrong-ptr/mismatch"] != 1 || gauge["unknown-ip/unverified"] != 1 {
+		t.Errorf("bulkd_smtp_egress_helo_check: %v", gauge)
 	}
 
 	// A DNS server that does not answer: error, within the timeouts.

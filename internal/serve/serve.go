@@ -138,6 +138,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	dash.API = api
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
+	api.Metrics.Registry.MustRegister(egress.Collectors()...) // bulkd_smtp_egress_helo_check
 	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
 		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
 }
