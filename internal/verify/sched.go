@@ -336,11 +336,11 @@ func (r *run) setAside(h *hostQ, e int, reason string, retry time.Duration, code
 // politeness, back-offs and blocks are per (egress, server), since a
 // server counts and blocks clients by address. The default egress's key is
 // the server alone, as before egresses existed.
-func limitKey(eg *egress.Egress, server string) string {
-	if eg == nil || eg.Name == egress.DefaultName {
+func limitKey(egressName, server string) string {
+	if egressName == "" || egressName == egress.DefaultName {
 		return server
 	}
-	return eg.Name + "|" + server
+	return egressName + "|" + server
 }
 
 // budget is the RCPTs a session to h may send. Caller holds r.mu.
@@ -432,7 +432,7 @@ func (r *run) session(h *hostQ, e int) {
 		return
 	}
 	r.sharedLimit(h)
-	key := limitKey(&r.v.egs[e], h.name)
+	key := limitKey(r.v.egs[e].Name, h.name)
 	release, backoff, err := r.v.acquire(ctx, key)
 	if err != nil {
 		var we *WaitError

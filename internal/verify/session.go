@@ -308,7 +308,7 @@ func (r *run) tarpit(h *hostQ) {
 // end rate_limited.
 func (r *run) rateLimited(h *hostQ, e int, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), limitKey(&r.v.egs[e], h.name), d)
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), limitKey(r.v.egs[e].Name, h.name), d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.setAside(h, e, ReasonRateLimited, d, 0)
@@ -612,7 +612,7 @@ func (r *run) learnRcptLimit(h *hostQ, n int) {
 func (r *run) blocked(h *hostQ, e int, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
 	eg := &r.v.egs[e]
-	key := limitKey(eg, h.name)
+	key := limitKey(eg.Name, h.name)
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
 	_ = r.v.limiter.Backoff(bctx, key, d)
 	if ls, ok := r.v.limiter.(LimitSharer); ok {
