@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,9 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/mailworld"
 	"github.com/bulkd/bulkd/internal/testredis"
+	"github.com/bulkd/bulkd/internal/testsocks"
 )
 
 // startZone serves A records (name -> IPv4) and PTR records (IPv4 -> name)
@@ -138,5 +142,77 @@ func TestReadyzShowsEgressHeloCheck(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "level=WARN msg=\"smtp egress HELO check\" egress=bad") || strings.Contains(l, "hunter2") {
 		t.Errorf("want a warning for egress bad and no password in the log:\n%s", l)
+	}
+}
+
+// TestVerifyThroughSMTPProxy: `bulkd serve --smtp-proxy socks5://user:pass@...`
+// answers GET /v1/verify through the proxy: the proxy is asked to CONNECT
+// to the MX's checked address, the mail server sees the proxy's address
+// and the HELO name of --smtp-helo, and the answer is the mailbox's truth.
+func TestVerifyThroughSMTPProxy(t *testing.T) {
+	_, srv := testredis.Client(t)
+	w, err := mailworld.Start(context.Background(), mailworld.Spec{
+		Hosts:   []mailworld.Host{{Name: "mx.egress.test"}},
+		Domains: []mailworld.Domain{{Name: "egress.test", MX: []string{"mx.egress.test"}, Users: []string{"ann"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	px := testsocks.Start(t, testsocks.Options{User: "bulkd", Password: "hunter2", Source: netip.MustParseAddr("127.0.0.9")})
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.MetricsListen = "0"
+	cfg.RedisURL = srv.URL
+	cfg.Demo = true
+	cfg.DemoKeysFile = filepath.Join(t.TempDir(), "keys.env")
+	cfg.DNSServer = w.DNSAddr()
+	cfg.SMTPPort = w.SMTPPort()
+	cfg.OutboundAllowCIDRs = "127.0.0.0/8" // the world's MX is on loopback
+	cfg.SMTPHelo = "out.egress.test"
+	cfg.SMTPProxy = "socks5://bulkd:hunter2@" + px.Addr
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)), io.Discard, ready) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not serving after 30 s")
+	}
+	key := parseEnvFile(mustRead(t, cfg.DemoKeysFile))["BULKD_PAYG_KEY"]
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/verify?email=ann@egress.test", nil)
+	req.Header.Set("X-API-Key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var got struct{ Status, Reason string }
+	_ = json.Unmarshal(b, &got)
+	if res.StatusCode != 200 || got.Status != "deliverable" {
+		t.Fatalf("GET /v1/verify: %d %s", res.StatusCode, b)
+	}
+	mx := w.HostIP("mx.egress.test")
+	cs := px.Connects()
+	if len(cs) == 0 || cs[0].Name || !strings.HasPrefix(cs[0].Target, mx+":") {
+		t.Errorf("proxy CONNECTs %+v, want the MX's address %s", cs, mx)
+	}
+	if seen := w.Clients("mx.egress.test"); seen[mailworld.Client{IP: "127.0.0.9", Helo: "out.egress.test"}] == 0 || len(seen) != 1 {
+		t.Errorf("the server saw %v, want only the proxy's 127.0.0.9 greeting as out.egress.test", seen)
+	}
+	if strings.Contains(logs.String(), "hunter2") {
+		t.Errorf("the log carries the proxy password")
 	}
 }
