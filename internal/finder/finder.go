@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -143,6 +144,7 @@ type domain struct {
 	pattern   string           // the pattern in use; "" while it is not known
 	fromStore bool             // pattern came from the store and nothing confirmed it yet
 	stored    map[string]int64 // the store's counts when the call started (nil: unknown)
+	shape     string           // the shape the store's counts favour (favouredShape); orders the priors
 	distrust  bool             // the stored pattern failed in this call: not used again
 	planned   string           // the pattern people's lists were built for
 	built     bool
@@ -288,6 +290,7 @@ func (f *Finder) loadPatterns(ctx context.Context, order []*domain) {
 		if m, err := cg.CountsMany(ctx, names); err == nil {
 			for _, d := range order {
 				d.stored = m[d.name]
+				d.shape = favouredShape(d.stored)
 				if p, ok := best(d.stored); ok {
 					d.pattern, d.fromStore = p, true
 				}
@@ -354,7 +357,7 @@ func (d *domain) rebuild() {
 		if d.pattern != "" {
 			cs = learnedCands(p.name, d.pattern)
 		} else {
-			cs = priorCands(p.name)
+			cs = priorCands(p.name, d.shape)
 		}
 		p.cands = p.cands[:0]
 		for _, c := range cs {
@@ -371,7 +374,7 @@ func (d *domain) plan() []send {
 		d.prime = false
 		var out []send
 		for _, p := range d.pickScouts(true) {
-			for _, c := range priorCands(p.name) {
+			for _, c := range priorCands(p.name, d.shape) {
 				if !p.tried[c.local] {
 					out = append(out, send{p: p, c: c, prime: true})
 				}
@@ -826,7 +829,7 @@ func (d *domain) catchAllAnswer(p *person, r *verify.Result) Result {
 	email := c.local + "@" + d.name
 	a.Email = &email
 	if p.first == nil {
-		role := roleLists.IsRole(c.local)
+		role := roleLists().IsRole(c.local)
 		a.IsRole = &role
 	}
 	conf := ConfidenceCatchAllGuess
@@ -859,8 +862,10 @@ func (p *person) answer(a Result) {
 }
 
 // roleLists tells role local parts for catch-all answers of people
-// nothing was sent for (the others take the verifier's flags).
-var roleLists = verify.DefaultLists()
+// nothing was sent for (the others take the verifier's flags). Built on
+// first use: parsing the embedded lists at package init would slow every
+// bulkd command's start.
+var roleLists = sync.OnceValue(verify.DefaultLists)
 
 func notFound(sub string) Result { return Result{Status: StatusNotFound, Substatus: sub} }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/company/redirect"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/dashboard"
 	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/family"
@@ -43,7 +44,9 @@ import (
 // Components are the parts of a configured bulkd, for `serve`, the
 // processor and tests.
 type Components struct {
-	API       *apiserver.Server
+	API *apiserver.Server
+	// Dashboard is the account dashboard the API serves under /dashboard.
+	Dashboard *dashboard.Dashboard
 	Engine    *jobs.Engine
 	Processor *jobs.Processor
 	Local     *jobs.Local // nil when Options.Executor replaces it
@@ -52,6 +55,9 @@ type Components struct {
 	// Webhooks sweeps jobs for the events they owe and delivers them
 	// (webhooks.go); Run starts it.
 	Webhooks *webhook.Service
+	// Lists are the verifier's address lists; Run keeps them in step with
+	// what `bulkd admin lists sync` stores (verify.WatchLists).
+	Lists *verify.Lists
 }
 
 // Options are what the modes other than standalone wire differently.
@@ -125,22 +131,25 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		return nil, err
 	}
 	whPolicy := webhookPolicy(cfg)
-	dash := newDashboard(cfg, rdb, log, o.Now)
+	var dash *dashboard.Dashboard
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
-		Dashboard: dash, Limits: cfg.AccountLimits(),
+		Limits:       cfg.AccountLimits(),
 		ReadyDetails: func() map[string]any { return map[string]any{"smtp_egress": fams.helo.Results()} },
+		Dashboard: func(api *apiserver.Server) http.Handler {
+			dash = newDashboard(cfg, api, log)
+			return dash
+		},
 	})
-	dash.API = api
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
 	api.Metrics.Registry.MustRegister(egress.Collectors()...) // bulkd_smtp_egress_helo_check
-	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
-		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
+	return &Components{API: api, Dashboard: dash, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
+		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry), Lists: fams.lists}, nil
 }
 
 // SpamCheck builds the content spam check: the daily allowances (defaults
@@ -174,6 +183,18 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
+// NewProcessorWatching is NewProcessor whose verifier's address lists
+// follow `bulkd admin lists sync` until ctx ends (a processor pod may run a
+// shard for a long time).
+func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log)
+	if err != nil {
+		return nil, err
+	}
+	go verify.WatchLists(ctx, rdb, fams.lists, log)
+	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
+}
+
 // families are the job families of a process and how the API mounts them.
 type families struct {
 	registry     *family.Registry
@@ -183,6 +204,7 @@ type families struct {
 	verification *verification.VerificationFamily
 	lookup       *apiserver.SingleLookup
 	helo         *egress.Checker // the egresses' HELO check (/readyz)
+	lists        *verify.Lists
 }
 
 // buildFamilies builds every family once: the registry the processor
@@ -205,6 +227,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	lists := vs.lists
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, err
@@ -213,8 +236,13 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	// (one politeness budget per MX host for both families); learned
 	// patterns are shared through Redis by every process.
 	patterns := finder.NewRedisPatterns(rdb)
+	if cfg.FinderLearnFromVerification {
+		// Deliverable addresses of verification jobs teach the finder
+		// their domains' address shapes (finder/shape.go).
+		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
+	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver, helo: vs.helo,
+	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
 	f.bulk = []apiserver.Bulk{
@@ -237,6 +265,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 // --verify-single-retry is 0).
 type verifiers struct {
 	bulk, single *verify.Verifier
+	lists        *verify.Lists // both verifiers'
 	// helo is the start-up check of each egress's HELO name (its A and
 	// PTR records against the egress's public address), shown on /readyz.
 	helo *egress.Checker
@@ -270,7 +299,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
 	fam := verification.New(v, delays)
-	vs := verifiers{bulk: v, single: v, helo: startHeloCheck(cfg, egs, log)}
+	vs := verifiers{bulk: v, single: v, lists: lists, helo: startHeloCheck(cfg, egs, log)}
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
@@ -461,6 +490,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	}
 	go janitor(workCtx, c.Engine, log)
 	go c.Webhooks.Run(workCtx) // webhook events: every replica sweeps and delivers
+	go verify.WatchLists(workCtx, rdb, c.Lists, log)
 
 	srv := &http.Server{
 		Handler:           c.API,

@@ -6,6 +6,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -24,6 +25,8 @@ type sess struct {
 	txs      int  // transactions started
 	tooMany  bool // a "too many recipients" ended the session's usefulness
 	egress   int  // the index of the egress the session goes through
+	client   clientID
+	started  time.Time // when the session was dialled
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -119,13 +122,14 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	client := egressClient(c.nc, eg)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
 		return
 	}
 	switch {
-	case isClientBlock(banner):
+	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
 		r.blocked(h, e, banner, "banner", nil)
@@ -146,7 +150,7 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 		r.sessionFailed(h, err, false)
 		return
 	}
-	if isClientBlock(hello) {
+	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
 		r.blocked(h, e, hello, "helo", nil)
 		return
@@ -163,7 +167,7 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{egress: e}
+	s := &sess{egress: e, client: client, started: start}
 	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
@@ -196,7 +200,7 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 			}
 		}
 		for i := range txs {
-			err, limited := r.transaction(g, h, s, &txs[i])
+			limited, err := r.transaction(g, h, s, &txs[i])
 			if err != nil || limited {
 				r.groupFailed(h, s, txs[i+1:], err, limited)
 				return
@@ -216,6 +220,22 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 		}
 	}
 	c.quit()
+}
+
+// egressClient is how a server may name us through eg (isClientBlock):
+// the HELO name, and the address it sees: the egress's public address when
+// configured, else the session's local address on a direct route; through
+// a proxy without public_ip the address is unknown (the local one is our
+// address towards the proxy, which the server never sees).
+func egressClient(nc net.Conn, eg *egress.Egress) clientID {
+	c := clientOf(nc, eg.Helo)
+	switch {
+	case eg.PublicIP.IsValid():
+		c.ip = eg.PublicIP.String()
+	case eg.Proxy != nil:
+		c.ip = ""
+	}
+	return c
 }
 
 // nextGroup takes the transactions of the next pipelined group: as many
@@ -360,37 +380,37 @@ func probeLocal() string {
 // transaction reads the replies of one transaction of a group and records
 // the answers. A non-nil error means the session broke (its own unanswered
 // addresses are already handled); limited means a 421 closed it.
-func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
+func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err error) {
 	j := t.j
 	if g.cmds[t.start] == "RSET" {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		if rep.code == 421 {
 			r.rateLimited(h, s.egress, j)
-			return nil, true
+			return true, nil
 		}
 		if rep.code != 250 {
 			err := fmt.Errorf("%w: RSET answered %v", errDropped, rep)
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 	}
 	mail, err := g.read()
 	if err != nil {
 		r.txFailed(h, s, j, err)
-		return err, false
+		return false, err
 	}
 	if mail.code != 250 {
-		if isClientBlock(mail) {
+		if isClientBlock(mail, stageMail, s.client) {
 			r.blocked(h, s.egress, mail, "mail", j)
-			return nil, true
+			return true, nil
 		}
 		if mail.code == 421 {
 			r.rateLimited(h, s.egress, j)
-			return nil, true
+			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
 		if mail.code/100 == 4 {
@@ -404,9 +424,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
-			return err, false
+			return false, err
 		}
-		return nil, false
+		return false, nil
 	}
 
 	// The probe.
@@ -418,23 +438,23 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
-		switch cl := classify(rep); {
+		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
 			r.blocked(h, s.egress, rep, "rcpt", j)
-			return nil, true
+			return true, nil
 		case cl == rcRateLimited:
 			r.rateLimited(h, s.egress, j)
-			return nil, true
+			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
 			if err := g.skipTo(t.end); err != nil {
-				return err, false
+				return false, err
 			}
-			return nil, false
+			return false, nil
 		case rep.code/100 == 2:
 			verdict = 1
 		case rep.code/100 == 5:
@@ -444,7 +464,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		}
 		s.answered++
 		if verdict != 0 {
-			r.v.catchAll.put(j.dom.name, verdict == 1, time.Now().Add(r.v.cfg.CatchAllTTL))
+			r.v.noteVerdict(j.dom.name, verdict == 1)
 			r.mu.Lock()
 			j.dom.verdict = verdict
 			r.mu.Unlock()
@@ -456,16 +476,16 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
-			return err, false
+			return false, err
 		}
-		cl := classify(rep)
+		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
 			r.blocked(h, s.egress, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			return true, nil
 		}
 		if cl == rcRateLimited {
 			r.rateLimited(h, s.egress, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			return true, nil
 		}
 		if cl == rcTooMany {
 			again = append(again, it)
@@ -486,7 +506,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	if len(again) > 0 {
 		r.tooMany(h, s, j, again)
 	}
-	return nil, false
+	return false, nil
 }
 
 // tooMany requeues addresses answered "too many recipients" for a new
@@ -530,9 +550,12 @@ const maxTooMany = 5
 //
 // A server that closes the connection without a reply after the session's
 // K-th RCPT (some count RCPTs per connection and hang up rather than answer
-// 452) has told us its limit as surely as a 452 would: K is learned as the
-// host's RCPT limit (as tooMany does), so later sessions send at most K, and
-// the dropped addresses are not counted against: they go to a new session.
+// 452) may be telling its limit, or may have dropped once for a reason of
+// its own (a restart, a network blip, an RSET it did not like): this call's
+// later sessions to the host send at most K (dropLimit), and the dropped
+// addresses are not counted against: they go to a new session. K is
+// learned for later calls and shared with other processes only when a
+// session started after that drop drops after the same K (dropLimit).
 // A drop before any RCPT of the session was answered says nothing about a
 // limit: such drops count, and an address dropped so twice ends
 // smtp_error. maxDrops bounds the sessions one address may lose in a call
@@ -554,7 +577,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.learnRcptLimit(h, answered)
+		r.dropLimit(h, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -579,8 +602,34 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 // maxDrops bounds the lost sessions one address may see in a call.
 const maxDrops = 5
 
-// learnRcptLimit lowers h's RCPT limit to n (a 452 or a drop after n
-// answered RCPTs), for this call, this process's later calls and, through
+// dropLimit handles a session (started at started) that dropped after n
+// answered RCPTs: this call's later sessions to h send at most n; the
+// limit is learned (this process's later calls, and every process through
+// the limiter) only when a session to h that started after an earlier
+// drop (within limitTTL) dropped after the same n. One drop is not
+// evidence enough to make every later session to a host smaller for an
+// hour: a server restarting or one network blip would do that, and a
+// restart drops every open session at once, often after the same number
+// of pipelined RCPTs, hence the later start. Caller holds r.mu.
+func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
+	now := time.Now()
+	if d, ok := r.v.drops.get(h.name, now); ok && d.k == n && started.After(d.at) {
+		if h.rcptLimit == n {
+			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
+		}
+		r.learnRcptLimit(h, n)
+		return
+	}
+	if d, ok := r.v.drops.get(h.name, now); !ok || d.k != n {
+		r.v.drops.put(h.name, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	}
+	if h.rcptLimit == 0 || n < h.rcptLimit {
+		h.rcptLimit = n // this call only
+	}
+}
+
+// learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
+// after n answered RCPTs), for this call, this process's later calls and, through
 // the limiter when it shares limits (RedisLimiter), every process.
 // Caller holds r.mu.
 func (r *run) learnRcptLimit(h *hostQ, n int) {
@@ -752,24 +801,34 @@ func (r *run) greyRetry(j *job) {
 // and a new random probe would be greylisted on every attempt.
 func (r *run) probeFor(d *domainState) string {
 	r.mu.Lock()
+	p := d.probe
+	r.mu.Unlock()
+	if p != "" {
+		return p
+	}
+	p, cached := r.v.probes.get(d.name, time.Now())
+	if !cached {
+		p = probeLocal()
+		if st := r.v.cfg.Probes; st != nil {
+			// Shared with every process; without the store (Redis down)
+			// the process's own probe still serves its own retries. Not
+			// under r.mu: the round trip must not stall the call's other
+			// sessions.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+			if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
+				p = shared
+			}
+			cancel()
+		}
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	if d.probe == "" {
-		p, ok := r.v.probes.get(d.name, time.Now())
-		if !ok {
-			p = probeLocal()
-			if st := r.v.cfg.Probes; st != nil {
-				// Shared with every process; without the store (Redis
-				// down) the process's own probe still serves its own
-				// retries.
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-				if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
-					p = shared
-				}
-				cancel()
-			}
-			r.v.probes.put(d.name, p, time.Now().Add(probeTTL))
-		}
+		// The first of the call's sessions to get here decides.
 		d.probe = p
+		if !cached {
+			r.v.probes.put(d.name, p, time.Now().Add(r.v.localProbeTTL()))
+		}
 	}
 	return d.probe
 }
