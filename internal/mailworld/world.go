@@ -56,6 +56,11 @@ type Host struct {
 	// unavailable; Client host [ip] blocked using zen.spamhaus.org; ...".
 	// The truth of its addresses is unknown/blocked whatever the mailbox.
 	BlockClient bool
+	// BlockClientIPs blocks, as BlockClient does, only the clients
+	// connecting from these addresses (a DNSBL lists addresses, not
+	// senders): a verifier with several egresses sees one blocked and the
+	// others answered. BlockClient without it blocks every client.
+	BlockClientIPs []string
 	// AcceptThenBounce: every RCPT for a domain the host serves is
 	// answered "250 2.1.5 Ok", mailbox or not (after greylisting); mail to
 	// a mailbox that does not exist would bounce later (HostStats.Bounces
@@ -193,6 +198,7 @@ type host struct {
 	sessions, rejected421, rcpts, replies452, greylisted atomic.Int64
 	maxConcurrent                                        atomic.Int64
 	drops, blocks                                        atomic.Int64
+	clients                                              clientLog // who greeted (clients.go)
 	bounces                                              atomic.Int64
 }
 

@@ -217,6 +217,21 @@
 // defaults allow 50 concurrent connections per client; hosted providers far
 // more), and 3 is the benchmark world's cap.
 //
+// # Egresses (Config.Egresses, package egress, docs/egress.md)
+//
+// A session goes through one egress: the host's route, a source address or
+// a SOCKS5 proxy, each greeting with its own HELO name. The limiter's key
+// is limitKey(egress, host), so the cap, the rate and back-offs hold per
+// egress and server (a server counts clients by address; the default
+// egress keeps the bare host key). A new session takes the usable egress
+// with the fewest of the call's sessions to that host. A block (or a 421
+// back-off) through one egress sets that egress aside for the host
+// (setAside) and the others carry its queue; only when every egress is set
+// aside is the host down, with the most informative reason (blocked before
+// rate_limited) and the soonest back-off as RetryAfter. A failing proxy
+// sets its egress aside for the host in the call. A proxy is asked to
+// CONNECT to the checked address literal only.
+//
 // # The outbound policy (Config.Policy, internal/outbound)
 //
 // Sessions reach public addresses only, plus the ranges the operator

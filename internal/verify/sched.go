@@ -3,10 +3,13 @@ package verify
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"net/netip"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/egress"
 )
 
 // item is one distinct normalized address of a call.
@@ -94,6 +97,19 @@ type hostQ struct {
 	ips         []netip.Addr
 	resolved    bool
 	sharedRead  bool // the limit shared by other processes was read
+	// eg is the host's state per egress (Verifier.egs, same order).
+	eg []egState
+}
+
+// egState is one egress's use of a host in a call.
+type egState struct {
+	sessions int
+	// aside is why the egress is not used for this host any more in this
+	// call ("" usable): a block, a back-off, a broken proxy. When every
+	// egress is set aside the host is down (setAside).
+	aside string
+	retry time.Duration
+	code  int
 }
 
 // run is the state of one Verify call.
@@ -175,7 +191,7 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 func (r *run) host(name string) *hostQ {
 	h := r.hosts[name]
 	if h == nil {
-		h = &hostQ{name: name}
+		h = &hostQ{name: name, eg: make([]egState, len(r.v.egs))}
 		h.rcptLimit, _ = r.v.rcptLimits.get(name, time.Now())
 		h.sessionLimit, _ = r.v.sessionLimits.get(name, time.Now())
 		r.hosts[name] = h
@@ -241,16 +257,90 @@ func (r *run) spawn(h *hostQ) {
 		return
 	}
 	per := r.budget(h)
+	// The cap is per egress: a server counts sessions by client address.
 	most := r.v.perHost
 	if h.sessionLimit > 0 {
 		most = min(most, h.sessionLimit)
 	}
-	want := min(most, max((h.pending+per-1)/per, 1))
+	want := max((h.pending+per-1)/per, 1)
 	for h.sessions < want {
+		e := r.pickEgress(h, most)
+		if e < 0 {
+			return
+		}
 		h.sessions++
+		h.eg[e].sessions++
 		r.wg.Add(1)
-		go r.session(h)
+		go r.session(h, e)
 	}
+}
+
+// pickEgress returns the usable egress with the fewest of this call's
+// sessions to h, below most each, or -1. Ties go to the first egress from
+// the one h's name hashes to, so that a call's hosts spread over the
+// egresses rather than all starting on the first. Caller holds r.mu.
+func (r *run) pickEgress(h *hostQ, most int) int {
+	n := len(h.eg)
+	start := 0
+	if n > 1 {
+		f := fnv.New32a()
+		f.Write([]byte(h.name))
+		start = int(f.Sum32() % uint32(n))
+	}
+	best := -1
+	for k := range n {
+		i := (start + k) % n
+		s := &h.eg[i]
+		if s.aside != "" || s.sessions >= most {
+			continue
+		}
+		if best < 0 || s.sessions < h.eg[best].sessions {
+			best = i
+		}
+	}
+	return best
+}
+
+// setAside stops using egress e for h in this call, for reason (a block,
+// a back-off of that egress, a proxy that failed). Sessions through the
+// other egresses carry h's queue; when none is left h is down, with the
+// most informative of the egresses' reasons and the soonest of their
+// back-offs as RetryAfter. Caller holds r.mu.
+func (r *run) setAside(h *hostQ, e int, reason string, retry time.Duration, code int) {
+	s := &h.eg[e]
+	if s.aside == "" || failRank[reason] > failRank[s.aside] {
+		s.aside, s.retry, s.code = reason, retry, code
+	}
+	best := -1
+	var soonest time.Duration
+	for i := range h.eg {
+		g := &h.eg[i]
+		if g.aside == "" {
+			r.spawn(h)
+			return
+		}
+		if best < 0 || failRank[g.aside] > failRank[h.eg[best].aside] {
+			best = i
+		}
+		if g.retry > 0 && (soonest == 0 || g.retry < soonest) {
+			soonest = g.retry
+		}
+	}
+	if h.down == "" {
+		h.downCode = h.eg[best].code
+	}
+	r.markDown(h, h.eg[best].aside, soonest)
+}
+
+// limitKey is the limiter's key of sessions through egress eg to server:
+// politeness, back-offs and blocks are per (egress, server), since a
+// server counts and blocks clients by address. The default egress's key is
+// the server alone, as before egresses existed.
+func limitKey(egressName, server string) string {
+	if egressName == "" || egressName == egress.DefaultName {
+		return server
+	}
+	return egressName + "|" + server
 }
 
 // budget is the RCPTs a session to h may send. Caller holds r.mu.
@@ -318,13 +408,15 @@ func (r *run) needProbe(d *domainState) bool {
 	return true
 }
 
-// session runs one SMTP session to h, taking transactions from its queue
-// until the queue is empty or the session's RCPT budget is spent.
-func (r *run) session(h *hostQ) {
+// session runs one SMTP session to h through egress e, taking
+// transactions from its queue until the queue is empty or the session's
+// RCPT budget is spent.
+func (r *run) session(h *hostQ, e int) {
 	defer r.wg.Done()
 	defer func() {
 		r.mu.Lock()
 		h.sessions--
+		h.eg[e].sessions--
 		r.spawn(h)
 		r.mu.Unlock()
 	}()
@@ -340,23 +432,24 @@ func (r *run) session(h *hostQ) {
 		return
 	}
 	r.sharedLimit(h)
-	release, backoff, err := r.v.acquire(ctx, h.name)
+	key := limitKey(r.v.egs[e].Name, h.name)
+	release, backoff, err := r.v.acquire(ctx, key)
 	if err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {
 			r.mu.Lock()
-			r.markDown(h, ReasonRateLimited, we.RetryAfter)
+			r.setAside(h, e, ReasonRateLimited, we.RetryAfter, 0)
 			r.mu.Unlock()
 		}
 		return // ctx ended: what is left stays unanswered
 	}
 	if release == nil {
 		reason := ReasonRateLimited
-		if r.v.isBlocked(ctx, h.name) {
+		if r.v.isBlocked(ctx, key) {
 			reason = ReasonBlocked
 		}
 		r.mu.Lock()
-		r.markDown(h, reason, backoff)
+		r.setAside(h, e, reason, backoff, 0)
 		r.mu.Unlock()
 		return
 	}
@@ -370,7 +463,7 @@ func (r *run) session(h *hostQ) {
 	if r.idle(h) {
 		return
 	}
-	r.converse(h, ips)
+	r.converse(h, e, ips)
 }
 
 // sharedLimit reads, once per host and call, the RCPT limit another

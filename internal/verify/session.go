@@ -6,9 +6,12 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/egress"
 )
 
 // maxIPsPerHost is how many addresses of one MX host are dialled before
@@ -21,6 +24,7 @@ type sess struct {
 	answered int  // RCPTs answered other than "too many recipients"
 	txs      int  // transactions started
 	tooMany  bool // a "too many recipients" ended the session's usefulness
+	egress   int  // the index of the egress the session goes through
 	client   clientID
 	started  time.Time // when the session was dialled
 }
@@ -68,25 +72,48 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse connects to h and runs transactions until its queue is empty or
-// the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, ips []netip.Addr) {
+// converse connects to h through egress e and runs transactions until its
+// queue is empty or the session's RCPT budget is spent.
+func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 	ctx := r.ctx
 	cfg := &r.v.cfg
+	eg := &r.v.egs[e]
 	start := time.Now()
 	var c *smtpConn
-	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
-		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
+	var proxyErr error
+	tried := 0
+	for _, ip := range ips {
+		if tried >= maxIPsPerHost {
+			break
+		}
+		nc, err := eg.Dial(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
 		if err == nil {
 			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
+			break
+		}
+		if errors.Is(err, egress.ErrFamily) {
+			continue // another address of the host may be of the source's family
+		}
+		tried++
+		if egress.IsProxyFailure(err) {
+			proxyErr = err
 			break
 		}
 	}
 	if c == nil {
 		if ctx.Err() == nil {
 			r.mu.Lock()
-			r.markDown(h, ReasonConnectionFailed, 0)
+			if proxyErr != nil || tried == 0 {
+				// The egress failed (its proxy), or cannot reach any of
+				// the host's addresses (their family): another egress may.
+				r.setAside(h, e, ReasonConnectionFailed, 0, 0)
+			} else {
+				r.markDown(h, ReasonConnectionFailed, 0)
+			}
 			r.mu.Unlock()
+			if proxyErr != nil {
+				r.v.warnProxy(eg, proxyErr)
+			}
 		}
 		return
 	}
@@ -95,7 +122,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	client := clientOf(c.nc, cfg.HeloName)
+	client := egressClient(c.nc, eg)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
@@ -105,10 +132,10 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
-		r.blocked(h, banner, "banner", nil)
+		r.blocked(h, e, banner, "banner", nil)
 		return
 	case banner.code == 421:
-		r.banner421(h)
+		r.banner421(h, e)
 		return
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -118,18 +145,18 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		r.mu.Unlock()
 		return
 	}
-	hello, err := c.hello(cfg.HeloName)
+	hello, err := c.hello(eg.Helo)
 	if err != nil {
 		r.sessionFailed(h, err, false)
 		return
 	}
 	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
-		r.blocked(h, hello, "helo", nil)
+		r.blocked(h, e, hello, "helo", nil)
 		return
 	}
 	if hello.code == 421 {
-		r.rateLimited(h, nil)
+		r.rateLimited(h, e, nil)
 		return
 	}
 	if hello.code != 250 {
@@ -140,7 +167,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{client: client, started: start}
+	s := &sess{egress: e, client: client, started: start}
 	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
@@ -154,7 +181,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 				g.cmds = append(g.cmds, "RSET")
 			}
 			s.txs++
-			g.cmds = append(g.cmds, "MAIL FROM:<"+cfg.MailFrom+">")
+			g.cmds = append(g.cmds, "MAIL FROM:<"+eg.MailFrom+">")
 			if t.probe {
 				g.cmds = append(g.cmds, "RCPT TO:<"+r.probeFor(t.j.dom)+"@"+t.j.dom.name+">")
 			}
@@ -193,6 +220,22 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		}
 	}
 	c.quit()
+}
+
+// egressClient is how a server may name us through eg (isClientBlock):
+// the HELO name, and the address it sees: the egress's public address when
+// configured, else the session's local address on a direct route; through
+// a proxy without public_ip the address is unknown (the local one is our
+// address towards the proxy, which the server never sees).
+func egressClient(nc net.Conn, eg *egress.Egress) clientID {
+	c := clientOf(nc, eg.Helo)
+	switch {
+	case eg.PublicIP.IsValid():
+		c.ip = eg.PublicIP.String()
+	case eg.Proxy != nil:
+		c.ip = ""
+	}
+	return c
 }
 
 // nextGroup takes the transactions of the next pipelined group: as many
@@ -279,35 +322,37 @@ func (r *run) tarpit(h *hostQ) {
 	h.queue, h.pending = nil, 0
 }
 
-// rateLimited handles a 421: the host is backed off (for every process
-// sharing the limiter) and unanswered addresses move to the next MX or end
-// rate_limited.
-func (r *run) rateLimited(h *hostQ, unanswered *job) {
+// rateLimited handles a 421 through egress e: the host is backed off for
+// that egress (for every process sharing the limiter), and unanswered
+// addresses go to another egress, or when none is left to the next MX or
+// end rate_limited.
+func (r *run) rateLimited(h *hostQ, e int, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), limitKey(r.v.egs[e].Name, h.name), d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.markDown(h, ReasonRateLimited, d)
+	r.setAside(h, e, ReasonRateLimited, d, 0)
 	if unanswered != nil {
 		r.route(unanswered)
 	}
 }
 
 // banner421 handles a new session refused with 421. While this call has
-// other sessions open to the host, the 421 says how many it allows us: the
+// other sessions open to the host through the same egress (the server
+// counts by client address), the 421 says how many it allows us: the
 // host's session cap is lowered to that (for an hour) and its queue is left
 // to the open sessions, with no back-off. Otherwise the host is rate
 // limiting us: back off.
-func (r *run) banner421(h *hostQ) {
+func (r *run) banner421(h *hostQ, e int) {
 	r.mu.Lock()
-	if others := h.sessions - 1; others > 0 {
+	if others := h.eg[e].sessions - 1; others > 0 {
 		h.sessionLimit = others
 		r.v.sessionLimits.put(h.name, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Unlock()
-	r.rateLimited(h, nil)
+	r.rateLimited(h, e, nil)
 }
 
 // groupFailed hands the transactions of a group that were never processed
@@ -344,7 +389,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			return false, err
 		}
 		if rep.code == 421 {
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.egress, j)
 			return true, nil
 		}
 		if rep.code != 250 {
@@ -360,11 +405,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail, stageMail, s.client) {
-			r.blocked(h, mail, "mail", j)
+			r.blocked(h, s.egress, mail, "mail", j)
 			return true, nil
 		}
 		if mail.code == 421 {
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.egress, j)
 			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
@@ -399,10 +444,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
-			r.blocked(h, rep, "rcpt", j)
+			r.blocked(h, s.egress, rep, "rcpt", j)
 			return true, nil
 		case cl == rcRateLimited:
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.egress, j)
 			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
@@ -435,11 +480,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
-			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.blocked(h, s.egress, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcRateLimited {
-			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.rateLimited(h, s.egress, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcTooMany {
@@ -604,38 +649,56 @@ func (r *run) learnRcptLimit(h *hostQ, n int) {
 	}
 }
 
-// blocked handles a reply that blames the client (isClientBlock): the
-// addresses are unknown/blocked, never undeliverable, since the server
-// refuses us, whatever the mailbox. The host is backed off for BlockBackoff
-// for every process sharing the limiter (asking again only deepens the
-// block), marked down for this call (its queue moves to the next MX, or
-// ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
-// log line. rest are the addresses of the transaction not yet answered.
-func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
+// blocked handles a reply that blames the client (isClientBlock) through
+// egress e: the addresses are unknown/blocked, never undeliverable, since
+// the server refuses us, whatever the mailbox. The host is backed off for
+// that egress for BlockBackoff, for every process sharing the limiter
+// (asking again only deepens the block), and the egress is set aside for
+// the host: the other egresses carry its queue; when every egress is set
+// aside the host is down for this call (its queue moves to the next MX, or
+// ends blocked). The operator is told: bulkd_smtp_blocks_total and a log
+// line. rest are the addresses of the transaction not yet answered.
+func (r *run) blocked(h *hostQ, e int, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
+	eg := &r.v.egs[e]
+	key := limitKey(eg.Name, h.name)
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-	_ = r.v.limiter.Backoff(bctx, h.name, d)
+	_ = r.v.limiter.Backoff(bctx, key, d)
 	if ls, ok := r.v.limiter.(LimitSharer); ok {
-		_ = ls.ShareBlock(bctx, h.name, d)
+		_ = ls.ShareBlock(bctx, key, d)
 	}
 	cancel()
-	r.v.blocks.put(h.name, true, time.Now().Add(d))
-	smtpBlocks.WithLabelValues(stage).Inc()
+	r.v.blocks.put(key, true, time.Now().Add(d))
+	smtpBlocks.WithLabelValues(stage, eg.Name).Inc()
 	text := rep.text
 	if len(text) > 200 {
 		text = text[:200]
 	}
-	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "stage", stage,
-		"code", rep.code, "reply", text, "backoff", d)
+	r.v.log.Warn("smtp: the mail server blocks this egress; setting it aside for this server", "host", h.name,
+		"egress", eg.Name, "helo", eg.Helo, "stage", stage, "code", rep.code, "reply", text, "backoff", d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h.down != ReasonBlocked {
-		h.downCode = rep.code
-	}
-	r.markDown(h, ReasonBlocked, d)
+	r.setAside(h, e, ReasonBlocked, d, rep.code)
 	if rest != nil {
 		r.route(rest)
 	}
+}
+
+// warnProxy tells the operator that an egress's proxy failed, at most once
+// a minute per egress. The error names the proxy by host:port only.
+func (v *Verifier) warnProxy(eg *egress.Egress, err error) {
+	v.proxyMu.Lock()
+	last := v.proxyWarned[eg.Name]
+	now := time.Now()
+	if now.Sub(last) < time.Minute {
+		v.proxyMu.Unlock()
+		return
+	}
+	v.proxyWarned[eg.Name] = now
+	v.proxyMu.Unlock()
+	smtpProxyFailures.WithLabelValues(eg.Name).Inc()
+	v.log.Warn("smtp: the egress's proxy failed; using the other egresses", "egress", eg.Name,
+		"proxy", eg.ProxyAddr(), "err", err)
 }
 
 // answer records the RCPT reply of one address. It returns true instead
