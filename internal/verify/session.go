@@ -6,7 +6,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 )
@@ -17,6 +16,7 @@ const maxIPsPerHost = 2
 
 // sess is the progress of one session.
 type sess struct {
+	srv      server // the server (and provider) the session is counted against
 	sent     int  // RCPTs sent (probes included)
 	answered int  // RCPTs answered other than "too many recipients"
 	txs      int  // transactions started
@@ -66,28 +66,11 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse connects to h and runs transactions until its queue is empty or
-// the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, ips []netip.Addr) {
+// converse runs transactions on c, a connection to srv for h, until h's
+// queue is empty or the session's RCPT budget is spent.
+func (r *run) converse(h *hostQ, srv server, c *smtpConn) {
 	ctx := r.ctx
 	cfg := &r.v.cfg
-	start := time.Now()
-	var c *smtpConn
-	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
-		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
-		if err == nil {
-			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
-			break
-		}
-	}
-	if c == nil {
-		if ctx.Err() == nil {
-			r.mu.Lock()
-			r.markDown(h, ReasonConnectionFailed, 0)
-			r.mu.Unlock()
-		}
-		return
-	}
 	defer c.nc.Close()
 	// Ending ctx unblocks any read or write at once.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
@@ -102,10 +85,10 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	case isClientBlock(banner):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
-		r.blocked(h, banner, "banner", nil)
+		r.blocked(h, srv, banner, "banner", nil)
 		return
 	case banner.code == 421:
-		r.banner421(h)
+		r.banner421(h, srv)
 		return
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -122,11 +105,11 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	}
 	if isClientBlock(hello) {
 		_ = c.send("QUIT")
-		r.blocked(h, hello, "helo", nil)
+		r.blocked(h, srv, hello, "helo", nil)
 		return
 	}
 	if hello.code == 421 {
-		r.rateLimited(h, nil)
+		r.rateLimited(h, srv, nil)
 		return
 	}
 	if hello.code != 250 {
@@ -137,7 +120,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{}
+	s := &sess{srv: srv}
 	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
@@ -279,9 +262,12 @@ func (r *run) tarpit(h *hostQ) {
 // rateLimited handles a 421: the host is backed off (for every process
 // sharing the limiter) and unanswered addresses move to the next MX or end
 // rate_limited.
-func (r *run) rateLimited(h *hostQ, unanswered *job) {
+//
+// A 421 is one server's answer: its address is backed off, not the
+// provider's other servers.
+func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), srv.key, d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.markDown(h, ReasonRateLimited, d)
@@ -295,16 +281,16 @@ func (r *run) rateLimited(h *hostQ, unanswered *job) {
 // host's session cap is lowered to that (for an hour) and its queue is left
 // to the open sessions, with no back-off. Otherwise the host is rate
 // limiting us: back off.
-func (r *run) banner421(h *hostQ) {
+func (r *run) banner421(h *hostQ, srv server) {
 	r.mu.Lock()
 	if others := h.sessions - 1; others > 0 {
 		h.sessionLimit = others
-		r.v.sessionLimits.put(h.name, others, time.Now().Add(limitTTL))
+		r.v.sessionLimits.put(srv.key, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Unlock()
-	r.rateLimited(h, nil)
+	r.rateLimited(h, srv, nil)
 }
 
 // groupFailed hands the transactions of a group that were never processed
@@ -341,7 +327,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			return err, false
 		}
 		if rep.code == 421 {
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.srv, j)
 			return nil, true
 		}
 		if rep.code != 250 {
@@ -357,11 +343,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail) {
-			r.blocked(h, mail, "mail", j)
+			r.blocked(h, s.srv, mail, "mail", j)
 			return nil, true
 		}
 		if mail.code == 421 {
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.srv, j)
 			return nil, true
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
@@ -396,10 +382,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
-			r.blocked(h, rep, "rcpt", j)
+			r.blocked(h, s.srv, rep, "rcpt", j)
 			return nil, true
 		case cl == rcRateLimited:
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.srv, j)
 			return nil, true
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
@@ -432,11 +418,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		}
 		cl := classify(rep)
 		if cl == rcBlocked {
-			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return nil, true
 		}
 		if cl == rcRateLimited {
-			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.rateLimited(h, s.srv, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return nil, true
 		}
 		if cl == rcTooMany {
@@ -473,7 +459,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.tooMany = true
-	r.learnRcptLimit(h, s.answered)
+	r.learnRcptLimit(h, s.srv, s.answered)
 	var retry []*item
 	for _, it := range again {
 		it.tooManyAll++
@@ -526,7 +512,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.learnRcptLimit(h, answered)
+		r.learnRcptLimit(h, s.srv, answered)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -553,21 +539,24 @@ const maxDrops = 5
 
 // learnRcptLimit lowers h's RCPT limit to n (a 452 or a drop after n
 // answered RCPTs), for this call, this process's later calls and, through
-// the limiter when it shares limits (RedisLimiter), every process.
+// the limiter when it shares limits (RedisLimiter), every process. It is
+// kept by srv.rcptKey: the provider's when the rules table names one (one
+// provider runs one configuration on all its servers), else the server
+// address's; of any egress, since it is the server's own policy.
 // Caller holds r.mu.
-func (r *run) learnRcptLimit(h *hostQ, n int) {
+func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 	if n <= 0 || (h.rcptLimit > 0 && n >= h.rcptLimit) {
 		return
 	}
 	h.rcptLimit = n
-	r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+	r.v.rcptLimits.put(srv.rcptKey, n, time.Now().Add(limitTTL))
 	if ls, ok := r.v.limiter.(LimitSharer); ok {
 		r.wg.Add(1)
 		go func() { // not under r.mu: a Redis round trip
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
 			defer cancel()
-			_ = ls.ShareRcptLimit(ctx, h.name, n, limitTTL)
+			_ = ls.ShareRcptLimit(ctx, srv.rcptKey, n, limitTTL)
 		}()
 	}
 }
@@ -579,21 +568,33 @@ func (r *run) learnRcptLimit(h *hostQ, n int) {
 // block), marked down for this call (its queue moves to the next MX, or
 // ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
 // log line. rest are the addresses of the transaction not yet answered.
-func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
+//
+// A block is about our egress's reputation, which a provider judges the
+// same on all its servers (one DNSBL, one reputation system): the server
+// address and, when the rules table names the provider, the whole
+// provider are backed off for that egress.
+func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
+	keys := []string{srv.key}
+	if srv.provKey != "" {
+		keys = append(keys, srv.provKey)
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-	_ = r.v.limiter.Backoff(bctx, h.name, d)
-	if ls, ok := r.v.limiter.(LimitSharer); ok {
-		_ = ls.ShareBlock(bctx, h.name, d)
+	for _, k := range keys {
+		_ = r.v.limiter.Backoff(bctx, k, d)
+		if ls, ok := r.v.limiter.(LimitSharer); ok {
+			_ = ls.ShareBlock(bctx, k, d)
+		}
+		r.v.blocks.put(k, true, time.Now().Add(d))
 	}
 	cancel()
-	r.v.blocks.put(h.name, true, time.Now().Add(d))
 	smtpBlocks.WithLabelValues(stage).Inc()
 	text := rep.text
 	if len(text) > 200 {
 		text = text[:200]
 	}
-	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "stage", stage,
+	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "server", srv.ip.String(),
+		"provider", srv.provider, "stage", stage,
 		"code", rep.code, "reply", text, "backoff", d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
