@@ -99,6 +99,14 @@ func limitKey(egress, server string) string {
 	return "egress=" + egress + "|" + server
 }
 
+// ServerKey is the limiter key of sessions from egress ("": the default)
+// to the server at address addr, for operators' tools and tests.
+func ServerKey(egress, addr string) string { return limitKey(egress, "ip:"+addr) }
+
+// ProviderKey is the limiter key of sessions from egress to all of a
+// provider's servers.
+func ProviderKey(egress, provider string) string { return limitKey(egress, "provider:"+provider) }
+
 // AnyEgress is the egress part of keys that do not depend on the client.
 const AnyEgress = "*"
 

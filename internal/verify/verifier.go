@@ -385,11 +385,11 @@ type server struct {
 // The egress part is DefaultEgress until sessions can leave from chosen
 // addresses.
 func serverOf(egress string, ip netip.Addr, rule rules.Rule) server {
-	s := server{ip: ip, key: limitKey(egress, "ip:"+ip.String()), provider: rule.Provider}
-	s.rcptKey = limitKey(AnyEgress, "ip:"+ip.String())
+	s := server{ip: ip, key: ServerKey(egress, ip.String()), provider: rule.Provider}
+	s.rcptKey = ServerKey(AnyEgress, ip.String())
 	if rule.Provider != "" {
-		s.provKey = limitKey(egress, "provider:"+rule.Provider)
-		s.rcptKey = limitKey(AnyEgress, "provider:"+rule.Provider)
+		s.provKey = ProviderKey(egress, rule.Provider)
+		s.rcptKey = ProviderKey(AnyEgress, rule.Provider)
 	}
 	return s
 }
