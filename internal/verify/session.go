@@ -17,10 +17,10 @@ const maxIPsPerHost = 2
 // sess is the progress of one session.
 type sess struct {
 	srv      server // the server (and provider) the session is counted against
-	sent     int  // RCPTs sent (probes included)
-	answered int  // RCPTs answered other than "too many recipients"
-	txs      int  // transactions started
-	tooMany  bool // a "too many recipients" ended the session's usefulness
+	sent     int    // RCPTs sent (probes included)
+	answered int    // RCPTs answered other than "too many recipients"
+	txs      int    // transactions started
+	tooMany  bool   // a "too many recipients" ended the session's usefulness
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
