@@ -86,7 +86,7 @@ type Config struct {
 	// Rules is the table of per-server rules by MX name suffix (package
 	// rules: provider, reply timeout, sessions per server and per provider,
 	// RCPTs per session, probe or not), read at every call so a reload
-	// (Holder.Watch) applies without a restart. Nil: the compiled-in
+	// (NewRedisHolder) applies without a restart. Nil: the compiled-in
 	// defaults.
 	Rules *rules.Holder
 }

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -104,6 +103,51 @@ func Reset(ctx context.Context, rdb redis.UniversalClient) error {
 type Holder struct {
 	t    atomic.Pointer[Table]
 	last atomic.Pointer[map[string]string]
+
+	// Set by NewRedisHolder: Table starts a refresh in the background when
+	// the last one is older than every.
+	rdb        redis.UniversalClient
+	every      time.Duration
+	log        *slog.Logger
+	checked    atomic.Int64 // unix nanoseconds of the last refresh started
+	refreshing atomic.Bool
+	failing    atomic.Bool
+}
+
+// NewRedisHolder holds the defaults overlaid with the operator's rules in
+// rdb, read now (within ctx) and again, in the background, when Table is
+// called more than every (WatchEvery when 0) after the last read: an
+// operator's change reaches every process that verifies within seconds,
+// with no goroutine to stop and no pub/sub connection to keep. A failed
+// read keeps the table in effect (the defaults at first) and is logged
+// once until a read succeeds.
+func NewRedisHolder(ctx context.Context, rdb redis.UniversalClient, every time.Duration, log *slog.Logger) *Holder {
+	if every <= 0 {
+		every = WatchEvery
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	h := NewHolder(nil)
+	h.rdb, h.every, h.log = rdb, every, log
+	h.checked.Store(time.Now().UnixNano())
+	h.refresh(ctx)
+	return h
+}
+
+func (h *Holder) refresh(ctx context.Context) {
+	changed, err := h.Refresh(ctx, h.rdb)
+	switch {
+	case err != nil:
+		if !h.failing.Swap(true) {
+			h.log.Warn("smtp rules: reading the operator's rules failed; keeping the table in effect", "err", err)
+		}
+	default:
+		h.failing.Store(false)
+		if changed {
+			h.log.Info("smtp rules: table loaded", "rules", h.Table().Len())
+		}
+	}
 }
 
 // NewHolder holds t (nil: the defaults).
@@ -120,6 +164,18 @@ func NewHolder(t *Table) *Holder {
 func (h *Holder) Table() *Table {
 	if h == nil {
 		return DefaultTable()
+	}
+	if h.rdb != nil {
+		now := time.Now().UnixNano()
+		if last := h.checked.Load(); now-last >= int64(h.every) && h.checked.CompareAndSwap(last, now) &&
+			h.refreshing.CompareAndSwap(false, true) {
+			go func() {
+				defer h.refreshing.Store(false)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				h.refresh(ctx)
+			}()
+		}
 	}
 	return h.t.Load()
 }
@@ -143,44 +199,6 @@ func (h *Holder) Refresh(ctx context.Context, rdb redis.UniversalClient) (bool, 
 	return true, nil
 }
 
-// WatchEvery is how often Watch reads the operator's rules: one HGETALL of
-// a few dozen fields per process, so a change reaches every process within
-// seconds without a pub/sub connection to keep.
+// WatchEvery is how often a NewRedisHolder reads the operator's rules
+// again while it is used: one HGETALL of a few dozen fields.
 const WatchEvery = 10 * time.Second
-
-// Watch refreshes the table every `every` (WatchEvery when 0) until ctx
-// ends. A failed read keeps the table in effect and is logged once until a
-// read succeeds again.
-func (h *Holder) Watch(ctx context.Context, rdb redis.UniversalClient, every time.Duration, log *slog.Logger) {
-	if every <= 0 {
-		every = WatchEvery
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		changed, err := h.Refresh(rctx, rdb)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled):
-			if !failing {
-				log.Warn("smtp rules: reading the operator's rules failed; keeping the table in effect", "err", err)
-			}
-			failing = true
-		case err == nil:
-			failing = false
-			if changed {
-				log.Info("smtp rules: table reloaded", "rules", h.Table().Len())
-			}
-		}
-	}
-}

@@ -4,7 +4,7 @@
 // provider, how many RCPTs per session, and whether a catch-all probe is
 // needed. Defaults are compiled in (Default); an operator overrides or adds
 // rules with `bulkd admin smtp-rules`, stored in Redis (Store) and picked up
-// by every process without a restart (Holder.Watch).
+// by every process without a restart (NewRedisHolder).
 //
 // A rule is one line: the suffix, then key=value settings.
 //
