@@ -183,3 +183,72 @@ func mustRule(t *testing.T, line string) rules.Rule {
 	}
 	return r
 }
+
+// TestRedisLimiterSlot: the Redis limiter's per-key state (cluster-safe
+// with BULKD_TEST_REDIS=cluster): a provider's cap over its servers, a
+// provider's back-off stopping a session to any of its servers, a server's
+// back-off not stopping its provider's other servers, and the shared block
+// and RCPT limit by key.
+func TestRedisLimiterSlot(t *testing.T) {
+	rdb := testredis.Universal(t)
+	ctx := context.Background()
+	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 2, SessionsPerSecond: 1000})
+	prov := verify.ProviderKey("", "acme")
+	a, b := verify.ServerKey("", "192.0.2.1"), verify.ServerKey("", "192.0.2.2")
+	rel1, _, err := lim.AcquireSlot(ctx, verify.Slot{Server: a, Provider: prov, ProviderCap: 2})
+	if err != nil || rel1 == nil {
+		t.Fatal(err)
+	}
+	rel2, _, err := lim.AcquireSlot(ctx, verify.Slot{Server: b, Provider: prov, ProviderCap: 2})
+	if err != nil || rel2 == nil {
+		t.Fatal(err)
+	}
+	// The provider is full: a third session to a's server waits.
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	if rel, _, err := lim.AcquireSlot(short, verify.Slot{Server: a, Provider: prov, ProviderCap: 2}); err == nil {
+		rel()
+		t.Fatal("a third session over a provider cap of 2")
+	}
+	cancel()
+	if n, _ := lim.Holders(ctx, a); n != 1 {
+		t.Fatalf("server a holds %d, want 1 (a waiter for the provider gives the server slot back)", n)
+	}
+	rel1()
+	rel2()
+	// A server's back-off (a 421) leaves the provider's other servers alone.
+	if err := lim.Backoff(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if rel, left, _ := lim.AcquireSlot(ctx, verify.Slot{Server: a, Provider: prov}); rel != nil || left <= 0 {
+		t.Fatal("server a not backed off")
+	}
+	rel, _, err := lim.AcquireSlot(ctx, verify.Slot{Server: b, Provider: prov})
+	if err != nil || rel == nil {
+		t.Fatalf("server b stopped by a's back-off: %v", err)
+	}
+	rel()
+	// A provider's back-off (a block) stops all its servers.
+	if err := lim.Backoff(ctx, prov, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if rel, left, _ := lim.AcquireSlot(ctx, verify.Slot{Server: b, Provider: prov}); rel != nil || left <= 0 {
+		t.Fatal("server b not stopped by its provider's back-off")
+	}
+	if err := lim.ShareBlock(ctx, prov, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if blk, err := lim.SharedBlock(ctx, prov); err != nil || !blk {
+		t.Fatalf("SharedBlock: %v %v", blk, err)
+	}
+	if blk, _ := lim.SharedBlock(ctx, b); blk {
+		t.Fatal("a provider's block read as server b's own")
+	}
+	rk := verify.ProviderKey(verify.AnyEgress, "acme")
+	if err := lim.ShareRcptLimit(ctx, rk, 5, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_ = lim.ShareRcptLimit(ctx, rk, 9, time.Minute) // only ever lowers
+	if n, err := lim.SharedRcptLimit(ctx, rk); err != nil || n != 5 {
+		t.Fatalf("SharedRcptLimit = %d, %v", n, err)
+	}
+}
