@@ -295,6 +295,12 @@ func Start(ctx context.Context, spec Spec) (*World, error) {
 
 // build checks the spec and prepares the lookup tables.
 func (w *World) build() error {
+	if w.names == nil { // a World built by hand (tests) rather than by Start
+		w.names = map[string][]*host{}
+	}
+	if w.provs == nil {
+		w.provs = map[string]*provider{}
+	}
 	used := map[string]bool{}
 	for _, h := range w.spec.Hosts {
 		if h.IP == "" {

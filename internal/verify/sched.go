@@ -73,6 +73,10 @@ type job struct {
 	mxi   int
 }
 
+// host is the MX name the job is queued on (reported as its mx_host, also
+// when a session to another name of the same server carried it).
+func (j *job) host() string { return j.dom.mx[j.mxi] }
+
 // hostQ is the queue of work for one MX host in a call.
 type hostQ struct {
 	name     string
@@ -110,6 +114,9 @@ type run struct {
 
 	hosts map[string]*hostQ
 	rules *rules.Table // the table in effect when the call began
+	// byIP are the hosts by their first address (the one sessions dial
+	// first), once resolved: names sharing a server share its sessions.
+	byIP map[netip.Addr][]*hostQ
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -519,6 +526,12 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	}
 	ips = allowed
 	r.mu.Lock()
+	if !h.resolved {
+		if r.byIP == nil {
+			r.byIP = map[netip.Addr][]*hostQ{}
+		}
+		r.byIP[ips[0]] = append(r.byIP[ips[0]], h)
+	}
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
 	return ips, ""

@@ -68,6 +68,21 @@ func TestSharedServerCap(t *testing.T) {
 	if hs.MaxConcurrent > 3 {
 		t.Errorf("server %s saw %d concurrent sessions, cap 3", ip, hs.MaxConcurrent)
 	}
+	// The names' domains share the server's sessions (330 RCPTs with the
+	// probes: 7 sessions of 50), not one session or more per name (30).
+	if hs.Sessions > 12 {
+		t.Errorf("%d sessions for 300 addresses on one server", hs.Sessions)
+	}
+	// Each address reports its own domain's MX name, whichever name's
+	// session carried it.
+	for i, c := range cases {
+		dom := c.Email[strings.LastIndexByte(c.Email, '@')+1:]
+		want := strings.TrimSuffix(dom, ".test") + ".mail.protection." + mailworld.SharedMXSuffix
+		if r := res[i]; r.MXHost == nil || *r.MXHost != want {
+			t.Errorf("%s: mx_host %v, want %s", c.Email, r.MXHost, want)
+			break
+		}
+	}
 	t.Logf("%d addresses behind 30 names on one server: %v, %d sessions, at most %d at once", len(cases), took, hs.Sessions, hs.MaxConcurrent)
 }
 

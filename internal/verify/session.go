@@ -190,6 +190,9 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 		}
 		j, probe := r.take(h, budget, s.sent == 0)
 		if j == nil {
+			j, probe = r.borrow(h, s, budget)
+		}
+		if j == nil {
 			break
 		}
 		s.sent += len(j.items)
@@ -201,9 +204,39 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 			break
 		}
 	}
-	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
+	last := h.down != "" || (len(h.queue) == 0 && !r.peerWork(h, s)) || r.budget(h)-s.sent < 1
 	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
 }
+
+// peers are the other MX names of this call whose first address is srv's
+// and whose rule is h's: their work may ride h's sessions (SMTP cannot
+// tell which name led to a server, so the server answers the same). Caller
+// holds r.mu.
+func (r *run) peers(h *hostQ, srv server) []*hostQ {
+	var out []*hostQ
+	for _, p := range r.byIP[srv.ip] {
+		if p != h && p.down == "" && len(p.queue) > 0 && p.rule == h.rule {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// borrow takes a transaction of a peer of h for a session of h that has
+// budget RCPTs left and nothing of its own: one session then carries many
+// names' domains to their shared server, instead of each name waiting for
+// a slot of the same server cap. Caller holds r.mu.
+func (r *run) borrow(h *hostQ, s *sess, budget int) (*job, bool) {
+	for _, p := range r.peers(h, s.srv) {
+		if j, probe := r.take(p, budget, s.sent == 0); j != nil {
+			return j, probe
+		}
+	}
+	return nil, false
+}
+
+// peerWork reports whether a peer of h has work left. Caller holds r.mu.
+func (r *run) peerWork(h *hostQ, s *sess) bool { return len(r.peers(h, s.srv)) > 0 }
 
 // quitSafe reports whether QUIT may go in the session's last group: only
 // when its RCPTs are within what the host is known to take (its learned
@@ -358,7 +391,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			}
 		}
 		r.mu.Lock()
-		r.finish(j.items, reason, h.name, mail.code)
+		r.finish(j.items, reason, j.host(), mail.code)
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
@@ -431,7 +464,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		}
 		s.answered++
 		r.mu.Lock()
-		if r.answer(it, h.name, rep, cl, verdict, probeTemp) {
+		if r.answer(it, j.host(), rep, cl, verdict, probeTemp) {
 			grey = append(grey, it)
 		}
 		r.mu.Unlock()
@@ -467,7 +500,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 			it.tooMany++
 		}
 		if it.tooMany >= 2 || it.tooManyAll >= maxTooMany {
-			r.finish([]*item{it}, ReasonTemporaryFailure, h.name, 452)
+			r.finish([]*item{it}, ReasonTemporaryFailure, j.host(), 452)
 			it.retryAfter = 15 * time.Minute
 			continue
 		}
@@ -503,7 +536,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if errors.Is(err, errTimeout) {
-		r.finish(j.items, ReasonTimeout, h.name, 0)
+		r.finish(j.items, ReasonTimeout, j.host(), 0)
 		r.tarpit(h)
 		return
 	}
@@ -524,7 +557,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 			it.drops++
 		}
 		if it.drops >= 2 || it.dropsAll >= maxDrops {
-			r.finish([]*item{it}, ReasonSMTPError, h.name, 0)
+			r.finish([]*item{it}, ReasonSMTPError, j.host(), 0)
 			continue
 		}
 		retry = append(retry, it)
