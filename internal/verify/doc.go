@@ -205,10 +205,14 @@
 // is backed off, and, when the rules table names the provider with
 // provider_sessions, at most that many over all the provider's addresses.
 // When the address cannot be dialled the slot is given back and the next
-// address of the host (at most 2) gets its own. Sessions of one call are
-// still queued per MX name (a session carries the domains whose first MX is
-// that name); the limiter alone makes names that share a server share its
-// cap. A name no rule matches has no provider: its server's own cap holds.
+// address of the host (at most 2) gets its own. Work is queued per MX
+// name, but a session with RCPTs to spare also carries the queued work of
+// the call's other MX names whose first address is the same server and
+// whose rule is the same (SMTP cannot tell which name led to a server, so
+// it answers the same): 30 tenants' names on one server with a cap of 3
+// take about as many sessions as their addresses need, not one or more per
+// name. Each address still reports its own domain's MX name as mx_host. A
+// name no rule matches has no provider: its server's own cap holds.
 //
 // RedisLimiter is one Lua script per operation on Redis's clock, the keys
 // of one limiter key in one cluster slot (hash tag of its SHA-1); a session
