@@ -44,6 +44,7 @@ type RedisLimiter struct {
 	rdb      redis.UniversalClient
 	opts     LimiterOptions
 	fallback *LocalLimiter
+	gate     gate // per server key: at most its cap of this process's sessions ask Redis
 }
 
 // NewRedisLimiter returns a limiter on rdb.
@@ -152,14 +153,28 @@ func (l *RedisLimiter) AcquireSlot(ctx context.Context, s Slot) (func(), time.Du
 }
 
 func (l *RedisLimiter) acquire(ctx context.Context, s Slot, failOnBackoff bool) (func(), time.Duration, error) {
+	capS := s.Cap
+	if capS <= 0 {
+		capS = l.opts.SessionsPerHost
+	}
+	leave, err := l.gate.enter(ctx, s.Server, capS)
+	if err != nil {
+		return nil, 0, err
+	}
+	rel, wait, err := l.acquireRedis(ctx, s, capS, failOnBackoff)
+	if rel == nil {
+		leave()
+		return nil, wait, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { rel(); leave() }) }, 0, nil
+}
+
+func (l *RedisLimiter) acquireRedis(ctx context.Context, s Slot, capS int, failOnBackoff bool) (func(), time.Duration, error) {
 	keys := l.serverKeys(s.Server)
 	var pkeys []string
 	if s.Provider != "" {
 		pkeys = []string{l.key(s.Provider, "holders"), l.key(s.Provider, "backoff")}
-	}
-	capS := s.Cap
-	if capS <= 0 {
-		capS = l.opts.SessionsPerHost
 	}
 	var idb [12]byte
 	_, _ = rand.Read(idb[:])

@@ -117,6 +117,12 @@ type run struct {
 	// byIP are the hosts by their first address (the one sessions dial
 	// first), once resolved: names sharing a server share its sessions.
 	byIP map[netip.Addr][]*hostQ
+	// ipActive counts this call's sessions per server address, from
+	// before they ask the limiter until they end: a host whose server
+	// already has its cap of this call's sessions starts none (they could
+	// only wait for the limiter, each taking a slot and a rate token to
+	// find its work carried by the others); it is woken when one ends.
+	ipActive map[netip.Addr]int
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -250,6 +256,9 @@ func (r *run) markDown(h *hostQ, reason string, retry time.Duration) {
 func (r *run) spawn(h *hostQ) {
 	if r.hold || h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
 		return
+	}
+	if h.resolved && r.ipActive[h.ips[0]] >= r.serverCap(h) {
+		return // woken by serve when a session of that server ends
 	}
 	per := r.budget(h)
 	most := r.serverCap(h)
@@ -393,6 +402,28 @@ func (r *run) session(h *hostQ) {
 func (r *run) serve(h *hostQ, ip netip.Addr) bool {
 	ctx := r.ctx
 	srv := serverOf(DefaultEgress, ip, h.rule)
+	r.mu.Lock()
+	if r.ipActive[ip] >= r.serverCap(h) || len(h.queue) == 0 || h.down != "" {
+		// The server has its cap of this call's sessions (spawn starts
+		// this host again when one ends), or nothing is left.
+		r.mu.Unlock()
+		return true
+	}
+	if r.ipActive == nil {
+		r.ipActive = map[netip.Addr]int{}
+	}
+	r.ipActive[ip]++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.ipActive[ip]--
+		for _, p := range r.byIP[ip] {
+			if p != h {
+				r.spawn(p)
+			}
+		}
+		r.mu.Unlock()
+	}()
 	r.sharedLimit(h, srv)
 	release, backoff, err := r.v.acquire(ctx, h, srv, r.serverCap(h))
 	if err != nil {

@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -122,6 +123,17 @@ func TestRedisLimiterByServer(t *testing.T) {
 	cases := w.Cases()
 	cfg := worldConfig(w)
 	cfg.Rules = sharedRules(t, mailworld.SharedMXSuffix+" provider=sharedmx provider_sessions=5")
+	cmds := func() int64 {
+		n, _ := rdb.Info(context.Background(), "stats").Result()
+		for _, l := range strings.Split(n, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				return c
+			}
+		}
+		return 0
+	}
+	before := cmds()
 	var wg sync.WaitGroup
 	results := make([][]verify.Result, 2)
 	for p := range 2 {
@@ -149,7 +161,7 @@ func TestRedisLimiterByServer(t *testing.T) {
 			t.Errorf("server %s: %d holders left (%v)", ip, n, err)
 		}
 	}
-	t.Logf("provider: %+v", st.PerProvider[mailworld.SharedProvider])
+	t.Logf("provider: %+v; Redis commands: %d (one node's count on a cluster)", st.PerProvider[mailworld.SharedProvider], cmds()-before)
 }
 
 // TestRulesApplied: a rule's RCPTs per session keeps sessions within a
