@@ -53,7 +53,7 @@ func NewRedisLimiter(rdb redis.UniversalClient, opts LimiterOptions) *RedisLimit
 	return &RedisLimiter{rdb: rdb, opts: opts, fallback: NewLocalLimiter(opts)}
 }
 
-// SessionsPerHost returns the per-host cap.
+// SessionsPerHost returns the default cap per server address.
 func (l *RedisLimiter) SessionsPerHost() int { return l.opts.SessionsPerHost }
 
 // acquireScript returns {0, 0} when the holder was added, or {why, ms}:
@@ -293,8 +293,8 @@ func (l *RedisLimiter) Backoff(ctx context.Context, host string, d time.Duration
 	return nil
 }
 
-// Holders returns the number of live sessions to host (for tests and
-// operators).
+// Holders returns the number of live sessions of a limiter key (ServerKey,
+// ProviderKey; for tests and operators).
 func (l *RedisLimiter) Holders(ctx context.Context, host string) (int64, error) {
 	k := l.key(host, "holders")
 	now := time.Now().UnixMilli()
@@ -306,13 +306,15 @@ func (l *RedisLimiter) Holders(ctx context.Context, host string) (int64, error) 
 }
 
 // LimitSharer is implemented by limiters that share what one process
-// learned about a host's limits with every process (RedisLimiter): the
+// learned about a server's limits with every process (RedisLimiter): the
 // RCPTs per session it answers (from 452s, or a drop without a reply
-// after that many RCPTs).
+// after that many RCPTs). Its host arguments are limiter keys (limitKey):
+// the verifier shares RCPT limits by provider, else server address, of
+// AnyEgress.
 //
-// It also keeps which hosts blocked us (a reply blaming the client) for
-// as long as their back-off, so a process refused by that back-off answers
-// blocked rather than rate_limited.
+// It also keeps which servers and providers blocked us (a reply blaming
+// the client) for as long as their back-off, so a process refused by that
+// back-off answers blocked rather than rate_limited.
 type LimitSharer interface {
 	ShareRcptLimit(ctx context.Context, host string, n int, ttl time.Duration) error
 	SharedRcptLimit(ctx context.Context, host string) (int, error)
