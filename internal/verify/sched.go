@@ -257,7 +257,7 @@ func (r *run) spawn(h *hostQ) {
 	if r.hold || h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
 		return
 	}
-	if h.resolved && r.ipActive[h.ips[0]] >= r.serverCap(h) {
+	if h.resolved && r.ipActive[h.ips[0]] >= r.ipCap(h) {
 		return // woken by serve when a session of that server ends
 	}
 	per := r.budget(h)
@@ -283,6 +283,15 @@ func (r *run) serverCap(h *hostQ) int {
 		return h.rule.Sessions
 	}
 	return r.v.perHost
+}
+
+// ipCap is how many of this call's sessions h's server may have: its cap,
+// or the fewer it answered 421 beyond. Caller holds r.mu.
+func (r *run) ipCap(h *hostQ) int {
+	if h.sessionLimit > 0 {
+		return min(r.serverCap(h), h.sessionLimit)
+	}
+	return r.serverCap(h)
 }
 
 // budget is the RCPTs a session to h may send: the configured maximum,
@@ -403,7 +412,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) bool {
 	ctx := r.ctx
 	srv := serverOf(DefaultEgress, ip, h.rule)
 	r.mu.Lock()
-	if r.ipActive[ip] >= r.serverCap(h) || len(h.queue) == 0 || h.down != "" {
+	if r.ipActive[ip] >= r.ipCap(h) || len(h.queue) == 0 || h.down != "" {
 		// The server has its cap of this call's sessions (spawn starts
 		// this host again when one ends), or nothing is left.
 		r.mu.Unlock()

@@ -279,3 +279,22 @@ func TestRedisLimiterSlot(t *testing.T) {
 		t.Fatalf("SharedRcptLimit = %d, %v", n, err)
 	}
 }
+
+// TestSharedServerLearnsCap: a server of many names that allows 2
+// sessions, asked with a cap of 3: its 421 to the third teaches the call 2
+// for the server (whatever name the next sessions come by), and every
+// answer is still exact.
+func TestSharedServerLearnsCap(t *testing.T) {
+	spec := mailworld.SharedServers(mailworld.SharedServersOptions{Tenants: 20, PerTenant: 10, Servers: 1,
+		MaxConnsPerServer: 2, RTT: 20 * time.Millisecond, Seed: 4})
+	w := startWorld(t, spec)
+	cases := w.Cases()
+	v := mustNew(t, worldConfig(w), verify.NewLocalLimiter(verify.LimiterOptions{SessionsPerHost: 3, SessionsPerSecond: 1000}))
+	res := v.Verify(context.Background(), emailsOf(cases))
+	checkExact(t, cases, res)
+	hs := w.Stats().PerIP[w.HostIP("srv1."+mailworld.SharedMXSuffix)]
+	if hs.Rejected421 > 1 {
+		t.Errorf("%d sessions refused with 421: the cap learned from the first was not kept", hs.Rejected421)
+	}
+	t.Logf("%d sessions, %d refused with 421", hs.Sessions, hs.Rejected421)
+}

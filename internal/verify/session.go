@@ -314,10 +314,16 @@ func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 // host's session cap is lowered to that (for an hour) and its queue is left
 // to the open sessions, with no back-off. Otherwise the host is rate
 // limiting us: back off.
+//
+// The sessions counted are this call's to the server's address, whatever
+// MX name led there, and the cap learned applies to every name of it.
 func (r *run) banner421(h *hostQ, srv server) {
 	r.mu.Lock()
-	if others := h.sessions - 1; others > 0 {
+	if others := r.ipActive[srv.ip] - 1; others > 0 {
 		h.sessionLimit = others
+		for _, p := range r.byIP[srv.ip] {
+			p.sessionLimit = others
+		}
 		r.v.sessionLimits.put(srv.key, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
 		return
