@@ -159,12 +159,13 @@
 //   - 421 (banner, EHLO or any command): the server address is backed off for
 //     RateLimitBackoff (30 s) through the limiter, for every process, and
 //     the unanswered addresses move to the next MX, else rate_limited. When
-//     the 421 refuses a new session while this process already has sessions
-//     open to the host, it is read as the host's concurrency limit instead:
-//     the host's session cap is lowered to what was open (remembered for an
-//     hour) and its queue is left to the open sessions, without back-off.
+//     the 421 refuses a new session while the call already has sessions to
+//     the server's address (by any MX name), it is read as the server's
+//     concurrency limit instead: its session cap is lowered to what was
+//     open, for every name of it (remembered for an hour), and the queue is
+//     left to the open sessions, without back-off.
 //   - 452 / x.5.3 too many recipients: not a verdict; the rest go to a new
-//     session, and the host's RCPTs-per-session limit is learned (for an
+//     session, and the server's RCPTs-per-session limit is learned (for an
 //     hour) so later sessions stay within it. An address refused so as the
 //     first RCPT of two sessions is temporary_failure.
 //   - a reply that does not come within CommandTimeout: the host is a
