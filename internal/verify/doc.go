@@ -208,7 +208,7 @@
 // When the address cannot be dialled the slot is given back and the next
 // address of the host (at most 2) gets its own. Work is queued per MX
 // name, but a session with RCPTs to spare also carries the queued work of
-// the call's other MX names whose first address is the same server and
+// the call's other MX names that lead to the same server address and
 // whose rule is the same (SMTP cannot tell which name led to a server, so
 // it answers the same): 30 tenants' names on one server with a cap of 3
 // take about as many sessions as their addresses need, not one or more per

@@ -100,6 +100,7 @@ type hostQ struct {
 	ips         []netip.Addr
 	resolved    bool
 	sharedRead  bool // the limit shared by other processes was read
+	next        int  // sessions started: the next one starts at address next mod len(ips)
 	// rule is the rules table's entry for the host's name (zero: none).
 	rule rules.Rule
 }
@@ -114,8 +115,9 @@ type run struct {
 
 	hosts map[string]*hostQ
 	rules *rules.Table // the table in effect when the call began
-	// byIP are the hosts by their first address (the one sessions dial
-	// first), once resolved: names sharing a server share its sessions.
+	// byIP are the hosts by the addresses their sessions may dial (at
+	// most maxIPsPerHost), once resolved: names sharing a server share its
+	// sessions.
 	byIP map[netip.Addr][]*hostQ
 	// ipActive counts this call's sessions per server address, from
 	// before they ask the limiter until they end: a host whose server
@@ -257,8 +259,8 @@ func (r *run) spawn(h *hostQ) {
 	if r.hold || h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
 		return
 	}
-	if h.resolved && r.ipActive[h.ips[0]] >= r.ipCap(h) {
-		return // woken by serve when a session of that server ends
+	if h.resolved && r.allAtCap(h) {
+		return // woken by serve when a session of one of its servers ends
 	}
 	per := r.budget(h)
 	most := r.serverCap(h)
@@ -283,6 +285,17 @@ func (r *run) serverCap(h *hostQ) int {
 		return h.rule.Sessions
 	}
 	return r.v.perHost
+}
+
+// allAtCap reports whether every address h's sessions may dial has its
+// cap of this call's sessions. Caller holds r.mu.
+func (r *run) allAtCap(h *hostQ) bool {
+	for _, ip := range h.ips[:min(len(h.ips), maxIPsPerHost)] {
+		if r.ipActive[ip] < r.ipCap(h) {
+			return false
+		}
+	}
+	return true
 }
 
 // ipCap is how many of this call's sessions h's server may have: its cap,
@@ -394,29 +407,51 @@ func (r *run) session(h *hostQ) {
 	if r.idle(h) {
 		return
 	}
-	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
-		if r.serve(h, ip) {
+	// The host's addresses (at most maxIPsPerHost), starting at a
+	// different one for each session: a name with several servers spreads
+	// its sessions over them, each within its own cap.
+	ips = ips[:min(len(ips), maxIPsPerHost)]
+	r.mu.Lock()
+	first := h.next % len(ips)
+	h.next++
+	r.mu.Unlock()
+	failed := 0
+	for i := range ips {
+		switch r.serve(h, ips[(first+i)%len(ips)]) {
+		case served:
 			return
+		case unreachable:
+			failed++
 		}
 	}
-	if r.ctx.Err() == nil {
+	if failed == len(ips) && r.ctx.Err() == nil {
 		r.mu.Lock()
 		r.markDown(h, ReasonConnectionFailed, 0)
 		r.mu.Unlock()
 	}
 }
 
-// serve runs the session on ip. It reports false when ip could not be
-// dialled (the caller tries the host's next address), true otherwise.
-func (r *run) serve(h *hostQ, ip netip.Addr) bool {
+// What serve did with an address.
+type outcome int
+
+const (
+	served      outcome = iota // the session ran (or ended the host's work: back-off, ctx, nothing left)
+	unreachable                // the address could not be dialled
+	atCap                      // the address has its cap of this call's sessions; spawn starts the host again when one ends
+)
+
+// serve runs the session on ip, and says what became of it.
+func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 	ctx := r.ctx
 	srv := serverOf(DefaultEgress, ip, h.rule)
 	r.mu.Lock()
-	if r.ipActive[ip] >= r.ipCap(h) || len(h.queue) == 0 || h.down != "" {
-		// The server has its cap of this call's sessions (spawn starts
-		// this host again when one ends), or nothing is left.
+	if len(h.queue) == 0 || h.down != "" {
 		r.mu.Unlock()
-		return true
+		return served // nothing left
+	}
+	if r.ipActive[ip] >= r.ipCap(h) {
+		r.mu.Unlock()
+		return atCap
 	}
 	if r.ipActive == nil {
 		r.ipActive = map[netip.Addr]int{}
@@ -442,7 +477,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) bool {
 			r.markDown(h, ReasonRateLimited, we.RetryAfter)
 			r.mu.Unlock()
 		}
-		return true // ctx ended: what is left stays unanswered
+		return served // ctx ended: what is left stays unanswered
 	}
 	if release == nil {
 		reason := ReasonRateLimited
@@ -452,30 +487,33 @@ func (r *run) serve(h *hostQ, ip netip.Addr) bool {
 		r.mu.Lock()
 		r.markDown(h, reason, backoff)
 		r.mu.Unlock()
-		return true
+		return served
 	}
 	defer release()
 	select {
 	case r.v.sem <- struct{}{}:
 	case <-ctx.Done():
-		return true
+		return served
 	}
 	defer func() { <-r.v.sem }()
 	if r.idle(h) {
-		return true
+		return served
 	}
 	cfg := &r.v.cfg
 	start := time.Now()
 	nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
 	if err != nil {
-		return ctx.Err() != nil
+		if ctx.Err() != nil {
+			return served
+		}
+		return unreachable
 	}
 	timeout := cfg.CommandTimeout
 	if h.rule.Timeout > 0 {
 		timeout = h.rule.Timeout
 	}
 	r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)))
-	return true
+	return served
 }
 
 // sharedLimit reads, once per host and call, the limits learned for its
@@ -570,7 +608,9 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 		if r.byIP == nil {
 			r.byIP = map[netip.Addr][]*hostQ{}
 		}
-		r.byIP[ips[0]] = append(r.byIP[ips[0]], h)
+		for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
+			r.byIP[ip] = append(r.byIP[ip], h)
+		}
 	}
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()

@@ -298,3 +298,22 @@ func TestSharedServerLearnsCap(t *testing.T) {
 	}
 	t.Logf("%d sessions, %d refused with 421", hs.Sessions, hs.Rejected421)
 }
+
+// TestPoolSpread: every tenant's MX name resolves to both servers of a
+// pool; sessions spread over the two addresses, each within its cap of 3.
+func TestPoolSpread(t *testing.T) {
+	spec := mailworld.SharedServers(mailworld.SharedServersOptions{Tenants: 20, PerTenant: 10, Servers: 2, Pool: 2,
+		RTT: 20 * time.Millisecond, Seed: 5})
+	w := startWorld(t, spec)
+	cases := w.Cases()
+	v := mustNew(t, worldConfig(w), verify.NewLocalLimiter(verify.LimiterOptions{SessionsPerHost: 3, SessionsPerSecond: 1000}))
+	res := v.Verify(context.Background(), emailsOf(cases))
+	checkExact(t, cases, res)
+	for _, srv := range []string{"srv1.", "srv2."} {
+		hs := w.Stats().PerIP[w.HostIP(srv+mailworld.SharedMXSuffix)]
+		if hs.Sessions == 0 || hs.MaxConcurrent > 3 {
+			t.Errorf("%s: %d sessions, at most %d at once (want some, at most 3)", srv, hs.Sessions, hs.MaxConcurrent)
+		}
+		t.Logf("%s: %d sessions, at most %d at once", srv, hs.Sessions, hs.MaxConcurrent)
+	}
+}

@@ -208,7 +208,7 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
 }
 
-// peers are the other MX names of this call whose first address is srv's
+// peers are the other MX names of this call that may dial srv's address
 // and whose rule is h's: their work may ride h's sessions (SMTP cannot
 // tell which name led to a server, so the server answers the same). Caller
 // holds r.mu.
