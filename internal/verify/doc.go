@@ -205,8 +205,10 @@
 // address (GCRA, burst = the cap), none while the address or its provider
 // is backed off, and, when the rules table names the provider with
 // provider_sessions, at most that many over all the provider's addresses.
-// When the address cannot be dialled the slot is given back and the next
-// address of the host (at most 2) gets its own. Work is queued per MX
+// A host's sessions start at its addresses in turn (at most 2 are used), so
+// a name with several servers spreads over them; an address that has its
+// cap of the call's sessions is skipped, and one that cannot be dialled
+// gives its slot back before the next address gets its own. Work is queued per MX
 // name, but a session with RCPTs to spare also carries the queued work of
 // the call's other MX names that lead to the same server address and
 // whose rule is the same (SMTP cannot tell which name led to a server, so
