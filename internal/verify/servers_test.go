@@ -317,3 +317,22 @@ func TestPoolSpread(t *testing.T) {
 		t.Logf("%s: %d sessions, at most %d at once", srv, hs.Sessions, hs.MaxConcurrent)
 	}
 }
+
+// TestRuleTimeout: a server slower than the verifier's reply timeout is a
+// tarpit, unless its rule gives it longer.
+func TestRuleTimeout(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts:   []mailworld.Host{{Name: "mx.slow.test", Tarpit: 300 * time.Millisecond}},
+		Domains: []mailworld.Domain{{Name: "slow.test", MX: []string{"mx.slow.test"}, Users: []string{"alice"}}},
+	}
+	w := startWorld(t, spec)
+	cfg := worldConfig(w)
+	cfg.CommandTimeout = 200 * time.Millisecond
+	if r := mustNew(t, cfg, nil).VerifyOne(context.Background(), "alice@slow.test"); r.Reason != verify.ReasonTimeout {
+		t.Fatalf("without a rule: %s/%s, want timeout", r.Status, r.Reason)
+	}
+	cfg.Rules = rules.NewHolder(rules.NewTable(nil, []rules.Rule{mustRule(t, "slow.test timeout=1s")}))
+	if r := mustNew(t, cfg, nil).VerifyOne(context.Background(), "alice@slow.test"); r.Status != verify.StatusDeliverable {
+		t.Fatalf("with timeout=1s: %s/%s", r.Status, r.Reason)
+	}
+}

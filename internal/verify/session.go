@@ -121,7 +121,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn) {
 	}
 
 	s := &sess{srv: srv}
-	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
+	for s.txs == 0 || time.Until(c.deadline) >= c.cmdTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
 			break
