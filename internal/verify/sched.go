@@ -512,7 +512,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 	if h.rule.Timeout > 0 {
 		timeout = h.rule.Timeout
 	}
-	r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)))
+	r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)), start)
 	return served
 }
 

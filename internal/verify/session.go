@@ -21,6 +21,8 @@ type sess struct {
 	answered int    // RCPTs answered other than "too many recipients"
 	txs      int    // transactions started
 	tooMany  bool   // a "too many recipients" ended the session's usefulness
+	client   clientID
+	started  time.Time // when the session was dialled
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -66,9 +68,9 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse runs transactions on c, a connection to srv for h, until h's
-// queue is empty or the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, srv server, c *smtpConn) {
+// converse runs transactions on c, a connection to srv for h dialled at
+// start, until h's queue is empty or the session's RCPT budget is spent.
+func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
 	ctx := r.ctx
 	cfg := &r.v.cfg
 	defer c.nc.Close()
@@ -76,13 +78,14 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn) {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	client := clientOf(c.nc, cfg.HeloName)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
 		return
 	}
 	switch {
-	case isClientBlock(banner):
+	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
 		r.blocked(h, srv, banner, "banner", nil)
@@ -103,7 +106,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn) {
 		r.sessionFailed(h, err, false)
 		return
 	}
-	if isClientBlock(hello) {
+	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
 		r.blocked(h, srv, hello, "helo", nil)
 		return
@@ -120,7 +123,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn) {
 		return
 	}
 
-	s := &sess{srv: srv}
+	s := &sess{srv: srv, client: client, started: start}
 	for s.txs == 0 || time.Until(c.deadline) >= c.cmdTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
@@ -381,7 +384,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		return err, false
 	}
 	if mail.code != 250 {
-		if isClientBlock(mail) {
+		if isClientBlock(mail, stageMail, s.client) {
 			r.blocked(h, s.srv, mail, "mail", j)
 			return nil, true
 		}
@@ -417,7 +420,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			r.txFailed(h, s, j, err)
 			return err, false
 		}
-		switch cl := classify(rep); {
+		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
@@ -455,7 +458,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
 			return err, false
 		}
-		cl := classify(rep)
+		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
 			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return nil, true
@@ -527,9 +530,12 @@ const maxTooMany = 5
 //
 // A server that closes the connection without a reply after the session's
 // K-th RCPT (some count RCPTs per connection and hang up rather than answer
-// 452) has told us its limit as surely as a 452 would: K is learned as the
-// host's RCPT limit (as tooMany does), so later sessions send at most K, and
-// the dropped addresses are not counted against: they go to a new session.
+// 452) may be telling its limit, or may have dropped once for a reason of
+// its own (a restart, a network blip, an RSET it did not like): this call's
+// later sessions to the host send at most K (dropLimit), and the dropped
+// addresses are not counted against: they go to a new session. K is
+// learned for later calls and shared with other processes only when a
+// session started after that drop drops after the same K (dropLimit).
 // A drop before any RCPT of the session was answered says nothing about a
 // limit: such drops count, and an address dropped so twice ends
 // smtp_error. maxDrops bounds the sessions one address may lose in a call
@@ -551,7 +557,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.learnRcptLimit(h, s.srv, answered)
+		r.dropLimit(h, s.srv, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -576,12 +582,39 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 // maxDrops bounds the lost sessions one address may see in a call.
 const maxDrops = 5
 
-// learnRcptLimit lowers h's RCPT limit to n (a 452 or a drop after n
-// answered RCPTs), for this call, this process's later calls and, through
-// the limiter when it shares limits (RedisLimiter), every process. It is
-// kept by srv.rcptKey: the provider's when the rules table names one (one
-// provider runs one configuration on all its servers), else the server
-// address's; of any egress, since it is the server's own policy.
+// dropLimit handles a session (started at started) that dropped after n
+// answered RCPTs: this call's later sessions to h send at most n; the
+// limit is learned (this process's later calls, and every process through
+// the limiter) only when a session to the same server (srv.rcptKey: the
+// provider's when known, else the address's) that started after an
+// earlier drop (within limitTTL) dropped after the same n. One drop is not
+// evidence enough to make every later session to a host smaller for an
+// hour: a server restarting or one network blip would do that, and a
+// restart drops every open session at once, often after the same number
+// of pipelined RCPTs, hence the later start. Caller holds r.mu.
+func (r *run) dropLimit(h *hostQ, srv server, n int, started time.Time) {
+	now := time.Now()
+	if d, ok := r.v.drops.get(srv.rcptKey, now); ok && d.k == n && started.After(d.at) {
+		if h.rcptLimit == n {
+			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
+		}
+		r.learnRcptLimit(h, srv, n)
+		return
+	}
+	if d, ok := r.v.drops.get(srv.rcptKey, now); !ok || d.k != n {
+		r.v.drops.put(srv.rcptKey, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	}
+	if h.rcptLimit == 0 || n < h.rcptLimit {
+		h.rcptLimit = n // this call only
+	}
+}
+
+// learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
+// after n answered RCPTs), for this call, this process's later calls and,
+// through the limiter when it shares limits (RedisLimiter), every process.
+// It is kept by srv.rcptKey: the provider's when the rules table names one
+// (one provider runs one configuration on all its servers), else the
+// server address's; of any egress, since it is the server's own policy.
 // Caller holds r.mu.
 func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 	if n <= 0 || (h.rcptLimit > 0 && n >= h.rcptLimit) {
