@@ -3,6 +3,7 @@ package mailworld
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -37,6 +38,20 @@ func TestSharedServers(t *testing.T) {
 	for _, c := range w.Cases() {
 		if st, re := refVerify(w, c.Email, nil); st != c.Status || re != c.Reason {
 			t.Errorf("%s: reference verifier says %s/%s, case says %s/%s", c.Email, st, re, c.Status, c.Reason)
+		}
+	}
+	// The reference verifier's sessions end as the server notices them
+	// closed: wait for that before counting afresh.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		open := 0
+		for _, hs := range w.Stats().PerIP {
+			open += hs.Concurrent
+		}
+		if open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions still open", open)
 		}
 	}
 	w.ResetStats()

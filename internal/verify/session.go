@@ -156,7 +156,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
 			}
 		}
 		for i := range txs {
-			err, limited := r.transaction(g, h, s, &txs[i])
+			limited, err := r.transaction(g, h, s, &txs[i])
 			if err != nil || limited {
 				r.groupFailed(h, s, txs[i+1:], err, limited)
 				return
@@ -360,37 +360,37 @@ func probeLocal() string {
 // transaction reads the replies of one transaction of a group and records
 // the answers. A non-nil error means the session broke (its own unanswered
 // addresses are already handled); limited means a 421 closed it.
-func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
+func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err error) {
 	j := t.j
 	if g.cmds[t.start] == "RSET" {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		if rep.code == 421 {
 			r.rateLimited(h, s.srv, j)
-			return nil, true
+			return true, nil
 		}
 		if rep.code != 250 {
 			err := fmt.Errorf("%w: RSET answered %v", errDropped, rep)
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 	}
 	mail, err := g.read()
 	if err != nil {
 		r.txFailed(h, s, j, err)
-		return err, false
+		return false, err
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail, stageMail, s.client) {
 			r.blocked(h, s.srv, mail, "mail", j)
-			return nil, true
+			return true, nil
 		}
 		if mail.code == 421 {
 			r.rateLimited(h, s.srv, j)
-			return nil, true
+			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
 		if mail.code/100 == 4 {
@@ -404,9 +404,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
-			return err, false
+			return false, err
 		}
-		return nil, false
+		return false, nil
 	}
 
 	// The probe.
@@ -418,23 +418,23 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
 			r.blocked(h, s.srv, rep, "rcpt", j)
-			return nil, true
+			return true, nil
 		case cl == rcRateLimited:
 			r.rateLimited(h, s.srv, j)
-			return nil, true
+			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
 			if err := g.skipTo(t.end); err != nil {
-				return err, false
+				return false, err
 			}
-			return nil, false
+			return false, nil
 		case rep.code/100 == 2:
 			verdict = 1
 		case rep.code/100 == 5:
@@ -456,16 +456,16 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
-			return err, false
+			return false, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
 			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			return true, nil
 		}
 		if cl == rcRateLimited {
 			r.rateLimited(h, s.srv, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			return true, nil
 		}
 		if cl == rcTooMany {
 			again = append(again, it)
@@ -486,7 +486,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	if len(again) > 0 {
 		r.tooMany(h, s, j, again)
 	}
-	return nil, false
+	return false, nil
 }
 
 // tooMany requeues addresses answered "too many recipients" for a new
