@@ -14,10 +14,6 @@ import (
 	"github.com/bulkd/bulkd/internal/verify/rules"
 )
 
-// TestMain lets the Redis tests here run on the shared test cluster
-// (BULKD_TEST_REDIS=cluster, testredis.Universal).
-func TestMain(m *testing.M) { testredis.Main(m) }
-
 // checkExact fails on every case answered otherwise than the world's truth.
 func checkExact(t *testing.T, cases []mailworld.Case, res []verify.Result) {
 	t.Helper()
