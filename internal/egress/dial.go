@@ -41,6 +41,13 @@ func IsProxyFailure(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// Reaches reports whether the egress can dial ip: a direct egress bound to
+// a source address reaches only that address's family (a proxy reaches
+// what it reaches). The verifier skips the others before taking a slot.
+func (e *Egress) Reaches(ip netip.Addr) bool {
+	return e.Proxy != nil || !e.Source.IsValid() || e.Source.Is4() == ip.Unmap().Is4()
+}
+
 // Dial connects to ip:port through the egress within timeout (and ctx).
 //
 // The outbound policy applies to the target: ip was checked by the caller
@@ -58,7 +65,7 @@ func (e *Egress) Dial(ctx context.Context, ip netip.Addr, port int, timeout time
 		d.LocalAddr = &net.TCPAddr{IP: e.Source.AsSlice()}
 	}
 	if e.Proxy == nil {
-		if e.Source.IsValid() && e.Source.Is4() != ip.Is4() {
+		if !e.Reaches(ip) {
 			return nil, ErrFamily
 		}
 		d.Control = pol.Control

@@ -37,6 +37,7 @@ import (
 	"github.com/bulkd/bulkd/internal/spamcheck"
 	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/verify"
+	"github.com/bulkd/bulkd/internal/verify/rules"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
 
@@ -313,6 +314,9 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		lists = verify.DefaultLists()
 	}
 	probes := verify.NewRedisProbes(rdb)
+	// The per-server rules (defaults and `bulkd admin smtp-rules`), read
+	// again every 10 s while verifying: a change needs no restart.
+	smtpRules := rules.NewRedisHolder(ctx, rdb, 0, log)
 	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: cfg.SMTPSessionsPerHost, SessionsPerSecond: cfg.SMTPSessionRate})
 	out, err := outboundConfig(cfg)
 	if err != nil {
@@ -323,7 +327,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		return nil, verifiers{}, err
 	}
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes, Egresses: egs, Logger: log}, lists, lim)
+		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
 	if err != nil {
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
@@ -334,7 +338,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		// timeout: a second verifier with the same parts and that setting.
 		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
 			CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
-			Probes: probes, Egresses: egs, Logger: log}, lists, lim)
+			Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
 		if err != nil {
 			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 		}

@@ -318,3 +318,53 @@ func TestSessionCapPerEgress(t *testing.T) {
 		t.Errorf("%d clients greeted, want both egresses", n)
 	}
 }
+
+// TestSharedServersPerEgress: the two halves of issue 20's politeness
+// together. 20 tenants' MX names resolve to a pool of two shared servers;
+// two egresses (source addresses) each have a cap of 3 sessions per server
+// address, so a server sees at most 6 at once (its own limit: more would
+// be refused with 421) and both egresses at both servers. The first server
+// lists egress a (a DNSBL): a is set aside for the names that led there and
+// b carries their work, so every answer is still the world's truth.
+func TestSharedServersPerEgress(t *testing.T) {
+	spec := mailworld.SharedServers(mailworld.SharedServersOptions{Tenants: 20, PerTenant: 10, Servers: 2, Pool: 2,
+		MaxConnsPerServer: 6, RTT: 20 * time.Millisecond, Seed: 7})
+	srv1, srv2 := "srv1."+mailworld.SharedMXSuffix, "srv2."+mailworld.SharedMXSuffix
+	spec.Hosts[0].BlockClientIPs = []string{"127.0.0.2"}
+	w := startWorld(t, spec)
+	cases := w.Cases()
+	cfg := worldConfig(w)
+	// Few RCPTs per session: many sessions per name, so both egresses
+	// reach both servers (with one session per name, sessions of b could
+	// carry all of the first server's work before a ever asked there).
+	cfg.MaxRcptsPerSession = 3
+	cfg.Egresses = []egress.Egress{
+		{Name: "a", Helo: "a.egress.test", Source: netip.MustParseAddr("127.0.0.2")},
+		{Name: "b", Helo: "b.egress.test", Source: netip.MustParseAddr("127.0.0.3")},
+	}
+	v, err := verify.New(cfg, nil, verify.NewLocalLimiter(verify.LimiterOptions{SessionsPerHost: 3, SessionsPerSecond: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExact(t, cases, v.Verify(context.Background(), emailsOf(cases)))
+	st := w.Stats()
+	for _, name := range []string{srv1, srv2} {
+		hs := st.PerIP[w.HostIP(name)]
+		if hs.Sessions == 0 || hs.MaxConcurrent > 6 || hs.Rejected421 != 0 {
+			t.Errorf("%s: %d sessions, %d at once, %d refused with 421 (want some, at most 6, none)", name, hs.Sessions, hs.MaxConcurrent, hs.Rejected421)
+		}
+		t.Logf("%s: %d sessions, at most %d at once", name, hs.Sessions, hs.MaxConcurrent)
+	}
+	if st.PerHost[srv1].Blocks == 0 {
+		t.Error("the first server blocked nothing: the test does not test")
+	}
+	b := mailworld.Client{IP: "127.0.0.3", Helo: "b.egress.test"}
+	for _, name := range []string{srv1, srv2} {
+		if w.Clients(name)[b] == 0 {
+			t.Errorf("egress b never greeted %s: %v", name, w.Clients(name))
+		}
+	}
+	if a := (mailworld.Client{IP: "127.0.0.2", Helo: "a.egress.test"}); w.Clients(srv2)[a] == 0 {
+		t.Errorf("egress a never greeted %s (it is blocked only at %s): %v", srv2, srv1, w.Clients(srv2))
+	}
+}

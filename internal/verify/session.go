@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -20,11 +19,11 @@ const maxIPsPerHost = 2
 
 // sess is the progress of one session.
 type sess struct {
-	sent     int  // RCPTs sent (probes included)
-	answered int  // RCPTs answered other than "too many recipients"
-	txs      int  // transactions started
-	tooMany  bool // a "too many recipients" ended the session's usefulness
-	egress   int  // the index of the egress the session goes through
+	srv      server // the server (and provider) the session is counted against
+	sent     int    // RCPTs sent (probes included)
+	answered int    // RCPTs answered other than "too many recipients"
+	txs      int    // transactions started
+	tooMany  bool   // a "too many recipients" ended the session's usefulness
 	client   clientID
 	started  time.Time // when the session was dialled
 }
@@ -72,56 +71,16 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse connects to h through egress e and runs transactions until its
-// queue is empty or the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
+// converse runs transactions on c, a connection to srv for h dialled at
+// start, until h's queue is empty or the session's RCPT budget is spent.
+func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
 	ctx := r.ctx
-	cfg := &r.v.cfg
-	eg := &r.v.egs[e]
-	start := time.Now()
-	var c *smtpConn
-	var proxyErr error
-	tried := 0
-	for _, ip := range ips {
-		if tried >= maxIPsPerHost {
-			break
-		}
-		nc, err := eg.Dial(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
-		if err == nil {
-			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
-			break
-		}
-		if errors.Is(err, egress.ErrFamily) {
-			continue // another address of the host may be of the source's family
-		}
-		tried++
-		if egress.IsProxyFailure(err) {
-			proxyErr = err
-			break
-		}
-	}
-	if c == nil {
-		if ctx.Err() == nil {
-			r.mu.Lock()
-			if proxyErr != nil || tried == 0 {
-				// The egress failed (its proxy), or cannot reach any of
-				// the host's addresses (their family): another egress may.
-				r.setAside(h, e, ReasonConnectionFailed, 0, 0)
-			} else {
-				r.markDown(h, ReasonConnectionFailed, 0)
-			}
-			r.mu.Unlock()
-			if proxyErr != nil {
-				r.v.warnProxy(eg, proxyErr)
-			}
-		}
-		return
-	}
 	defer c.nc.Close()
 	// Ending ctx unblocks any read or write at once.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	eg := &r.v.egs[srv.egress]
 	client := egressClient(c.nc, eg)
 	banner, err := c.read()
 	if err != nil {
@@ -132,10 +91,10 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
-		r.blocked(h, e, banner, "banner", nil)
+		r.blocked(h, srv, banner, "banner", nil)
 		return
 	case banner.code == 421:
-		r.banner421(h, e)
+		r.banner421(h, srv)
 		return
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -152,11 +111,11 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 	}
 	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
-		r.blocked(h, e, hello, "helo", nil)
+		r.blocked(h, srv, hello, "helo", nil)
 		return
 	}
 	if hello.code == 421 {
-		r.rateLimited(h, e, nil)
+		r.rateLimited(h, srv, nil)
 		return
 	}
 	if hello.code != 250 {
@@ -167,8 +126,8 @@ func (r *run) converse(h *hostQ, e int, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{egress: e, client: client, started: start}
-	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
+	s := &sess{srv: srv, client: client, started: start}
+	for s.txs == 0 || time.Until(c.deadline) >= c.cmdTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
 			break
@@ -253,6 +212,9 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 		}
 		j, probe := r.take(h, budget, s.sent == 0)
 		if j == nil {
+			j, probe = r.borrow(h, s, budget)
+		}
+		if j == nil {
 			break
 		}
 		s.sent += len(j.items)
@@ -264,9 +226,39 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 			break
 		}
 	}
-	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
+	last := h.down != "" || (len(h.queue) == 0 && !r.peerWork(h, s)) || r.budget(h)-s.sent < 1
 	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
 }
+
+// peers are the other MX names of this call that may dial srv's address
+// and whose rule is h's, and that have not set srv's egress aside: their
+// work may ride h's sessions (SMTP cannot tell which name led to a server,
+// so the server answers the same). Caller holds r.mu.
+func (r *run) peers(h *hostQ, srv server) []*hostQ {
+	var out []*hostQ
+	for _, p := range r.byIP[srv.ip] {
+		if p != h && p.down == "" && p.eg[srv.egress].aside == "" && len(p.queue) > 0 && p.rule == h.rule {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// borrow takes a transaction of a peer of h for a session of h that has
+// budget RCPTs left and nothing of its own: one session then carries many
+// names' domains to their shared server, instead of each name waiting for
+// a slot of the same server cap. Caller holds r.mu.
+func (r *run) borrow(h *hostQ, s *sess, budget int) (*job, bool) {
+	for _, p := range r.peers(h, s.srv) {
+		if j, probe := r.take(p, budget, s.sent == 0); j != nil {
+			return j, probe
+		}
+	}
+	return nil, false
+}
+
+// peerWork reports whether a peer of h has work left. Caller holds r.mu.
+func (r *run) peerWork(h *hostQ, s *sess) bool { return len(r.peers(h, s.srv)) > 0 }
 
 // quitSafe reports whether QUIT may go in the session's last group: only
 // when its RCPTs are within what the host is known to take (its learned
@@ -322,37 +314,47 @@ func (r *run) tarpit(h *hostQ) {
 	h.queue, h.pending = nil, 0
 }
 
-// rateLimited handles a 421 through egress e: the host is backed off for
-// that egress (for every process sharing the limiter), and unanswered
-// addresses go to another egress, or when none is left to the next MX or
-// end rate_limited.
-func (r *run) rateLimited(h *hostQ, e int, unanswered *job) {
+// rateLimited handles a 421: the server is backed off for the session's
+// egress (for every process sharing the limiter), and unanswered addresses
+// go to another egress, or when none is left to the next MX or end
+// rate_limited.
+//
+// A 421 is one server's answer: its address is backed off, not the
+// provider's other servers.
+func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), limitKey(r.v.egs[e].Name, h.name), d)
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), srv.key, d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.setAside(h, e, ReasonRateLimited, d, 0)
+	// The back-off is the egress's (srv.key names it): the host's other
+	// egresses go on (setAside).
+	r.setAside(h, srv.egress, ReasonRateLimited, d, 0)
 	if unanswered != nil {
 		r.route(unanswered)
 	}
 }
 
 // banner421 handles a new session refused with 421. While this call has
-// other sessions open to the host through the same egress (the server
-// counts by client address), the 421 says how many it allows us: the
+// other sessions open to the host, the 421 says how many it allows us: the
 // host's session cap is lowered to that (for an hour) and its queue is left
 // to the open sessions, with no back-off. Otherwise the host is rate
 // limiting us: back off.
-func (r *run) banner421(h *hostQ, e int) {
+//
+// The sessions counted are this call's to the server's address, whatever
+// MX name led there, and the cap learned applies to every name of it.
+func (r *run) banner421(h *hostQ, srv server) {
 	r.mu.Lock()
-	if others := h.eg[e].sessions - 1; others > 0 {
+	if others := r.ipActive[ipEgress{srv.ip, srv.egress}] - 1; others > 0 {
 		h.sessionLimit = others
-		r.v.sessionLimits.put(h.name, others, time.Now().Add(limitTTL))
+		for _, p := range r.byIP[srv.ip] {
+			p.sessionLimit = others
+		}
+		r.v.sessionLimits.put(srv.key, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Unlock()
-	r.rateLimited(h, e, nil)
+	r.rateLimited(h, srv, nil)
 }
 
 // groupFailed hands the transactions of a group that were never processed
@@ -389,7 +391,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			return false, err
 		}
 		if rep.code == 421 {
-			r.rateLimited(h, s.egress, j)
+			r.rateLimited(h, s.srv, j)
 			return true, nil
 		}
 		if rep.code != 250 {
@@ -405,11 +407,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail, stageMail, s.client) {
-			r.blocked(h, s.egress, mail, "mail", j)
+			r.blocked(h, s.srv, mail, "mail", j)
 			return true, nil
 		}
 		if mail.code == 421 {
-			r.rateLimited(h, s.egress, j)
+			r.rateLimited(h, s.srv, j)
 			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
@@ -420,7 +422,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			}
 		}
 		r.mu.Lock()
-		r.finish(j.items, reason, h.name, mail.code)
+		r.finish(j.items, reason, j.host(), mail.code)
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
@@ -444,10 +446,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
-			r.blocked(h, s.egress, rep, "rcpt", j)
+			r.blocked(h, s.srv, rep, "rcpt", j)
 			return true, nil
 		case cl == rcRateLimited:
-			r.rateLimited(h, s.egress, j)
+			r.rateLimited(h, s.srv, j)
 			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
@@ -480,11 +482,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
-			r.blocked(h, s.egress, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcRateLimited {
-			r.rateLimited(h, s.egress, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.rateLimited(h, s.srv, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcTooMany {
@@ -493,7 +495,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		s.answered++
 		r.mu.Lock()
-		if r.answer(it, h.name, rep, cl, verdict, probeTemp) {
+		if r.answer(it, j.host(), rep, cl, verdict, probeTemp) {
 			grey = append(grey, it)
 		}
 		r.mu.Unlock()
@@ -521,7 +523,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.tooMany = true
-	r.learnRcptLimit(h, s.answered)
+	r.learnRcptLimit(h, s.srv, s.answered)
 	var retry []*item
 	for _, it := range again {
 		it.tooManyAll++
@@ -529,7 +531,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 			it.tooMany++
 		}
 		if it.tooMany >= 2 || it.tooManyAll >= maxTooMany {
-			r.finish([]*item{it}, ReasonTemporaryFailure, h.name, 452)
+			r.finish([]*item{it}, ReasonTemporaryFailure, j.host(), 452)
 			it.retryAfter = 15 * time.Minute
 			continue
 		}
@@ -568,7 +570,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if errors.Is(err, errTimeout) {
-		r.finish(j.items, ReasonTimeout, h.name, 0)
+		r.finish(j.items, ReasonTimeout, j.host(), 0)
 		r.tarpit(h)
 		return
 	}
@@ -577,7 +579,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.dropLimit(h, answered, s.started)
+		r.dropLimit(h, s.srv, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -589,7 +591,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 			it.drops++
 		}
 		if it.drops >= 2 || it.dropsAll >= maxDrops {
-			r.finish([]*item{it}, ReasonSMTPError, h.name, 0)
+			r.finish([]*item{it}, ReasonSMTPError, j.host(), 0)
 			continue
 		}
 		retry = append(retry, it)
@@ -605,23 +607,24 @@ const maxDrops = 5
 // dropLimit handles a session (started at started) that dropped after n
 // answered RCPTs: this call's later sessions to h send at most n; the
 // limit is learned (this process's later calls, and every process through
-// the limiter) only when a session to h that started after an earlier
-// drop (within limitTTL) dropped after the same n. One drop is not
+// the limiter) only when a session to the same server (srv.rcptKey: the
+// provider's when known, else the address's) that started after an
+// earlier drop (within limitTTL) dropped after the same n. One drop is not
 // evidence enough to make every later session to a host smaller for an
 // hour: a server restarting or one network blip would do that, and a
 // restart drops every open session at once, often after the same number
 // of pipelined RCPTs, hence the later start. Caller holds r.mu.
-func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
+func (r *run) dropLimit(h *hostQ, srv server, n int, started time.Time) {
 	now := time.Now()
-	if d, ok := r.v.drops.get(h.name, now); ok && d.k == n && started.After(d.at) {
+	if d, ok := r.v.drops.get(srv.rcptKey, now); ok && d.k == n && started.After(d.at) {
 		if h.rcptLimit == n {
 			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
 		}
-		r.learnRcptLimit(h, n)
+		r.learnRcptLimit(h, srv, n)
 		return
 	}
-	if d, ok := r.v.drops.get(h.name, now); !ok || d.k != n {
-		r.v.drops.put(h.name, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	if d, ok := r.v.drops.get(srv.rcptKey, now); !ok || d.k != n {
+		r.v.drops.put(srv.rcptKey, dropSeen{k: n, at: now}, now.Add(limitTTL))
 	}
 	if h.rcptLimit == 0 || n < h.rcptLimit {
 		h.rcptLimit = n // this call only
@@ -629,56 +632,71 @@ func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
 }
 
 // learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
-// after n answered RCPTs), for this call, this process's later calls and, through
-// the limiter when it shares limits (RedisLimiter), every process.
+// after n answered RCPTs), for this call, this process's later calls and,
+// through the limiter when it shares limits (RedisLimiter), every process.
+// It is kept by srv.rcptKey: the provider's when the rules table names one
+// (one provider runs one configuration on all its servers), else the
+// server address's; of any egress, since it is the server's own policy.
 // Caller holds r.mu.
-func (r *run) learnRcptLimit(h *hostQ, n int) {
+func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 	if n <= 0 || (h.rcptLimit > 0 && n >= h.rcptLimit) {
 		return
 	}
 	h.rcptLimit = n
-	r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+	r.v.rcptLimits.put(srv.rcptKey, n, time.Now().Add(limitTTL))
 	if ls, ok := r.v.limiter.(LimitSharer); ok {
 		r.wg.Add(1)
 		go func() { // not under r.mu: a Redis round trip
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
 			defer cancel()
-			_ = ls.ShareRcptLimit(ctx, h.name, n, limitTTL)
+			_ = ls.ShareRcptLimit(ctx, srv.rcptKey, n, limitTTL)
 		}()
 	}
 }
 
-// blocked handles a reply that blames the client (isClientBlock) through
-// egress e: the addresses are unknown/blocked, never undeliverable, since
-// the server refuses us, whatever the mailbox. The host is backed off for
-// that egress for BlockBackoff, for every process sharing the limiter
+// blocked handles a reply that blames the client (isClientBlock): the
+// addresses are unknown/blocked, never undeliverable, since the server
+// refuses us, whatever the mailbox. The server is backed off for the
+// session's egress for BlockBackoff, for every process sharing the limiter
 // (asking again only deepens the block), and the egress is set aside for
-// the host: the other egresses carry its queue; when every egress is set
-// aside the host is down for this call (its queue moves to the next MX, or
+// the host in this call: the other egresses carry its queue; when every
+// egress is set aside the host is down (its queue moves to the next MX, or
 // ends blocked). The operator is told: bulkd_smtp_blocks_total and a log
 // line. rest are the addresses of the transaction not yet answered.
-func (r *run) blocked(h *hostQ, e int, rep reply, stage string, rest *job) {
+//
+// A block is about our egress's reputation, which a provider judges the
+// same on all its servers (one DNSBL, one reputation system): the server
+// address and, when the rules table names the provider, the whole
+// provider are backed off for that egress.
+func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
-	eg := &r.v.egs[e]
-	key := limitKey(eg.Name, h.name)
+	keys := []string{srv.key}
+	if srv.provKey != "" {
+		keys = append(keys, srv.provKey)
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-	_ = r.v.limiter.Backoff(bctx, key, d)
-	if ls, ok := r.v.limiter.(LimitSharer); ok {
-		_ = ls.ShareBlock(bctx, key, d)
+	for _, k := range keys {
+		_ = r.v.limiter.Backoff(bctx, k, d)
+		if ls, ok := r.v.limiter.(LimitSharer); ok {
+			_ = ls.ShareBlock(bctx, k, d)
+		}
+		r.v.blocks.put(k, true, time.Now().Add(d))
 	}
 	cancel()
-	r.v.blocks.put(key, true, time.Now().Add(d))
+	eg := &r.v.egs[srv.egress]
 	smtpBlocks.WithLabelValues(stage, eg.Name).Inc()
 	text := rep.text
 	if len(text) > 200 {
 		text = text[:200]
 	}
-	r.v.log.Warn("smtp: the mail server blocks this egress; setting it aside for this server", "host", h.name,
-		"egress", eg.Name, "helo", eg.Helo, "stage", stage, "code", rep.code, "reply", text, "backoff", d)
+	r.v.log.Warn("smtp: the mail server blocks this egress; setting it aside for this server", "host", h.name, "server", srv.ip.String(),
+		"provider", srv.provider, "egress", eg.Name, "helo", eg.Helo, "stage", stage,
+		"code", rep.code, "reply", text, "backoff", d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.setAside(h, e, ReasonBlocked, d, rep.code)
+	// The egress is set aside for the host; the others carry its queue.
+	r.setAside(h, srv.egress, ReasonBlocked, d, rep.code)
 	if rest != nil {
 		r.route(rest)
 	}
