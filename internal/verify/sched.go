@@ -3,10 +3,15 @@ package verify
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/egress"
+	"github.com/bulkd/bulkd/internal/verify/rules"
 )
 
 // item is one distinct normalized address of a call.
@@ -71,6 +76,10 @@ type job struct {
 	mxi   int
 }
 
+// host is the MX name the job is queued on (reported as its mx_host, also
+// when a session to another name of the same server carried it).
+func (j *job) host() string { return j.dom.mx[j.mxi] }
+
 // hostQ is the queue of work for one MX host in a call.
 type hostQ struct {
 	name     string
@@ -94,6 +103,29 @@ type hostQ struct {
 	ips         []netip.Addr
 	resolved    bool
 	sharedRead  bool // the limit shared by other processes was read
+	next        int  // sessions started: the next one starts at address next mod len(ips)
+	// rule is the rules table's entry for the host's name (zero: none).
+	rule rules.Rule
+	// eg is the host's state per egress (Verifier.egs, same order).
+	eg []egState
+}
+
+// egState is one egress's use of a host in a call.
+type egState struct {
+	sessions int
+	// aside is why the egress is not used for this host any more in this
+	// call ("" usable): a block, a back-off, a broken proxy. When every
+	// egress is set aside the host is down (setAside).
+	aside string
+	retry time.Duration
+	code  int
+}
+
+// ipEgress keys this call's sessions per server address and egress: a
+// server counts sessions by client address.
+type ipEgress struct {
+	ip netip.Addr
+	e  int
 }
 
 // run is the state of one Verify call.
@@ -105,6 +137,17 @@ type run struct {
 	wg   sync.WaitGroup
 
 	hosts map[string]*hostQ
+	rules *rules.Table // the table in effect when the call began
+	// byIP are the hosts by the addresses their sessions may dial (at
+	// most maxIPsPerHost), once resolved: names sharing a server share its
+	// sessions.
+	byIP map[netip.Addr][]*hostQ
+	// ipActive counts this call's sessions per server address, from
+	// before they ask the limiter until they end: a host whose server
+	// already has its cap of this call's sessions starts none (they could
+	// only wait for the limiter, each taking a slot and a rate token to
+	// find its work carried by the others); it is woken when one ends.
+	ipActive map[ipEgress]int
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -175,9 +218,8 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 func (r *run) host(name string) *hostQ {
 	h := r.hosts[name]
 	if h == nil {
-		h = &hostQ{name: name}
-		h.rcptLimit, _ = r.v.rcptLimits.get(name, time.Now())
-		h.sessionLimit, _ = r.v.sessionLimits.get(name, time.Now())
+		h = &hostQ{name: name, eg: make([]egState, len(r.v.egs))}
+		h.rule, _ = r.rules.Match(name)
 		r.hosts[name] = h
 	}
 	return h
@@ -241,24 +283,149 @@ func (r *run) spawn(h *hostQ) {
 		return
 	}
 	per := r.budget(h)
-	most := r.v.perHost
+	// The caps are per egress: a server counts sessions by client address.
+	most := r.serverCap(h)
+	if h.rule.ProviderSessions > 0 {
+		most = min(most, h.rule.ProviderSessions)
+	}
 	if h.sessionLimit > 0 {
 		most = min(most, h.sessionLimit)
 	}
-	want := min(most, max((h.pending+per-1)/per, 1))
+	want := max((h.pending+per-1)/per, 1)
 	for h.sessions < want {
+		// -1 when every usable egress has its cap of sessions to h, or its
+		// server has its cap of this call's sessions through it (woken by
+		// serve when a session of that server ends).
+		e := r.pickEgress(h, most)
+		if e < 0 {
+			return
+		}
 		h.sessions++
+		h.eg[e].sessions++
 		r.wg.Add(1)
-		go r.session(h)
+		go r.session(h, e)
 	}
 }
 
-// budget is the RCPTs a session to h may send. Caller holds r.mu.
-func (r *run) budget(h *hostQ) int {
-	if h.rcptLimit > 0 {
-		return min(r.v.cfg.MaxRcptsPerSession, h.rcptLimit)
+// pickEgress returns the usable egress with the fewest of this call's
+// sessions to h, below most each (and below the server's cap of the call's
+// sessions through it), or -1. Ties go to the first egress from the one
+// h's name hashes to, so that a call's hosts spread over the egresses
+// rather than all starting on the first. Caller holds r.mu.
+func (r *run) pickEgress(h *hostQ, most int) int {
+	n := len(h.eg)
+	start := 0
+	if n > 1 {
+		f := fnv.New32a()
+		f.Write([]byte(h.name))
+		start = int(f.Sum32() % uint32(n))
 	}
-	return r.v.cfg.MaxRcptsPerSession
+	best := -1
+	for k := range n {
+		i := (start + k) % n
+		s := &h.eg[i]
+		if s.aside != "" || s.sessions >= most {
+			continue
+		}
+		if h.resolved && r.allAtCap(h, i) {
+			continue // woken by serve when a session of one of its servers ends
+		}
+		if best < 0 || s.sessions < h.eg[best].sessions {
+			best = i
+		}
+	}
+	return best
+}
+
+// setAside stops using egress e for h in this call, for reason (a block,
+// a back-off of that egress, a proxy that failed). Sessions through the
+// other egresses carry h's queue; when none is left h is down, with the
+// most informative of the egresses' reasons and the soonest of their
+// back-offs as RetryAfter. Caller holds r.mu.
+func (r *run) setAside(h *hostQ, e int, reason string, retry time.Duration, code int) {
+	s := &h.eg[e]
+	if s.aside == "" || failRank[reason] > failRank[s.aside] {
+		s.aside, s.retry, s.code = reason, retry, code
+	}
+	best := -1
+	var soonest time.Duration
+	for i := range h.eg {
+		g := &h.eg[i]
+		if g.aside == "" {
+			r.spawn(h)
+			return
+		}
+		if best < 0 || failRank[g.aside] > failRank[h.eg[best].aside] {
+			best = i
+		}
+		if g.retry > 0 && (soonest == 0 || g.retry < soonest) {
+			soonest = g.retry
+		}
+	}
+	if h.down == "" {
+		h.downCode = h.eg[best].code
+	}
+	r.markDown(h, h.eg[best].aside, soonest)
+}
+
+// serverCap is the sessions per server address of h's servers: its rule's,
+// else the limiter's per-host cap.
+func (r *run) serverCap(h *hostQ) int {
+	if h.rule.Sessions > 0 {
+		return h.rule.Sessions
+	}
+	return r.v.perHost
+}
+
+// allAtCap reports whether every address h's sessions through egress e
+// may dial has its cap of this call's sessions through e. An egress that
+// reaches none of h's addresses is not at its cap: its session sets it
+// aside. Caller holds r.mu.
+func (r *run) allAtCap(h *hostQ, e int) bool {
+	ips := r.dialable(h.ips, e)
+	for _, ip := range ips {
+		if r.ipActive[ipEgress{ip, e}] < r.ipCap(h) {
+			return false
+		}
+	}
+	return len(ips) > 0
+}
+
+// dialable are the first maxIPsPerHost of ips that egress e can reach (a
+// source address reaches only its own family).
+func (r *run) dialable(ips []netip.Addr, e int) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		if len(out) == maxIPsPerHost {
+			break
+		}
+		if r.v.egs[e].Reaches(ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// ipCap is how many of this call's sessions h's server may have: its cap,
+// or the fewer it answered 421 beyond. Caller holds r.mu.
+func (r *run) ipCap(h *hostQ) int {
+	if h.sessionLimit > 0 {
+		return min(r.serverCap(h), h.sessionLimit)
+	}
+	return r.serverCap(h)
+}
+
+// budget is the RCPTs a session to h may send: the configured maximum,
+// lowered by h's rule and by the limit learned. Caller holds r.mu.
+func (r *run) budget(h *hostQ) int {
+	n := r.v.cfg.MaxRcptsPerSession
+	if h.rule.Rcpts > 0 {
+		n = min(n, h.rule.Rcpts)
+	}
+	if h.rcptLimit > 0 {
+		n = min(n, h.rcptLimit)
+	}
+	return n
 }
 
 // take pops the next transaction for a session with budget RCPTs left,
@@ -279,7 +446,7 @@ func (r *run) take(h *hostQ, budget int, fresh bool) (j *job, probe bool) {
 			h.pending -= len(j.items) + 1
 			continue
 		}
-		probe = r.needProbe(j.dom)
+		probe = r.needProbe(j.dom, h)
 		p := 0
 		if probe {
 			p = 1
@@ -304,8 +471,15 @@ func (r *run) take(h *hostQ, budget int, fresh bool) (j *job, probe bool) {
 	return nil, false
 }
 
-func (r *run) needProbe(d *domainState) bool {
+func (r *run) needProbe(d *domainState, h *hostQ) bool {
 	if d.verdict != 0 {
+		return false
+	}
+	if h.rule.NoProbe {
+		// The rules table says this host refuses unknown recipients at
+		// RCPT and never accepts everything: its 250 is trusted without
+		// a probe (for this call; nothing is cached).
+		d.verdict = 2
 		return false
 	}
 	if ca, ok := r.v.catchAll.get(d.name, time.Now()); ok {
@@ -319,16 +493,21 @@ func (r *run) needProbe(d *domainState) bool {
 }
 
 // session runs one SMTP session to h, taking transactions from its queue
-// until the queue is empty or the session's RCPT budget is spent.
-func (r *run) session(h *hostQ) {
+// until the queue is empty or the session's RCPT budget is spent. Its
+// politeness slot is taken for the server address it dials (and the
+// host's provider): when an address cannot be dialled, the slot is given
+// back and the next address gets its own.
+//
+// The session goes through egress e.
+func (r *run) session(h *hostQ, e int) {
 	defer r.wg.Done()
 	defer func() {
 		r.mu.Lock()
 		h.sessions--
+		h.eg[e].sessions--
 		r.spawn(h)
 		r.mu.Unlock()
 	}()
-	ctx := r.ctx
 	ips, reason := r.addrs(h)
 	if reason != "" {
 		r.mu.Lock()
@@ -339,56 +518,171 @@ func (r *run) session(h *hostQ) {
 	if r.idle(h) {
 		return
 	}
-	r.sharedLimit(h)
-	release, backoff, err := r.v.acquire(ctx, h.name)
+	// The host's addresses this egress can reach (at most maxIPsPerHost),
+	// starting at a different one for each session: a name with several
+	// servers spreads its sessions over them, each within its own cap.
+	ips = r.dialable(ips, e)
+	if len(ips) == 0 {
+		// The egress cannot reach any of the host's addresses (their
+		// family): another egress may.
+		if r.ctx.Err() == nil {
+			r.mu.Lock()
+			r.setAside(h, e, ReasonConnectionFailed, 0, 0)
+			r.mu.Unlock()
+		}
+		return
+	}
+	r.mu.Lock()
+	first := h.next % len(ips)
+	h.next++
+	r.mu.Unlock()
+	failed := 0
+	for i := range ips {
+		switch r.serve(h, e, ips[(first+i)%len(ips)]) {
+		case served:
+			return
+		case unreachable:
+			failed++
+			r.mu.Lock()
+			if len(h.ips) > 1 {
+				// Later sessions of this call start at the others.
+				h.ips = slices.DeleteFunc(slices.Clone(h.ips), func(a netip.Addr) bool { return a == ips[(first+i)%len(ips)] })
+			}
+			r.mu.Unlock()
+		}
+	}
+	if failed == len(ips) && r.ctx.Err() == nil {
+		r.mu.Lock()
+		r.markDown(h, ReasonConnectionFailed, 0)
+		r.mu.Unlock()
+	}
+}
+
+// What serve did with an address.
+type outcome int
+
+const (
+	served      outcome = iota // the session ran (or ended the host's work: back-off, ctx, nothing left)
+	unreachable                // the address could not be dialled
+	atCap                      // the address has its cap of this call's sessions; spawn starts the host again when one ends
+)
+
+// serve runs the session on ip through egress e, and says what became
+// of it.
+func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
+	ctx := r.ctx
+	eg := &r.v.egs[e]
+	srv := serverOf(eg.Name, ip, h.rule)
+	srv.egress = e
+	ie := ipEgress{ip, e}
+	r.mu.Lock()
+	if h.down != "" || h.eg[e].aside != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0) {
+		r.mu.Unlock()
+		return served // nothing left
+	}
+	if r.ipActive[ie] >= r.ipCap(h) {
+		r.mu.Unlock()
+		return atCap
+	}
+	if r.ipActive == nil {
+		r.ipActive = map[ipEgress]int{}
+	}
+	r.ipActive[ie]++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.ipActive[ie]--
+		for _, p := range r.byIP[ip] {
+			if p != h {
+				r.spawn(p)
+			}
+		}
+		r.mu.Unlock()
+	}()
+	r.sharedLimit(h, srv)
+	release, backoff, err := r.v.acquire(ctx, h, srv, r.serverCap(h))
 	if err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {
 			r.mu.Lock()
-			r.markDown(h, ReasonRateLimited, we.RetryAfter)
+			r.setAside(h, e, ReasonRateLimited, we.RetryAfter, 0)
 			r.mu.Unlock()
 		}
-		return // ctx ended: what is left stays unanswered
+		return served // ctx ended: what is left stays unanswered
 	}
 	if release == nil {
 		reason := ReasonRateLimited
-		if r.v.isBlocked(ctx, h.name) {
+		if r.v.isBlocked(ctx, srv) {
 			reason = ReasonBlocked
 		}
 		r.mu.Lock()
-		r.markDown(h, reason, backoff)
+		r.setAside(h, e, reason, backoff, 0)
 		r.mu.Unlock()
-		return
+		return served
 	}
 	defer release()
 	select {
 	case r.v.sem <- struct{}{}:
 	case <-ctx.Done():
-		return
+		return served
 	}
 	defer func() { <-r.v.sem }()
-	if r.idle(h) {
-		return
+	r.mu.Lock()
+	idle := h.down != "" || h.eg[e].aside != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0)
+	r.mu.Unlock()
+	if idle {
+		return served
 	}
-	r.converse(h, ips)
+	cfg := &r.v.cfg
+	start := time.Now()
+	nc, err := eg.Dial(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
+	if err != nil {
+		if egress.IsProxyFailure(err) && ctx.Err() == nil {
+			// The egress failed, not the server: another egress may do.
+			r.mu.Lock()
+			r.setAside(h, e, ReasonConnectionFailed, 0, 0)
+			r.mu.Unlock()
+			r.v.warnProxy(eg, err)
+			return served
+		}
+		if ctx.Err() != nil {
+			return served
+		}
+		return unreachable
+	}
+	timeout := cfg.CommandTimeout
+	if h.rule.Timeout > 0 {
+		timeout = h.rule.Timeout
+	}
+	r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)), start)
+	return served
 }
 
-// sharedLimit reads, once per host and call, the RCPT limit another
-// process learned (LimitSharer), so this call's sessions start within it.
-func (r *run) sharedLimit(h *hostQ) {
-	ls, ok := r.v.limiter.(LimitSharer)
-	if !ok {
-		return
-	}
+// sharedLimit reads, once per host and call, the limits learned for its
+// server (or provider): by this process in earlier calls, and the RCPT
+// limit another process learned (LimitSharer), so this call's sessions
+// start within them.
+func (r *run) sharedLimit(h *hostQ, srv server) {
 	r.mu.Lock()
 	if h.sharedRead {
 		r.mu.Unlock()
 		return
 	}
 	h.sharedRead = true
+	now := time.Now()
+	if n, ok := r.v.rcptLimits.get(srv.rcptKey, now); ok && (h.rcptLimit == 0 || n < h.rcptLimit) {
+		h.rcptLimit = n
+	}
+	if n, ok := r.v.sessionLimits.get(srv.key, now); ok && (h.sessionLimit == 0 || n < h.sessionLimit) {
+		h.sessionLimit = n
+	}
 	r.mu.Unlock()
+	ls, ok := r.v.limiter.(LimitSharer)
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-	n, err := ls.SharedRcptLimit(ctx, h.name)
+	n, err := ls.SharedRcptLimit(ctx, srv.rcptKey)
 	cancel()
 	if err != nil || n <= 0 {
 		return
@@ -396,7 +690,7 @@ func (r *run) sharedLimit(h *hostQ) {
 	r.mu.Lock()
 	if h.rcptLimit == 0 || n < h.rcptLimit {
 		h.rcptLimit = n
-		r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+		r.v.rcptLimits.put(srv.rcptKey, n, time.Now().Add(limitTTL))
 	}
 	r.mu.Unlock()
 }
@@ -452,16 +746,31 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	}
 	ips = allowed
 	r.mu.Lock()
+	if !h.resolved {
+		if r.byIP == nil {
+			r.byIP = map[netip.Addr][]*hostQ{}
+		}
+		for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
+			r.byIP[ip] = append(r.byIP[ip], h)
+		}
+	}
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
 	return ips, ""
 }
 
-// isBlocked reports whether host's back-off comes from a block: seen by
-// this process, or by another one through the limiter (LimitSharer).
-func (v *Verifier) isBlocked(ctx context.Context, host string) bool {
-	if b, _ := v.blocks.get(host, time.Now()); b {
-		return true
+// isBlocked reports whether the back-off of srv (its address or its
+// provider) comes from a block: seen by this process, or by another one
+// through the limiter (LimitSharer).
+func (v *Verifier) isBlocked(ctx context.Context, srv server) bool {
+	keys := []string{srv.key}
+	if srv.provKey != "" {
+		keys = append(keys, srv.provKey)
+	}
+	for _, k := range keys {
+		if b, _ := v.blocks.get(k, time.Now()); b {
+			return true
+		}
 	}
 	ls, ok := v.limiter.(LimitSharer)
 	if !ok {
@@ -469,14 +778,23 @@ func (v *Verifier) isBlocked(ctx context.Context, host string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	b, err := ls.SharedBlock(ctx, host)
-	return err == nil && b
+	for _, k := range keys {
+		if b, err := ls.SharedBlock(ctx, k); err == nil && b {
+			return true
+		}
+	}
+	return false
 }
 
-func (v *Verifier) acquire(ctx context.Context, host string) (func(), time.Duration, error) {
-	if b, ok := v.limiter.(BackoffAwareLimiter); ok {
-		return b.AcquireOrBackoff(ctx, host)
+// acquire takes srv's politeness slot: per server address (cap sessions)
+// and, when h's rule names a provider, over all the provider's servers.
+func (v *Verifier) acquire(ctx context.Context, h *hostQ, srv server, cap int) (func(), time.Duration, error) {
+	if sl, ok := v.limiter.(SlotLimiter); ok {
+		return sl.AcquireSlot(ctx, Slot{Server: srv.key, Cap: cap, Provider: srv.provKey, ProviderCap: h.rule.ProviderSessions})
 	}
-	rel, err := v.limiter.Acquire(ctx, host)
+	if b, ok := v.limiter.(BackoffAwareLimiter); ok {
+		return b.AcquireOrBackoff(ctx, srv.key)
+	}
+	rel, err := v.limiter.Acquire(ctx, srv.key)
 	return rel, 0, err
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"net/netip"
+	"net"
 	"strings"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/egress"
 )
 
 // maxIPsPerHost is how many addresses of one MX host are dialled before
@@ -17,10 +19,11 @@ const maxIPsPerHost = 2
 
 // sess is the progress of one session.
 type sess struct {
-	sent     int  // RCPTs sent (probes included)
-	answered int  // RCPTs answered other than "too many recipients"
-	txs      int  // transactions started
-	tooMany  bool // a "too many recipients" ended the session's usefulness
+	srv      server // the server (and provider) the session is counted against
+	sent     int    // RCPTs sent (probes included)
+	answered int    // RCPTs answered other than "too many recipients"
+	txs      int    // transactions started
+	tooMany  bool   // a "too many recipients" ended the session's usefulness
 	client   clientID
 	started  time.Time // when the session was dialled
 }
@@ -68,34 +71,17 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse connects to h and runs transactions until its queue is empty or
-// the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, ips []netip.Addr) {
+// converse runs transactions on c, a connection to srv for h dialled at
+// start, until h's queue is empty or the session's RCPT budget is spent.
+func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
 	ctx := r.ctx
-	cfg := &r.v.cfg
-	start := time.Now()
-	var c *smtpConn
-	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
-		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
-		if err == nil {
-			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
-			break
-		}
-	}
-	if c == nil {
-		if ctx.Err() == nil {
-			r.mu.Lock()
-			r.markDown(h, ReasonConnectionFailed, 0)
-			r.mu.Unlock()
-		}
-		return
-	}
 	defer c.nc.Close()
 	// Ending ctx unblocks any read or write at once.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	client := clientOf(c.nc, cfg.HeloName)
+	eg := &r.v.egs[srv.egress]
+	client := egressClient(c.nc, eg)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
@@ -105,10 +91,10 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
-		r.blocked(h, banner, "banner", nil)
+		r.blocked(h, srv, banner, "banner", nil)
 		return
 	case banner.code == 421:
-		r.banner421(h)
+		r.banner421(h, srv)
 		return
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -118,18 +104,18 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		r.mu.Unlock()
 		return
 	}
-	hello, err := c.hello(cfg.HeloName)
+	hello, err := c.hello(eg.Helo)
 	if err != nil {
 		r.sessionFailed(h, err, false)
 		return
 	}
 	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
-		r.blocked(h, hello, "helo", nil)
+		r.blocked(h, srv, hello, "helo", nil)
 		return
 	}
 	if hello.code == 421 {
-		r.rateLimited(h, nil)
+		r.rateLimited(h, srv, nil)
 		return
 	}
 	if hello.code != 250 {
@@ -140,8 +126,8 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 		return
 	}
 
-	s := &sess{client: client, started: start}
-	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
+	s := &sess{srv: srv, client: client, started: start}
+	for s.txs == 0 || time.Until(c.deadline) >= c.cmdTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining)
 		if len(txs) == 0 {
 			break
@@ -154,7 +140,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 				g.cmds = append(g.cmds, "RSET")
 			}
 			s.txs++
-			g.cmds = append(g.cmds, "MAIL FROM:<"+cfg.MailFrom+">")
+			g.cmds = append(g.cmds, "MAIL FROM:<"+eg.MailFrom+">")
 			if t.probe {
 				g.cmds = append(g.cmds, "RCPT TO:<"+r.probeFor(t.j.dom)+"@"+t.j.dom.name+">")
 			}
@@ -195,6 +181,22 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	c.quit()
 }
 
+// egressClient is how a server may name us through eg (isClientBlock):
+// the HELO name, and the address it sees: the egress's public address when
+// configured, else the session's local address on a direct route; through
+// a proxy without public_ip the address is unknown (the local one is our
+// address towards the proxy, which the server never sees).
+func egressClient(nc net.Conn, eg *egress.Egress) clientID {
+	c := clientOf(nc, eg.Helo)
+	switch {
+	case eg.PublicIP.IsValid():
+		c.ip = eg.PublicIP.String()
+	case eg.Proxy != nil:
+		c.ip = ""
+	}
+	return c
+}
+
 // nextGroup takes the transactions of the next pipelined group: as many
 // jobs as the session's budget allows (one when the server does not
 // pipeline), and reports whether QUIT can end the group because nothing
@@ -210,6 +212,9 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 		}
 		j, probe := r.take(h, budget, s.sent == 0)
 		if j == nil {
+			j, probe = r.borrow(h, s, budget)
+		}
+		if j == nil {
 			break
 		}
 		s.sent += len(j.items)
@@ -221,9 +226,39 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 			break
 		}
 	}
-	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
+	last := h.down != "" || (len(h.queue) == 0 && !r.peerWork(h, s)) || r.budget(h)-s.sent < 1
 	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
 }
+
+// peers are the other MX names of this call that may dial srv's address
+// and whose rule is h's, and that have not set srv's egress aside: their
+// work may ride h's sessions (SMTP cannot tell which name led to a server,
+// so the server answers the same). Caller holds r.mu.
+func (r *run) peers(h *hostQ, srv server) []*hostQ {
+	var out []*hostQ
+	for _, p := range r.byIP[srv.ip] {
+		if p != h && p.down == "" && p.eg[srv.egress].aside == "" && len(p.queue) > 0 && p.rule == h.rule {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// borrow takes a transaction of a peer of h for a session of h that has
+// budget RCPTs left and nothing of its own: one session then carries many
+// names' domains to their shared server, instead of each name waiting for
+// a slot of the same server cap. Caller holds r.mu.
+func (r *run) borrow(h *hostQ, s *sess, budget int) (*job, bool) {
+	for _, p := range r.peers(h, s.srv) {
+		if j, probe := r.take(p, budget, s.sent == 0); j != nil {
+			return j, probe
+		}
+	}
+	return nil, false
+}
+
+// peerWork reports whether a peer of h has work left. Caller holds r.mu.
+func (r *run) peerWork(h *hostQ, s *sess) bool { return len(r.peers(h, s.srv)) > 0 }
 
 // quitSafe reports whether QUIT may go in the session's last group: only
 // when its RCPTs are within what the host is known to take (its learned
@@ -279,15 +314,21 @@ func (r *run) tarpit(h *hostQ) {
 	h.queue, h.pending = nil, 0
 }
 
-// rateLimited handles a 421: the host is backed off (for every process
-// sharing the limiter) and unanswered addresses move to the next MX or end
+// rateLimited handles a 421: the server is backed off for the session's
+// egress (for every process sharing the limiter), and unanswered addresses
+// go to another egress, or when none is left to the next MX or end
 // rate_limited.
-func (r *run) rateLimited(h *hostQ, unanswered *job) {
+//
+// A 421 is one server's answer: its address is backed off, not the
+// provider's other servers.
+func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), srv.key, d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.markDown(h, ReasonRateLimited, d)
+	// The back-off is the egress's (srv.key names it): the host's other
+	// egresses go on (setAside).
+	r.setAside(h, srv.egress, ReasonRateLimited, d, 0)
 	if unanswered != nil {
 		r.route(unanswered)
 	}
@@ -298,16 +339,22 @@ func (r *run) rateLimited(h *hostQ, unanswered *job) {
 // host's session cap is lowered to that (for an hour) and its queue is left
 // to the open sessions, with no back-off. Otherwise the host is rate
 // limiting us: back off.
-func (r *run) banner421(h *hostQ) {
+//
+// The sessions counted are this call's to the server's address, whatever
+// MX name led there, and the cap learned applies to every name of it.
+func (r *run) banner421(h *hostQ, srv server) {
 	r.mu.Lock()
-	if others := h.sessions - 1; others > 0 {
+	if others := r.ipActive[ipEgress{srv.ip, srv.egress}] - 1; others > 0 {
 		h.sessionLimit = others
-		r.v.sessionLimits.put(h.name, others, time.Now().Add(limitTTL))
+		for _, p := range r.byIP[srv.ip] {
+			p.sessionLimit = others
+		}
+		r.v.sessionLimits.put(srv.key, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Unlock()
-	r.rateLimited(h, nil)
+	r.rateLimited(h, srv, nil)
 }
 
 // groupFailed hands the transactions of a group that were never processed
@@ -344,7 +391,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			return false, err
 		}
 		if rep.code == 421 {
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.srv, j)
 			return true, nil
 		}
 		if rep.code != 250 {
@@ -360,11 +407,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail, stageMail, s.client) {
-			r.blocked(h, mail, "mail", j)
+			r.blocked(h, s.srv, mail, "mail", j)
 			return true, nil
 		}
 		if mail.code == 421 {
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.srv, j)
 			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
@@ -375,7 +422,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			}
 		}
 		r.mu.Lock()
-		r.finish(j.items, reason, h.name, mail.code)
+		r.finish(j.items, reason, j.host(), mail.code)
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
@@ -399,10 +446,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
-			r.blocked(h, rep, "rcpt", j)
+			r.blocked(h, s.srv, rep, "rcpt", j)
 			return true, nil
 		case cl == rcRateLimited:
-			r.rateLimited(h, j)
+			r.rateLimited(h, s.srv, j)
 			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
@@ -435,11 +482,11 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
-			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcRateLimited {
-			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.rateLimited(h, s.srv, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcTooMany {
@@ -448,7 +495,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		s.answered++
 		r.mu.Lock()
-		if r.answer(it, h.name, rep, cl, verdict, probeTemp) {
+		if r.answer(it, j.host(), rep, cl, verdict, probeTemp) {
 			grey = append(grey, it)
 		}
 		r.mu.Unlock()
@@ -476,7 +523,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.tooMany = true
-	r.learnRcptLimit(h, s.answered)
+	r.learnRcptLimit(h, s.srv, s.answered)
 	var retry []*item
 	for _, it := range again {
 		it.tooManyAll++
@@ -484,7 +531,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 			it.tooMany++
 		}
 		if it.tooMany >= 2 || it.tooManyAll >= maxTooMany {
-			r.finish([]*item{it}, ReasonTemporaryFailure, h.name, 452)
+			r.finish([]*item{it}, ReasonTemporaryFailure, j.host(), 452)
 			it.retryAfter = 15 * time.Minute
 			continue
 		}
@@ -523,7 +570,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if errors.Is(err, errTimeout) {
-		r.finish(j.items, ReasonTimeout, h.name, 0)
+		r.finish(j.items, ReasonTimeout, j.host(), 0)
 		r.tarpit(h)
 		return
 	}
@@ -532,7 +579,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		answered = s.answered
 	}
 	if answered > 0 {
-		r.dropLimit(h, answered, s.started)
+		r.dropLimit(h, s.srv, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -544,7 +591,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 			it.drops++
 		}
 		if it.drops >= 2 || it.dropsAll >= maxDrops {
-			r.finish([]*item{it}, ReasonSMTPError, h.name, 0)
+			r.finish([]*item{it}, ReasonSMTPError, j.host(), 0)
 			continue
 		}
 		retry = append(retry, it)
@@ -560,23 +607,24 @@ const maxDrops = 5
 // dropLimit handles a session (started at started) that dropped after n
 // answered RCPTs: this call's later sessions to h send at most n; the
 // limit is learned (this process's later calls, and every process through
-// the limiter) only when a session to h that started after an earlier
-// drop (within limitTTL) dropped after the same n. One drop is not
+// the limiter) only when a session to the same server (srv.rcptKey: the
+// provider's when known, else the address's) that started after an
+// earlier drop (within limitTTL) dropped after the same n. One drop is not
 // evidence enough to make every later session to a host smaller for an
 // hour: a server restarting or one network blip would do that, and a
 // restart drops every open session at once, often after the same number
 // of pipelined RCPTs, hence the later start. Caller holds r.mu.
-func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
+func (r *run) dropLimit(h *hostQ, srv server, n int, started time.Time) {
 	now := time.Now()
-	if d, ok := r.v.drops.get(h.name, now); ok && d.k == n && started.After(d.at) {
+	if d, ok := r.v.drops.get(srv.rcptKey, now); ok && d.k == n && started.After(d.at) {
 		if h.rcptLimit == n {
 			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
 		}
-		r.learnRcptLimit(h, n)
+		r.learnRcptLimit(h, srv, n)
 		return
 	}
-	if d, ok := r.v.drops.get(h.name, now); !ok || d.k != n {
-		r.v.drops.put(h.name, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	if d, ok := r.v.drops.get(srv.rcptKey, now); !ok || d.k != n {
+		r.v.drops.put(srv.rcptKey, dropSeen{k: n, at: now}, now.Add(limitTTL))
 	}
 	if h.rcptLimit == 0 || n < h.rcptLimit {
 		h.rcptLimit = n // this call only
@@ -584,58 +632,91 @@ func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
 }
 
 // learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
-// after n answered RCPTs), for this call, this process's later calls and, through
-// the limiter when it shares limits (RedisLimiter), every process.
+// after n answered RCPTs), for this call, this process's later calls and,
+// through the limiter when it shares limits (RedisLimiter), every process.
+// It is kept by srv.rcptKey: the provider's when the rules table names one
+// (one provider runs one configuration on all its servers), else the
+// server address's; of any egress, since it is the server's own policy.
 // Caller holds r.mu.
-func (r *run) learnRcptLimit(h *hostQ, n int) {
+func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 	if n <= 0 || (h.rcptLimit > 0 && n >= h.rcptLimit) {
 		return
 	}
 	h.rcptLimit = n
-	r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+	r.v.rcptLimits.put(srv.rcptKey, n, time.Now().Add(limitTTL))
 	if ls, ok := r.v.limiter.(LimitSharer); ok {
 		r.wg.Add(1)
 		go func() { // not under r.mu: a Redis round trip
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
 			defer cancel()
-			_ = ls.ShareRcptLimit(ctx, h.name, n, limitTTL)
+			_ = ls.ShareRcptLimit(ctx, srv.rcptKey, n, limitTTL)
 		}()
 	}
 }
 
 // blocked handles a reply that blames the client (isClientBlock): the
 // addresses are unknown/blocked, never undeliverable, since the server
-// refuses us, whatever the mailbox. The host is backed off for BlockBackoff
-// for every process sharing the limiter (asking again only deepens the
-// block), marked down for this call (its queue moves to the next MX, or
-// ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
-// log line. rest are the addresses of the transaction not yet answered.
-func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
+// refuses us, whatever the mailbox. The server is backed off for the
+// session's egress for BlockBackoff, for every process sharing the limiter
+// (asking again only deepens the block), and the egress is set aside for
+// the host in this call: the other egresses carry its queue; when every
+// egress is set aside the host is down (its queue moves to the next MX, or
+// ends blocked). The operator is told: bulkd_smtp_blocks_total and a log
+// line. rest are the addresses of the transaction not yet answered.
+//
+// A block is about our egress's reputation, which a provider judges the
+// same on all its servers (one DNSBL, one reputation system): the server
+// address and, when the rules table names the provider, the whole
+// provider are backed off for that egress.
+func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
+	keys := []string{srv.key}
+	if srv.provKey != "" {
+		keys = append(keys, srv.provKey)
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-	_ = r.v.limiter.Backoff(bctx, h.name, d)
-	if ls, ok := r.v.limiter.(LimitSharer); ok {
-		_ = ls.ShareBlock(bctx, h.name, d)
+	for _, k := range keys {
+		_ = r.v.limiter.Backoff(bctx, k, d)
+		if ls, ok := r.v.limiter.(LimitSharer); ok {
+			_ = ls.ShareBlock(bctx, k, d)
+		}
+		r.v.blocks.put(k, true, time.Now().Add(d))
 	}
 	cancel()
-	r.v.blocks.put(h.name, true, time.Now().Add(d))
-	smtpBlocks.WithLabelValues(stage).Inc()
+	eg := &r.v.egs[srv.egress]
+	smtpBlocks.WithLabelValues(stage, eg.Name).Inc()
 	text := rep.text
 	if len(text) > 200 {
 		text = text[:200]
 	}
-	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "stage", stage,
+	r.v.log.Warn("smtp: the mail server blocks this egress; setting it aside for this server", "host", h.name, "server", srv.ip.String(),
+		"provider", srv.provider, "egress", eg.Name, "helo", eg.Helo, "stage", stage,
 		"code", rep.code, "reply", text, "backoff", d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h.down != ReasonBlocked {
-		h.downCode = rep.code
-	}
-	r.markDown(h, ReasonBlocked, d)
+	// The egress is set aside for the host; the others carry its queue.
+	r.setAside(h, srv.egress, ReasonBlocked, d, rep.code)
 	if rest != nil {
 		r.route(rest)
 	}
+}
+
+// warnProxy tells the operator that an egress's proxy failed, at most once
+// a minute per egress. The error names the proxy by host:port only.
+func (v *Verifier) warnProxy(eg *egress.Egress, err error) {
+	v.proxyMu.Lock()
+	last := v.proxyWarned[eg.Name]
+	now := time.Now()
+	if now.Sub(last) < time.Minute {
+		v.proxyMu.Unlock()
+		return
+	}
+	v.proxyWarned[eg.Name] = now
+	v.proxyMu.Unlock()
+	smtpProxyFailures.WithLabelValues(eg.Name).Inc()
+	v.log.Warn("smtp: the egress's proxy failed; using the other egresses", "egress", eg.Name,
+		"proxy", eg.ProxyAddr(), "err", err)
 }
 
 // answer records the RCPT reply of one address. It returns true instead
