@@ -34,6 +34,9 @@ type HostileOptions struct {
 //	            about 20 % unknown mailboxes, 2 % each full, disabled and
 //	            refusing our sender (Domain.SenderBlocked, undeliverable/
 //	            rejected), the rest exist
+//	shared-     8 tenants whose MX names each resolve to 2 of 3 servers of
+//	            one provider (3 sessions per server, 6 over the provider;
+//	            421 beyond): the real verdict
 //	catch-      catch-all: risky/catch_all
 //	grey-       greylisting for Greylist (the real verdict once retried)
 //	drop-       a host dropping the session without a reply after K = 1, 2,
@@ -140,6 +143,30 @@ func Hostile(opts HostileOptions) Spec {
 		} else {
 			ownHost(&d, Host{MaxConns: 3, MaxRcpts: 100})
 		}
+		mix(&d)
+		add(d)
+	}
+	// Shared servers: 8 tenants whose MX names
+	// (<tenant>.mail.protection.hostile.test) each resolve to 2 of the 3
+	// servers of one provider (3 sessions per server, 6 over the
+	// provider): the caps are the servers', whatever name led there.
+	if s.ProviderMaxConns == nil {
+		s.ProviderMaxConns = map[string]int{}
+	}
+	s.ProviderMaxConns[HostileProvider] = 6
+	pool := len(s.Hosts)
+	for i := range 3 {
+		s.Hosts = append(s.Hosts, Host{Name: fmt.Sprintf("srv%d.hostilecloud.test", i+1), MaxConns: 3, MaxRcpts: 100,
+			Provider: HostileProvider})
+	}
+	for ti := range 8 {
+		d := Domain{Name: name("shared")}
+		mx := strings.TrimSuffix(d.Name, ".test") + ".mail.protection.hostilecloud.test"
+		for p := range 2 {
+			h := &s.Hosts[pool+(ti+p)%3]
+			h.Aliases = append(h.Aliases, mx)
+		}
+		d.MX = []string{mx}
 		mix(&d)
 		add(d)
 	}
@@ -260,6 +287,10 @@ func Hostile(opts HostileOptions) Spec {
 	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
 	return s
 }
+
+// HostileProvider is the Host.Provider of the hostile world's shared
+// servers (Spec.ProviderMaxConns caps it at 6).
+const HostileProvider = "hostilecloud"
 
 // HostileBehaviour is the behaviour of an address's domain in a Hostile
 // world ("ok", "drop", "blocked", ...): the domain name's prefix.

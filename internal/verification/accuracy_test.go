@@ -215,6 +215,21 @@ func hostileRound(t *testing.T, label string, w *mailworld.World, spec mailworld
 		drops, blocks, bounces = drops+h.Drops, blocks+h.Blocks, bounces+h.Bounces
 		maxConc = max(maxConc, h.MaxConcurrent)
 	}
+	// Politeness as the servers count it (issue 20's goal): per server
+	// address, never more than the limiter's 3 sessions (a server's own
+	// lower cap, the tight- hosts' 1, is learned from its 421).
+	for name, h := range st.PerHost {
+		if h.MaxConcurrent > 3 {
+			t.Errorf("%s: server %s (%s) saw %d concurrent sessions, cap 3", label, name, h.IP, h.MaxConcurrent)
+		}
+	}
+	// A provider's own cap over all its servers is not known to bulkd
+	// for a provider outside its rules table (hostilecloud.test): it is
+	// learned from the 421, so it is reported, not required.
+	for p, ps := range st.PerProvider {
+		t.Logf("%s: provider %s: %d sessions, %d × 421, at most %d at once (cap %d)", label, p, ps.Sessions, ps.Rejected421,
+			ps.MaxConcurrent, spec.ProviderMaxConns[p])
+	}
 	acc := 100 * float64(all.right) / float64(max(all.knowable, 1))
 	t.Logf("%s: %d addresses (%d knowable): %d right (%.2f %%), %d false deliverable; first pass %v, all final %v; "+
 		"sessions %d, RCPTs %d, 421 %d, 452 %d, 450 %d, drops %d, block replies %d, bounces %d, most concurrent sessions on a host %d%s",
