@@ -118,4 +118,8 @@
 // realistic mix, for the benchmark; SharedServers is many tenants' MX names
 // on a few shared servers of one provider; Demo is the small world `make run`
 // starts (see hack/mailworld and hack/run-local.sh).
+//
+// Hostile has every hostile behaviour of the world at once, each domain
+// named by its behaviour (HostileBehaviour), for issue 20's accuracy goals;
+// HardenPeople and AddColleagues make a People world hostile the same way.
 package mailworld
