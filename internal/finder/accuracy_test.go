@@ -194,3 +194,68 @@ func TestFinderHostileWorld(t *testing.T) {
 		t.Errorf("%d of %d findable people found, want >= 98 %%", all.found, all.findable)
 	}
 }
+
+// TestGreylistRetryColleagueMailbox: at a greylisting {f}.{last} company,
+// Leonard Calloway left and leonard@ is a colleague's mailbox. The first
+// pass is greylisted for everyone; on the retries the candidates pass the
+// greylist a few at a time, and leonard@ passes before the company's own
+// addresses: it must not be answered as Leonard's (nor taught as the
+// domain's pattern). Through the lookup family with 3 retries. Before the
+// hold, leonard@ was answered verified (95) on the first retry.
+func TestGreylistRetryColleagueMailbox(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.summit.test"}},
+		Domains: []mailworld.Domain{{Name: "summit.test", MX: []string{"mx.summit.test"}, Greylist: time.Second,
+			Users: []string{"e.mercer", "q.mathews", "t.ingram", "j.osborne", "a.vickers", "h.rowland", "info", "leonard"}}},
+	}
+	w := startWorld(t, spec)
+	rdb, _ := testredis.Client(t)
+	fam := lookup.New(finder.New(newVerifier(t, w, rdb), finder.NewRedisPatterns(rdb)),
+		[]time.Duration{1200 * time.Millisecond, 1500 * time.Millisecond, 1500 * time.Millisecond})
+	people := []finder.Person{{"Leonard", "Calloway", "summit.test"}, {"Emma", "Mercer", "summit.test"},
+		{"Quentin", "Mathews", "summit.test"}, {"Theodore", "Ingram", "summit.test"}, {"Julia", "Osborne", "summit.test"},
+		{"Arthur", "Pemberton", "summit.test"}, {"Andrew", "Vickers", "summit.test"}, {"Henry", "Rowland", "summit.test"}}
+	truth := []string{"", "e.mercer", "q.mathews", "t.ingram", "j.osborne", "", "a.vickers", "h.rowland"}
+	final := make([]finder.Result, len(people))
+	pending := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	for attempt := 1; len(pending) > 0; attempt++ {
+		var payloads []string
+		var attempts []int
+		for _, i := range pending {
+			b, _ := json.Marshal(people[i])
+			payloads, attempts = append(payloads, string(b)), append(attempts, attempt)
+		}
+		answers, err := fam.Retry(context.Background(), payloads, attempts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again []int
+		for k, a := range answers {
+			_ = json.Unmarshal(a.Data, &final[pending[k]])
+			if !a.RetryAt.IsZero() {
+				again = append(again, pending[k])
+			}
+		}
+		pending = again
+		if len(pending) > 0 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+	}
+	found := 0
+	for i, r := range final {
+		verified := r.Status == finder.StatusFound && r.Substatus == finder.SubVerified
+		if verified && !strings.EqualFold(str(r.Email), truth[i]+"@summit.test") {
+			t.Errorf("WRONG PERSON %s %s: %s", people[i].FirstName, people[i].LastName, describe(r))
+		}
+		if verified && truth[i] != "" {
+			found++
+		}
+		if truth[i] != "" && r.Substatus == finder.SubNoMatch {
+			t.Errorf("%s %s answered no_match, truth %s", people[i].FirstName, people[i].LastName, truth[i])
+		}
+	}
+	t.Logf("%d of 6 found; Leonard: %s", found, describe(final[0]))
+	if found != 6 {
+		t.Errorf("%d of 6 found", found)
+	}
+}

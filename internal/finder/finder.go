@@ -132,6 +132,11 @@ type person struct {
 	held      *Result
 	rechecked bool
 	local     string // the local part of a verified answer
+	// unsupported: verified while nothing else at the domain was written
+	// with its pattern; its lesson waits for the end of the call (see
+	// hold), as its answer may.
+	unsupported bool
+	lesson      string
 
 	firstName, lastName string // normalized (NormalizeName), to tell people apart
 }
@@ -153,6 +158,9 @@ type domain struct {
 	// call stopped searching with (absorb) still speaks against another
 	// pattern's address when confidence judges it.
 	evidence map[string]int64
+	// greylisted: a candidate of this domain was greylisted in this call
+	// (its people are answered across retries, a few at a time).
+	greylisted bool
 
 	scoutsFailed int  // scouts that ended while the pattern was unknown
 	mass         bool // everyone searches (see noteScouts)
@@ -256,9 +264,15 @@ func (f *Finder) Find(ctx context.Context, people []Person) []Result {
 			}
 		}
 	}
+	var late []learnt
 	for _, p := range all {
+		p.dom.hold(p)
 		p.dom.confidence(p)
+		if p.unsupported && p.res.Substatus == SubVerified {
+			late = append(late, learnt{p.dom.name, p.lesson})
+		}
 	}
+	f.learn(ctx, late)
 	markAmbiguous(all)
 	for _, p := range all {
 		for k, i := range p.idxs {
@@ -547,6 +561,11 @@ func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
 	var catchAll, noMail, unknown *verify.Result
 	verified, refused := 0, 0
 	for _, i := range idx {
+		if res[i].Reason == verify.ReasonGreylisted {
+			d.greylisted = true
+		}
+	}
+	for _, i := range idx {
 		s, r := sends[i], res[i]
 		p := s.p
 		if r.SMTPCode != 0 {
@@ -671,11 +690,16 @@ func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
 	if len(pats) != 1 {
 		return nil
 	}
+	unsupported := d.stored[pats[0]]+d.evidence[pats[0]] == 0
 	d.counts[pats[0]]++
 	if d.evidence == nil {
 		d.evidence = map[string]int64{}
 	}
 	d.evidence[pats[0]]++
+	if unsupported {
+		p.unsupported, p.lesson = true, pats[0]
+		return nil
+	}
 	return []learnt{{d.name, pats[0]}}
 }
 
@@ -719,6 +743,32 @@ func (d *domain) recheck() {
 		}
 		held := p.res
 		p.held, p.done, p.cands = &held, false, cs
+	}
+}
+
+// hold keeps an unsupported verified answer (no other address of the
+// domain written with its pattern) waiting while others of a greylisting
+// domain wait for a retry: their candidates pass the greylist a few at a
+// time, and a colleague's mailbox (leonard@ of a departed Leonard) passes
+// as early as anyone's. Answered then, it would be a wrong person, and
+// taught to the store, the domain's pattern for the next retry. The last
+// attempt makes a held answer final as not_found/unknown.
+func (d *domain) hold(p *person) {
+	if !p.unsupported || !d.greylisted || p.res.Substatus != SubVerified || p.local == "" {
+		return
+	}
+	for _, pat := range patternsOf(p.name, p.local) {
+		if d.stored[pat]+d.evidence[pat] > 1 {
+			return // another address of the call supports it now
+		}
+	}
+	for _, q := range d.people {
+		if q.done && q.res.Temporary && q.res.Status == StatusNotFound {
+			a := notFound(SubUnknown)
+			a.Temporary, a.RetryAfter, a.ProbesUsed = true, q.res.RetryAfter, p.res.ProbesUsed
+			p.res = a
+			return
+		}
 	}
 }
 
