@@ -80,6 +80,14 @@
 // exception; SMTP cannot tell them apart. The counts of the call are kept
 // for this even when the call stops searching with a provisional pattern.
 //
+// On a greylisting domain people are answered across retries, a few at a
+// time (whose candidates passed the greylist first). An address verified
+// there while no other address of its pattern is known is held: answered
+// not_found/unknown (temporary) while others of the domain wait for a
+// retry, and taught to the store only at the end of the call, if
+// answered. A colleague's mailbox (leonard@ of a departed Leonard) passes
+// the greylist as early as anyone's.
+//
 // A disposable domain's verified address stays 60.
 //
 // # Nicknames
