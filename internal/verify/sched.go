@@ -340,7 +340,7 @@ func (r *run) session(h *hostQ) {
 		return
 	}
 	r.sharedLimit(h)
-	release, backoff, err := r.v.acquire(ctx, h.name)
+	ic, release, backoff, err := r.slot(h)
 	if err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {
@@ -360,7 +360,19 @@ func (r *run) session(h *hostQ) {
 		r.mu.Unlock()
 		return
 	}
-	defer release()
+	parked := false // the slot went to the pool with the connection
+	defer func() {
+		if !parked {
+			release()
+		}
+	}()
+	if ic != nil {
+		defer func() {
+			if !parked {
+				_ = ic.c.nc.Close()
+			}
+		}()
+	}
 	select {
 	case r.v.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -368,9 +380,12 @@ func (r *run) session(h *hostQ) {
 	}
 	defer func() { <-r.v.sem }()
 	if r.idle(h) {
+		if ic != nil {
+			parked = r.v.pool.park(h.name, ic) // not needed after all: back it goes
+		}
 		return
 	}
-	r.converse(h, ips)
+	parked = r.converse(h, ips, ic, release)
 }
 
 // sharedLimit reads, once per host and call, the RCPT limit another

@@ -21,6 +21,13 @@ type sess struct {
 	answered int  // RCPTs answered other than "too many recipients"
 	txs      int  // transactions started
 	tooMany  bool // a "too many recipients" ended the session's usefulness
+	// reused: a parked session taken again (connPool); answeredBefore its
+	// answered count when it was taken. A reused session lost before any
+	// RCPT of this call was answered was most likely closed by the server
+	// while parked (its idle timeout): that is no drop of ours and says
+	// nothing about a limit.
+	reused         bool
+	answeredBefore int
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -66,11 +73,17 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse connects to h and runs transactions until its queue is empty or
-// the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, ips []netip.Addr) {
+// converse connects to h (or goes on with ic, a session parked by an
+// earlier call) and runs transactions until its queue is empty or the
+// session's RCPT budget is spent. It reports whether the session was
+// parked for the next call (connPool), its slot (release) with it.
+func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func()) (parked bool) {
 	ctx := r.ctx
 	cfg := &r.v.cfg
+	if ic != nil {
+		return r.transactions(h, ic.c, &sess{sent: ic.sent, answered: ic.answered, txs: ic.txs, reused: true,
+			answeredBefore: ic.answered}, release)
+	}
 	start := time.Now()
 	var c *smtpConn
 	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
@@ -86,9 +99,13 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 			r.markDown(h, ReasonConnectionFailed, 0)
 			r.mu.Unlock()
 		}
-		return
+		return false
 	}
-	defer c.nc.Close()
+	defer func() {
+		if !parked {
+			c.nc.Close()
+		}
+	}()
 	// Ending ctx unblocks any read or write at once.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -96,50 +113,66 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
-		return
+		return false
 	}
 	switch {
 	case isClientBlock(banner):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
 		r.blocked(h, banner, "banner", nil)
-		return
+		return false
 	case banner.code == 421:
 		r.banner421(h)
-		return
+		return false
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
 		_ = c.send("QUIT")
 		r.mu.Lock()
 		r.markDown(h, ReasonConnectionFailed, 0)
 		r.mu.Unlock()
-		return
+		return false
 	}
 	hello, err := c.hello(cfg.HeloName)
 	if err != nil {
 		r.sessionFailed(h, err, false)
-		return
+		return false
 	}
 	if isClientBlock(hello) {
 		_ = c.send("QUIT")
 		r.blocked(h, hello, "helo", nil)
-		return
+		return false
 	}
 	if hello.code == 421 {
 		r.rateLimited(h, nil)
-		return
+		return false
 	}
 	if hello.code != 250 {
 		_ = c.send("QUIT")
 		r.mu.Lock()
 		r.markDown(h, ReasonSMTPError, 0)
 		r.mu.Unlock()
-		return
+		return false
 	}
 
-	s := &sess{}
+	stop()
+	return r.transactions(h, c, &sess{}, release)
+}
+
+// transactions runs the session's transactions on c (after EHLO, or on a
+// parked session taken again) and, when its work is done, parks it or says
+// QUIT. It reports whether it was parked.
+func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (parked bool) {
+	ctx := r.ctx
+	cfg := &r.v.cfg
+	defer func() {
+		if !parked {
+			c.nc.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
-		txs, quit := r.nextGroup(h, s, c.pipelining)
+		txs, quit := r.nextGroup(h, s, c.pipelining, c.deadline)
 		if len(txs) == 0 {
 			break
 		}
@@ -189,14 +222,22 @@ func (r *run) converse(h *hostQ, ips []netip.Addr) {
 			break
 		}
 	}
+	r.mu.Lock()
+	may := r.mayPark(h, s, c.deadline)
+	r.mu.Unlock()
+	if may && stop() && r.v.pool.park(h.name, &idleConn{c: c, release: release, sent: s.sent, answered: s.answered, txs: s.txs}) {
+		return true
+	}
 	c.quit()
+	return false
 }
 
 // nextGroup takes the transactions of the next pipelined group: as many
 // jobs as the session's budget allows (one when the server does not
 // pipeline), and reports whether QUIT can end the group because nothing
 // is left for this session. Without PIPELINING, QUIT is sent on its own.
-func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
+// A session that will be parked (mayPark) does not say QUIT.
+func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) ([]tx, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var txs []tx
@@ -219,7 +260,7 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 		}
 	}
 	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
-	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
+	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s) && !r.mayPark(h, s, deadline)
 }
 
 // quitSafe reports whether QUIT may go in the session's last group: only
@@ -282,6 +323,7 @@ func (r *run) tarpit(h *hostQ) {
 func (r *run) rateLimited(h *hostQ, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
 	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
+	r.v.pool.flush(h.name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.markDown(h, ReasonRateLimited, d)
@@ -522,10 +564,12 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		return
 	}
 	answered := 0
+	stale := false
 	if s != nil {
 		answered = s.answered
+		stale = s.reused && s.answered == s.answeredBefore
 	}
-	if answered > 0 {
+	if answered > 0 && !stale {
 		r.learnRcptLimit(h, answered)
 	}
 	var retry []*item
@@ -534,7 +578,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 			continue
 		}
 		it.dropsAll++
-		if answered == 0 {
+		if answered == 0 && !stale {
 			it.drops++
 		}
 		if it.drops >= 2 || it.dropsAll >= maxDrops {
@@ -588,6 +632,7 @@ func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
 	}
 	cancel()
 	r.v.blocks.put(h.name, true, time.Now().Add(d))
+	r.v.pool.flush(h.name)
 	smtpBlocks.WithLabelValues(stage).Inc()
 	text := rep.text
 	if len(text) > 200 {

@@ -78,6 +78,11 @@ type Config struct {
 	// across processes through the limiter, default 30m: asking again soon
 	// only deepens a block.
 	BlockBackoff time.Duration
+	// SessionIdle is how long a session whose work ran out, with RCPT
+	// budget left, stays open (holding its politeness slot) for the next
+	// Verify call to the same host (connPool in pool.go), default 2s;
+	// negative: every session says QUIT when its call has nothing more.
+	SessionIdle time.Duration
 	// Logger receives the operator's warnings (a server blocking us);
 	// nil: slog.Default().
 	Logger *slog.Logger
@@ -105,6 +110,9 @@ func (c Config) withDefaults() Config {
 	def(&c.CatchAllTTL, time.Hour)
 	def(&c.RateLimitBackoff, 30*time.Second)
 	def(&c.BlockBackoff, 30*time.Minute)
+	if c.SessionIdle == 0 {
+		c.SessionIdle = 2 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -151,6 +159,7 @@ type Verifier struct {
 	// blocked rather than rate_limited.
 	blocks *ttlCache[string, bool]
 	log    *slog.Logger
+	pool   *connPool // sessions parked between calls
 }
 
 // limitTTL is how long a learned per-host limit is remembered.
@@ -198,7 +207,7 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
-		log: cfg.Logger}, nil
+		log: cfg.Logger, pool: newConnPool(cfg.SessionIdle)}, nil
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.

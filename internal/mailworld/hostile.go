@@ -1,0 +1,93 @@
+package mailworld
+
+import (
+	"math/rand/v2"
+	"sort"
+	"strings"
+)
+
+// HostileOptions says how many domains of a world Hostile turns hostile.
+type HostileOptions struct {
+	// DropDomains: domains whose own MX host drops the connection without
+	// a reply after K RCPTs of a session (K = 1, 2, 3 in turn;
+	// Host.DropAfterRcpts K+1). Their truth does not change: a verifier
+	// that sends at most K RCPTs per session gets every answer.
+	DropDomains int
+	// BlockDomains: domains moved onto one server that answers every RCPT
+	// with a DNSBL block of the client (mx.rblguard.test, Host.BlockClient).
+	// Their addresses' truth becomes unknown/blocked, knowable.
+	BlockDomains int
+	Seed         int64
+}
+
+// Hostility is what Hostile did: the domains it changed, by kind.
+type Hostility struct {
+	Drops  map[string]int  // domain -> K (RCPTs answered per session)
+	Blocks map[string]bool // domains on the blocking server
+}
+
+// BlockHost is the name of Hostile's blocking server.
+const BlockHost = "mx.rblguard.test"
+
+// Hostile turns some ordinary domains of spec (a domain of DNSMX whose
+// only MX host serves no other domain, neither greylisting nor catch-all)
+// into issue 20's hostile servers, so a benchmark world (Bench, People) has
+// drops and blocks in the proportions the issue measured: a 20,000-address
+// world had 800 addresses on drop servers and one server blocking ours.
+// The choice is by Seed among the eligible domains (fewer are changed when
+// fewer are eligible). Spec.Cases of the blocked domains' addresses become
+// unknown/blocked; a caller with its own truth (People's PersonCase) reads
+// Hostility. spec is modified in place and returned.
+func Hostile(spec Spec, opts HostileOptions) (Spec, Hostility) {
+	hy := Hostility{Drops: map[string]int{}, Blocks: map[string]bool{}}
+	serves := map[string]int{} // host -> domains listing it
+	for _, d := range spec.Domains {
+		if d.DNS == DNSMX || d.DNS == DNSNoMXWithA {
+			for _, m := range d.MX {
+				serves[canon(m)]++
+			}
+		}
+	}
+	hostIdx := map[string]int{}
+	for i, h := range spec.Hosts {
+		hostIdx[canon(h.Name)] = i
+	}
+	var eligible []int
+	for i, d := range spec.Domains {
+		if d.DNS != DNSMX || len(d.MX) != 1 || d.CatchAll || d.Greylist > 0 || serves[canon(d.MX[0])] != 1 {
+			continue
+		}
+		if _, ok := hostIdx[canon(d.MX[0])]; !ok {
+			continue
+		}
+		eligible = append(eligible, i)
+	}
+	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x686f7374696c65)) // "hostile"
+	rng.Shuffle(len(eligible), func(a, b int) { eligible[a], eligible[b] = eligible[b], eligible[a] })
+	nd := min(opts.DropDomains, len(eligible))
+	drops, rest := eligible[:nd], eligible[nd:]
+	blocks := rest[:min(opts.BlockDomains, len(rest))]
+	sort.Ints(drops)
+	for n, i := range drops {
+		d := &spec.Domains[i]
+		k := n%3 + 1
+		spec.Hosts[hostIdx[canon(d.MX[0])]].DropAfterRcpts = k + 1
+		hy.Drops[canon(d.Name)] = k
+	}
+	if len(blocks) > 0 {
+		spec.Hosts = append(spec.Hosts, Host{Name: BlockHost, BlockClient: true})
+		for _, i := range blocks {
+			d := &spec.Domains[i]
+			// The domain's old host stays (nothing lists it any more).
+			d.MX = []string{BlockHost}
+			hy.Blocks[canon(d.Name)] = true
+		}
+		for i, c := range spec.Cases {
+			at := strings.LastIndexByte(c.Email, '@')
+			if at >= 0 && hy.Blocks[canon(c.Email[at+1:])] {
+				spec.Cases[i] = Case{Email: c.Email, Status: Unknown, Reason: "blocked", Knowable: true}
+			}
+		}
+	}
+	return spec, hy
+}
