@@ -40,7 +40,12 @@ type Config struct {
 	// SessionTimeout bounds a whole SMTP session, default 60s.
 	SessionTimeout time.Duration
 	// MaxRcptsPerSession is how many RCPTs (catch-all probes included) one
-	// session sends before it quits and a new one continues, default 50.
+	// session sends before it quits and a new one continues, default 100:
+	// RFC 5321 (4.5.3.1.8) makes every server take at least 100 recipients
+	// per message, and a server that takes fewer per session says so with
+	// 452 or by dropping the connection, which is learned per host. With
+	// the per-host new-session rate, this is what bounds the addresses per
+	// second a provider's host can be asked (docs/benchmarks.md).
 	MaxRcptsPerSession int
 	// MaxSessions caps concurrent SMTP sessions in this process, default 64.
 	MaxSessions int
@@ -117,7 +122,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.MaxRcptsPerSession <= 0 {
-		c.MaxRcptsPerSession = 50
+		c.MaxRcptsPerSession = 100
 	}
 	c.MaxRcptsPerSession = max(c.MaxRcptsPerSession, 2) // room for a probe and an address
 	if c.MaxSessions <= 0 {
