@@ -101,8 +101,11 @@ type Config struct {
 	SMTPDenyPrivate     bool          // deprecated, no effect: non-public addresses are always refused (OutboundAllowCIDRs opens ranges)
 
 	// Email lookup.
-	LookupTimeout      time.Duration // one single email lookup, end to end
-	UnlimitedLookupRPS int           // unlimited single lookups per second per account
+	LookupTimeout time.Duration // one single email lookup, end to end
+	// FinderLearnFromVerification: bulk verification answers teach the
+	// finder the shapes of domains' addresses (finder.VerificationTeacher).
+	FinderLearnFromVerification bool
+	UnlimitedLookupRPS          int // unlimited single lookups per second per account
 
 	// Content spam check (POST /v1/content-spam-check).
 	SpamdAddr           string        // SpamAssassin spamd host:port; empty: the check answers 503 engine_unavailable
@@ -208,8 +211,9 @@ func Default() Config {
 		SMTPCommandTimeout:  10 * time.Second,
 		VerifyRetryDelays:   "2m,5m,15m",
 
-		LookupTimeout:      45 * time.Second,
-		UnlimitedLookupRPS: 10,
+		LookupTimeout:               45 * time.Second,
+		FinderLearnFromVerification: true,
+		UnlimitedLookupRPS:          10,
 
 		SpamdTimeout:  10 * time.Second,
 		SpamdMaxConns: 5,
@@ -270,6 +274,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	dur(fs, &c.SMTPCommandTimeout, "smtp-command-timeout", "wait for one SMTP reply (bounds tarpits)")
 	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address (bulk verification and bulk lookup); after the last it is unknown")
 	dur(fs, &c.LookupTimeout, "lookup-timeout", "time limit of one single email lookup (POST /v1/email-lookup and the unlimited one); past it: 502, nothing charged")
+	boolean(fs, &c.FinderLearnFromVerification, "finder-learn-from-verification", "bulk verification's deliverable addresses on domains that are not catch-all teach the email finder their shape (separator, initials), shared through Redis; false: verification teaches nothing")
 	num(fs, &c.UnlimitedLookupRPS, "unlimited-lookup-rps", "POST /v1/unlimited/email-lookup requests per second per account (on top of the per-key rate limit)")
 	str(fs, &c.SpamdAddr, "spamd-addr", "SpamAssassin spamd host:port for POST /v1/content-spam-check (empty: it answers 503 engine_unavailable)")
 	dur(fs, &c.SpamdTimeout, "spamd-timeout", "time limit of one content spam check, waiting for a free spamd connection included; past it: 503 engine_unavailable")

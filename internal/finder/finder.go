@@ -143,6 +143,7 @@ type domain struct {
 	pattern   string           // the pattern in use; "" while it is not known
 	fromStore bool             // pattern came from the store and nothing confirmed it yet
 	stored    map[string]int64 // the store's counts when the call started (nil: unknown)
+	shape     string           // the shape the store's counts favour (favouredShape); orders the priors
 	distrust  bool             // the stored pattern failed in this call: not used again
 	planned   string           // the pattern people's lists were built for
 	built     bool
@@ -288,6 +289,7 @@ func (f *Finder) loadPatterns(ctx context.Context, order []*domain) {
 		if m, err := cg.CountsMany(ctx, names); err == nil {
 			for _, d := range order {
 				d.stored = m[d.name]
+				d.shape = favouredShape(d.stored)
 				if p, ok := best(d.stored); ok {
 					d.pattern, d.fromStore = p, true
 				}
@@ -354,7 +356,7 @@ func (d *domain) rebuild() {
 		if d.pattern != "" {
 			cs = learnedCands(p.name, d.pattern)
 		} else {
-			cs = priorCands(p.name)
+			cs = priorCands(p.name, d.shape)
 		}
 		p.cands = p.cands[:0]
 		for _, c := range cs {
@@ -371,7 +373,7 @@ func (d *domain) plan() []send {
 		d.prime = false
 		var out []send
 		for _, p := range d.pickScouts(true) {
-			for _, c := range priorCands(p.name) {
+			for _, c := range priorCands(p.name, d.shape) {
 				if !p.tried[c.local] {
 					out = append(out, send{p: p, c: c, prime: true})
 				}

@@ -231,8 +231,10 @@ type cand struct {
 // priorCands are the candidates of n on a domain without a known pattern:
 // every (pattern, pair) scored prior weight x pair weight, best first (ties
 // in prior order, then pair order), duplicates and invalid local parts
-// removed, at most MaxCandidates.
-func priorCands(n name) []cand {
+// removed, at most MaxCandidates. The patterns of shape (the domain's
+// favoured shape, see favouredShape; "" none) weigh shapeBoost times their
+// prior.
+func priorCands(n name, shape string) []cand {
 	type scored struct {
 		cand
 		score float64
@@ -240,8 +242,12 @@ func priorCands(n name) []cand {
 	}
 	var all []scored
 	for ti, t := range priors {
+		w := t.weight
+		if shape != "" && patternShapes[t.pattern] == shape {
+			w *= shapeBoost
+		}
 		for pi, p := range n.pairs {
-			all = append(all, scored{cand{render(t.pattern, p), t.pattern}, t.weight * p.w, ti*len(n.pairs) + pi})
+			all = append(all, scored{cand{render(t.pattern, p), t.pattern}, w * p.w, ti*len(n.pairs) + pi})
 		}
 	}
 	sort.SliceStable(all, func(a, b int) bool {
@@ -315,7 +321,7 @@ func Candidates(first, last string, learned string) []string {
 	if KnownPattern(learned) {
 		cs = learnedCands(n, learned)
 	} else {
-		cs = priorCands(n)
+		cs = priorCands(n, "")
 	}
 	out := make([]string, len(cs))
 	for i, c := range cs {

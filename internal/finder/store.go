@@ -174,8 +174,9 @@ func parseCounts(m map[string]string) map[string]int64 {
 // same counting rule, at most memDomains domains (when full, an arbitrary
 // tenth is forgotten).
 type memPatterns struct {
-	mu sync.Mutex
-	m  map[string]map[string]int64
+	mu   sync.Mutex
+	m    map[string]map[string]int64
+	seen map[string]map[string]bool // local parts whose shape was counted, per domain
 }
 
 const memDomains = 100_000
@@ -193,6 +194,12 @@ func (s *memPatterns) Learn(_ context.Context, domain, pattern string) error {
 	if !KnownPattern(pattern) {
 		return nil
 	}
+	s.add(domain, pattern, 1)
+	return nil
+}
+
+// add counts n addresses of the domain under field (a pattern or a shape).
+func (s *memPatterns) add(domain, field string, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.m[domain]
@@ -209,8 +216,7 @@ func (s *memPatterns) Learn(_ context.Context, domain, pattern string) error {
 		c = map[string]int64{}
 		s.m[domain] = c
 	}
-	c[pattern]++
-	return nil
+	c[field] += n
 }
 
 // LearnMany records several verified addresses (domains[i] written with

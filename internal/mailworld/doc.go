@@ -49,8 +49,10 @@
 //     does not list this host as its MX (or implicit MX); "450 4.7.1
 //     Greylisted, try again later" while the domain's Greylist period since
 //     the first attempt for that exact recipient (remembered world-wide,
-//     across hosts) has not passed; "552 5.2.2 Mailbox full" for
-//     Domain.Full; "550 5.2.1 Mailbox disabled" for Domain.Disabled;
+//     across hosts) has not passed; "550 5.7.1 <addr>: Sender blocked by
+//     the recipient's block list" for Domain.SenderBlocked (one
+//     recipient's policy, not a block of the client: undeliverable/
+//     rejected); "552 5.2.2 Mailbox full" for Domain.Full; "550 5.2.1 Mailbox disabled" for Domain.Disabled;
 //     "250 2.1.5 Ok" for Domain.Users or any local part of a CatchAll
 //     domain; otherwise "550 5.1.1 User unknown". Local parts and domains
 //     are compared case-insensitively.
@@ -71,6 +73,15 @@
 //     client's IP ("554 5.7.1 Service unavailable; Client host [ip] blocked
 //     using zen.spamhaus.org; ...", Postfix's reject_rbl_client wording);
 //     the truth of its addresses is unknown/blocked, knowable (HostStats.Blocks).
+//   - Host.AcceptThenBounce: every RCPT for a domain the host serves is
+//     "250 2.1.5 Ok", mailbox or not (full and disabled ones too), as a
+//     gateway without a recipient directory answers; mail to a mailbox that
+//     does not exist would bounce later (HostStats.Bounces counts those
+//     RCPTs). Its catch-all probe is accepted like everything else, so the
+//     expected answer (Case) of all its addresses is risky/catch_all, never
+//     deliverable; Spec.Truth gives each mailbox's real fate (undeliverable
+//     for the unknown ones). AddAcceptBounce adds such a domain to a Spec
+//     (DropsBlocksOptions.Bounce).
 //   - Host.Refuse: the host has an A record but nothing listens on its
 //     address (the address:port is held by a bound, non-listening socket
 //     so no other world can take it), so connections are refused.

@@ -384,6 +384,9 @@ type DropsBlocksOptions struct {
 	RTT       time.Duration
 	Seed      int64
 	PerDomain int // addresses per drop domain; default 10
+	// Bounce: addresses on an accept-then-bounce host (AddAcceptBounce);
+	// default 0, none.
+	Bounce int
 }
 
 // DropsBlocks is a world of the two behaviours of issue 20's items 1 and 2:
@@ -398,6 +401,9 @@ type DropsBlocksOptions struct {
 //	                unavailable; Client host [ip] blocked using zen.spamhaus.org"
 //	                (Host.BlockClient). Truth: unknown/blocked, Knowable (a
 //	                blocked address counts as right only when it is unknown).
+//	bounce.test     with Bounce > 0: mx.bounce.test accepts every RCPT and
+//	                would bounce later (AddAcceptBounce). Case: risky/catch_all
+//	                for every address; Spec.Truth tells the real mailboxes.
 func DropsBlocks(opts DropsBlocksOptions) Spec {
 	if opts.Drops <= 0 {
 		opts.Drops = 80
@@ -440,6 +446,9 @@ func DropsBlocks(opts DropsBlocksOptions) Spec {
 		s.Cases = append(s.Cases, Case{local + "@blocked.test", Unknown, "blocked", true})
 	}
 	s.Domains = append(s.Domains, bd)
+	if opts.Bounce > 0 {
+		s = AddAcceptBounce(s, opts.Bounce, opts.Seed)
+	}
 	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
 	return s
 }

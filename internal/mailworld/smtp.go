@@ -305,7 +305,18 @@ func (s *session) rcpt(path string) action {
 		s.reply("450 4.7.1 Greylisted, try again later")
 		return actContinue
 	}
+	if h.AcceptThenBounce {
+		// No recipient check at RCPT time: the bounce comes later.
+		if !d.users[local] && !d.CatchAll || d.full[local] || d.disabled[local] {
+			h.bounces.Add(1)
+		}
+		s.okRcpts++
+		s.reply("250 2.1.5 Ok")
+		return actContinue
+	}
 	switch {
+	case d.senderBlocked[local]:
+		s.reply("550 5.7.1 <" + local + "@" + dom + ">: Sender blocked by the recipient's block list")
 	case d.full[local]:
 		s.reply("552 5.2.2 Mailbox full")
 	case d.disabled[local]:

@@ -56,6 +56,11 @@ type Host struct {
 	// unavailable; Client host [ip] blocked using zen.spamhaus.org; ...".
 	// The truth of its addresses is unknown/blocked whatever the mailbox.
 	BlockClient bool
+	// AcceptThenBounce: every RCPT for a domain the host serves is
+	// answered "250 2.1.5 Ok", mailbox or not (after greylisting); mail to
+	// a mailbox that does not exist would bounce later (HostStats.Bounces
+	// counts those RCPTs). See bounce.go for the truth of its addresses.
+	AcceptThenBounce bool
 }
 
 // DNSKind says how the DNS server answers for a domain.
@@ -108,6 +113,12 @@ type Domain struct {
 	Greylist time.Duration
 	Full     []string // local parts answered "552 5.2.2 Mailbox full"
 	Disabled []string // local parts answered "550 5.2.1 Mailbox disabled"
+	// SenderBlocked: local parts whose owner's own policy refuses our
+	// sender: "550 5.7.1 <addr>: Sender blocked by the recipient's block
+	// list". One recipient's refusal, not a block of the client: the truth
+	// is undeliverable/rejected, and the host's other addresses are
+	// answered as usual.
+	SenderBlocked []string
 }
 
 // Case is the answer a verifier is expected to give for one address.
@@ -137,6 +148,7 @@ type HostStats struct {
 	MaxConcurrent                                        int
 	Drops                                                int64 // sessions closed without a reply (DropAfterRcpts)
 	Blocks                                               int64 // RCPTs answered with a client block (BlockClient)
+	Bounces                                              int64 // RCPTs accepted for a mailbox that does not exist (AcceptThenBounce)
 }
 
 // World is a running mail world. Its methods are safe for concurrent use.
@@ -181,12 +193,14 @@ type host struct {
 	sessions, rejected421, rcpts, replies452, greylisted atomic.Int64
 	maxConcurrent                                        atomic.Int64
 	drops, blocks                                        atomic.Int64
+	bounces                                              atomic.Int64
 }
 
 type domain struct {
 	Domain
 	name                  string // lower case
 	users, full, disabled map[string]bool
+	senderBlocked         map[string]bool
 	aIP                   string // DNSNoMXWithA
 }
 
@@ -301,7 +315,8 @@ func (w *World) build() error {
 		if w.domains[name] != nil {
 			return fmt.Errorf("mailworld: domain %s listed twice", name)
 		}
-		ds := &domain{Domain: d, name: name, users: set(d.Users), full: set(d.Full), disabled: set(d.Disabled)}
+		ds := &domain{Domain: d, name: name, users: set(d.Users), full: set(d.Full), disabled: set(d.Disabled),
+			senderBlocked: set(d.SenderBlocked)}
 		var mx []string
 		switch d.DNS {
 		case DNSMX:
@@ -563,6 +578,7 @@ func (w *World) Stats() Stats {
 			MaxConcurrent: int(h.maxConcurrent.Load()),
 			Drops:         h.drops.Load(),
 			Blocks:        h.blocks.Load(),
+			Bounces:       h.bounces.Load(),
 		}
 		s.Sessions += hs.Sessions
 		s.Rejected421 += hs.Rejected421
@@ -587,6 +603,7 @@ func (w *World) ResetStats() {
 		h.greylisted.Store(0)
 		h.drops.Store(0)
 		h.blocks.Store(0)
+		h.bounces.Store(0)
 		h.maxConcurrent.Store(h.live.Load())
 	}
 }

@@ -209,6 +209,11 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	// (one politeness budget per MX host for both families); learned
 	// patterns are shared through Redis by every process.
 	patterns := finder.NewRedisPatterns(rdb)
+	if cfg.FinderLearnFromVerification {
+		// Deliverable addresses of verification jobs teach the finder
+		// their domains' address shapes (finder/shape.go).
+		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
+	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
 	f := &families{company: co, companies: companies, verification: ver,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,

@@ -59,7 +59,19 @@ type VerificationFamily struct {
 	// Single answers GET /v1/verify (nil: Verifier); it may wait out a
 	// short greylist within the request.
 	Single Verifier
-	price  string
+	// Teacher, when set, is given every batch of bulk answers (the first
+	// attempt and the retries, never GET /v1/verify): the finder learns
+	// address shapes from the deliverable ones (finder.VerificationTeacher;
+	// --finder-learn-from-verification).
+	Teacher Teacher
+	price   string
+}
+
+// Teacher learns from a batch of verification answers. It must be quick
+// and bounded (it runs in the shard's answering path) and may drop what it
+// cannot store.
+type Teacher interface {
+	Teach(ctx context.Context, res []verify.Result)
 }
 
 var _ family.Family = (*VerificationFamily)(nil)
@@ -287,6 +299,9 @@ func (f *VerificationFamily) Retry(ctx context.Context, payloads []string, attem
 		// Answers cut short by our own deadline are not the mail world's
 		// verdict: the batch is retried as a whole.
 		return nil, err
+	}
+	if f.Teacher != nil {
+		f.Teacher.Teach(ctx, res)
 	}
 	now := f.Now()
 	out := make([]jobs.Answer, len(payloads))

@@ -31,7 +31,9 @@
 //	               smtp_error         protocol error, connection dropped twice before any RCPT of the
 //	                                  session was answered (or 5 times in all), MAIL FROM refused
 //	               blocked            the reply blames the client, not the address (isClientBlock: a
-//	                                  DNSBL, reputation, ban, no PTR, x.7.x naming our IP); Temporary,
+//	                                  DNSBL; at RCPT otherwise only a reply naming our source IP,
+//	                                  HELO name or "client host" with block words or x.7.x; before
+//	                                  RCPT reputation, ban, no PTR alone too); Temporary,
 //	                                  RetryAfter = BlockBackoff (30m), the host backed off as long
 //
 // Unknown means unknown: nothing is deliverable without a 250 to the real
@@ -174,8 +176,15 @@
 //   - a reply that does not come within CommandTimeout: the host is a
 //     tarpit; the transaction's addresses and everything queued on the host
 //     are timeout (final), with no other MX tried.
-//   - the connection dropped mid-session (or a malformed reply): the
-//     unanswered addresses get one new session, then smtp_error.
+//   - the connection dropped mid-session (or a malformed reply, or RSET not
+//     250): the unanswered addresses go to a new session. After K answered
+//     RCPTs the call's later sessions to the host send at most K; K becomes
+//     the host's learned limit (an hour, shared through the limiter) only
+//     when a session started after that drop drops after the same K (in
+//     this process), so one spurious drop, or a restart dropping every
+//     open session at once, does not shrink every session to the host. A drop before any answer
+//     counts against the address: twice is smtp_error (5 lost sessions at
+//     most per address).
 //   - ctx ends: every read and write is cut at once; what is unanswered is
 //     timeout, Temporary.
 //

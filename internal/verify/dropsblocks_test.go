@@ -48,8 +48,10 @@ func scoreDropsBlocks(t *testing.T, v *verify.Verifier, cases []mailworld.Case) 
 
 // TestDropAfterKRcpts: servers that close the session without a reply
 // after K (1..3) RCPTs. Every address gets its real verdict: the dropped
-// ones go to a new session and the host's limit is learned, so later
-// sessions send at most K RCPTs.
+// ones go to a new session of at most K RCPTs. The host's limit is learned
+// for later calls once two sessions dropped after the same K: the first
+// call sees one drop per host, the second at most one more (the
+// confirmation), the third none.
 func TestDropAfterKRcpts(t *testing.T) {
 	w := startWorld(t, mailworld.DropsBlocks(mailworld.DropsBlocksOptions{Drops: 80, Blocked: 1}))
 	v, err := verify.New(worldConfig(w), nil, nil)
@@ -64,14 +66,74 @@ func TestDropAfterKRcpts(t *testing.T) {
 	if right != n {
 		t.Errorf("%d of %d drop-after-K addresses right, want all", right, n)
 	}
-	// A second call starts within the learned limits: no drop at all.
+	hosts := int64(0)
+	for _, h := range st.PerHost {
+		if h.Drops > 0 {
+			hosts++
+		}
+	}
+	// The second call drops once more per host at most: that drop, after
+	// the same K, confirms the limit.
 	w.ResetStats()
 	right, n, _, _, _ = scoreDropsBlocks(t, v, w.Cases())
 	if right != n {
 		t.Errorf("second call: %d of %d right", right, n)
 	}
+	if d := sumDrops(w.Stats()); d > hosts {
+		t.Errorf("second call: %d sessions dropped, want at most %d (one per host)", d, hosts)
+	}
+	// A third call starts within the learned limits: no drop at all.
+	w.ResetStats()
+	right, n, _, _, _ = scoreDropsBlocks(t, v, w.Cases())
+	if right != n {
+		t.Errorf("third call: %d of %d right", right, n)
+	}
 	if d := sumDrops(w.Stats()); d != 0 {
-		t.Errorf("second call: %d sessions dropped, want 0 (limits learned)", d)
+		t.Errorf("third call: %d sessions dropped, want 0 (limits learned)", d)
+	}
+}
+
+// TestSingleDropNotShared: one drop after K is not a limit: the call
+// retries its dropped addresses in smaller sessions, but nothing is shared,
+// so another process sharing the Redis limiter still sends the host full
+// sessions (and sees the host drop in its turn). Before the rule, the first
+// drop lowered the shared limit for an hour.
+func TestSingleDropNotShared(t *testing.T) {
+	srv := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := startWorld(t, mailworld.DropsBlocks(mailworld.DropsBlocksOptions{Drops: 30, Blocked: 1}))
+	a, err := verify.New(worldConfig(w), nil, verify.NewRedisLimiter(rdb, verify.LimiterOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	right, n, _, _, _ := scoreDropsBlocks(t, a, w.Cases())
+	if right != n {
+		t.Errorf("%d of %d right", right, n)
+	}
+	var once []string
+	for name, h := range w.Stats().PerHost {
+		if h.Drops == 1 {
+			once = append(once, name)
+		}
+	}
+	if len(once) == 0 {
+		t.Fatal("no host dropped exactly once: the world no longer tests a single drop")
+	}
+	w.ResetStats()
+	b, err := verify.New(worldConfig(w), nil, verify.NewRedisLimiter(rdb, verify.LimiterOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	right, n, _, _, _ = scoreDropsBlocks(t, b, w.Cases())
+	if right != n {
+		t.Errorf("second process: %d of %d right", right, n)
+	}
+	st := w.Stats()
+	for _, name := range once {
+		if st.PerHost[name].Drops == 0 {
+			t.Errorf("%s dropped once for the first process and never for the second: the single drop was shared as a limit", name)
+		}
 	}
 }
 
@@ -86,6 +148,9 @@ func TestDropLimitSharedThroughRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two calls: the second confirms each host's K (a second drop after
+	// the same K), which is then shared.
+	scoreDropsBlocks(t, a, w.Cases())
 	scoreDropsBlocks(t, a, w.Cases())
 	w.ResetStats()
 	b, err := verify.New(worldConfig(w), nil, verify.NewRedisLimiter(rdb, verify.LimiterOptions{}))

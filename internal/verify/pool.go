@@ -35,6 +35,8 @@ type idleConn struct {
 	sent     int
 	answered int
 	txs      int
+	client   clientID
+	started  time.Time
 	timer    *time.Timer
 }
 

@@ -21,6 +21,8 @@ type sess struct {
 	answered int  // RCPTs answered other than "too many recipients"
 	txs      int  // transactions started
 	tooMany  bool // a "too many recipients" ended the session's usefulness
+	client   clientID
+	started  time.Time // when the session was dialled
 	// reused: a parked session taken again (connPool); answeredBefore its
 	// answered count when it was taken. A reused session lost before any
 	// RCPT of this call was answered was most likely closed by the server
@@ -82,7 +84,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 	cfg := &r.v.cfg
 	if ic != nil {
 		return r.transactions(h, ic.c, &sess{sent: ic.sent, answered: ic.answered, txs: ic.txs, reused: true,
-			answeredBefore: ic.answered}, release)
+			answeredBefore: ic.answered, client: ic.client, started: ic.started}, release)
 	}
 	start := time.Now()
 	var c *smtpConn
@@ -110,13 +112,14 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
+	client := clientOf(c.nc, cfg.HeloName)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
 		return false
 	}
 	switch {
-	case isClientBlock(banner):
+	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
 		r.blocked(h, banner, "banner", nil)
@@ -137,7 +140,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 		r.sessionFailed(h, err, false)
 		return false
 	}
-	if isClientBlock(hello) {
+	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
 		r.blocked(h, hello, "helo", nil)
 		return false
@@ -155,7 +158,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 	}
 
 	stop()
-	return r.transactions(h, c, &sess{}, release)
+	return r.transactions(h, c, &sess{client: client, started: start}, release)
 }
 
 // transactions runs the session's transactions on c (after EHLO, or on a
@@ -225,7 +228,8 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 	r.mu.Lock()
 	may := r.mayPark(h, s, c.deadline)
 	r.mu.Unlock()
-	if may && stop() && r.v.pool.park(h.name, &idleConn{c: c, release: release, sent: s.sent, answered: s.answered, txs: s.txs}) {
+	if may && stop() && r.v.pool.park(h.name, &idleConn{c: c, release: release, sent: s.sent, answered: s.answered, txs: s.txs,
+		client: s.client, started: s.started}) {
 		return true
 	}
 	c.quit()
@@ -398,7 +402,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		return err, false
 	}
 	if mail.code != 250 {
-		if isClientBlock(mail) {
+		if isClientBlock(mail, stageMail, s.client) {
 			r.blocked(h, mail, "mail", j)
 			return nil, true
 		}
@@ -434,7 +438,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			r.txFailed(h, s, j, err)
 			return err, false
 		}
-		switch cl := classify(rep); {
+		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
@@ -472,7 +476,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
 			return err, false
 		}
-		cl := classify(rep)
+		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
 			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return nil, true
@@ -544,9 +548,12 @@ const maxTooMany = 5
 //
 // A server that closes the connection without a reply after the session's
 // K-th RCPT (some count RCPTs per connection and hang up rather than answer
-// 452) has told us its limit as surely as a 452 would: K is learned as the
-// host's RCPT limit (as tooMany does), so later sessions send at most K, and
-// the dropped addresses are not counted against: they go to a new session.
+// 452) may be telling its limit, or may have dropped once for a reason of
+// its own (a restart, a network blip, an RSET it did not like): this call's
+// later sessions to the host send at most K (dropLimit), and the dropped
+// addresses are not counted against: they go to a new session. K is
+// learned for later calls and shared with other processes only when a
+// session started after that drop drops after the same K (dropLimit).
 // A drop before any RCPT of the session was answered says nothing about a
 // limit: such drops count, and an address dropped so twice ends
 // smtp_error. maxDrops bounds the sessions one address may lose in a call
@@ -570,7 +577,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		stale = s.reused && s.answered == s.answeredBefore
 	}
 	if answered > 0 && !stale {
-		r.learnRcptLimit(h, answered)
+		r.dropLimit(h, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -595,8 +602,34 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 // maxDrops bounds the lost sessions one address may see in a call.
 const maxDrops = 5
 
-// learnRcptLimit lowers h's RCPT limit to n (a 452 or a drop after n
-// answered RCPTs), for this call, this process's later calls and, through
+// dropLimit handles a session (started at started) that dropped after n
+// answered RCPTs: this call's later sessions to h send at most n; the
+// limit is learned (this process's later calls, and every process through
+// the limiter) only when a session to h that started after an earlier
+// drop (within limitTTL) dropped after the same n. One drop is not
+// evidence enough to make every later session to a host smaller for an
+// hour: a server restarting or one network blip would do that, and a
+// restart drops every open session at once, often after the same number
+// of pipelined RCPTs, hence the later start. Caller holds r.mu.
+func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
+	now := time.Now()
+	if d, ok := r.v.drops.get(h.name, now); ok && d.k == n && started.After(d.at) {
+		if h.rcptLimit == n {
+			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
+		}
+		r.learnRcptLimit(h, n)
+		return
+	}
+	if d, ok := r.v.drops.get(h.name, now); !ok || d.k != n {
+		r.v.drops.put(h.name, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	}
+	if h.rcptLimit == 0 || n < h.rcptLimit {
+		h.rcptLimit = n // this call only
+	}
+}
+
+// learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
+// after n answered RCPTs), for this call, this process's later calls and, through
 // the limiter when it shares limits (RedisLimiter), every process.
 // Caller holds r.mu.
 func (r *run) learnRcptLimit(h *hostQ, n int) {

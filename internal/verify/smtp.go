@@ -231,11 +231,15 @@ var (
 
 // classify maps a reply to its meaning: RFC 3463 enhanced status code
 // first, then the basic code, then the text as a last resort.
-func classify(r reply) rcptClass {
+func classify(r reply) rcptClass { return classifyAt(r, stageRcpt, clientID{}) }
+
+// classifyAt is classify for a reply at stage to the client c, which tells
+// a block of the client (isClientBlock) from a refusal of the recipient.
+func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 	if r.code/100 == 2 {
 		return rcAccepted
 	}
-	if isClientBlock(r) {
+	if isClientBlock(r, stage, c) {
 		return rcBlocked
 	}
 	if r.code == 421 {
@@ -315,42 +319,115 @@ func classify(r reply) rcptClass {
 // Client blocks. A server that refuses the CLIENT answers every address
 // alike, so its reply says nothing about the mailbox: reading it as
 // "rejected" would report good addresses undeliverable (and charge for
-// them). reBlockList matches texts that blame the client whatever the code:
-// a DNS block list, a reputation, a ban, missing reverse DNS, a blocked
-// sender. reBlockNamesClient matches texts that name the client (its host
-// or IP); with an x.7.x enhanced code (security/policy, RFC 3463) they are
-// a block too ("550 5.7.1 ... Client host [ip] rejected"), while x.7.x
-// without the client named ("5.7.1 Relaying denied") stays a refusal of the
-// recipient. A reply whose enhanced code is about the mailbox (x.1.x
-// addressing, x.2.x mailbox) is never a block, whatever its text: "550
-// 5.1.1 <a@b>: Recipient address rejected: User unknown" names the
-// recipient, not us.
+// them). But a block backs the whole host off for every process for 30
+// minutes, so a reply to one recipient must not be taken for one lightly:
+// a recipient's own policy ("5.7.1 Sender blocked by recipient", a
+// mailing list's ban) is a refusal of that address, not of us.
+//
+// Which replies are blocks depends on the stage (blockStage):
+//
+//   - Always: an explicit DNS block list (reDNSBL: "blocked using",
+//     Spamhaus, Barracuda, SpamCop, SORBS, "listed at/on", RBL, DNSBL;
+//     not "listed in", which a directory's "recipient not listed in the
+//     directory" says); and any block wording (reBlockList: reputation, banned,
+//     PTR/reverse DNS, block list, blocked senders, not authorized to send)
+//     or an x.7.x enhanced code when the text names OUR client (namesClient:
+//     the source address we dialled from, our HELO name, or Postfix's and
+//     the providers' phrases for the connecting client, "client host",
+//     "your IP", "sending IP", "the IP you ...").
+//   - At connect, HELO and MAIL (not at RCPT): the block wording alone;
+//     the server has not seen a recipient yet, so it can only mean us.
+//
+// A reply whose enhanced code is about the mailbox (x.1.x addressing, x.2.x
+// mailbox) is never a block, whatever its text: "550 5.1.1 <a@b>:
+// Recipient address rejected: User unknown" names the recipient, not us.
+// Greylisting replies may quote the client's address too; they are
+// answered as greylisting.
 var (
-	reBlockList = regexp.MustCompile(`(?i)blocked\s+using|spamhaus|barracuda|spamcop|sorbs\b|dnsbl|\brbl\b|` +
-		`\blisted\s+(at|on|in|by)\b|(block|black|deny|reject)\s*-?\s*list|` +
+	reDNSBL = regexp.MustCompile(`(?i)blocked\s+using|spamhaus|barracuda|spamcop|\bsorbs\b|dnsbl|\brbl\b|` +
+		`\blisted\s+(at|on)\b`)
+	reBlockList = regexp.MustCompile(`(?i)(block|black|deny|reject)\s*-?\s*list|` +
 		`(poor|bad|low|sender|sending|ip)\s+reputation|dynamic\s+reputation|\bbanned\b|` +
 		`reverse\s+(dns|hostname|lookup|name)|\bptr\b|\brdns\b|` +
 		`blocked\s+senders?|envelope\s+blocked|not\s+authori[sz]ed\s+to\s+send|` +
 		`unsolicited\s+mail\s+originating\s+from\s+your\s+ip|connections\s+(will\s+)?not\s+(be\s+)?accepted\s+from`)
-	reBlockNamesClient = regexp.MustCompile(`(?i)client\s+host|your\s+ip|sending\s+ip|the\s+ip\s+you|ip\s+address\s+sending|` +
-		`messages\s+from\s+\[?\d{1,3}(\.\d{1,3}){3}|\b\d{1,3}(\.\d{1,3}){3}\b`)
+	reClientPhrase = regexp.MustCompile(`(?i)client\s+host|your\s+ip|sending\s+ip|the\s+ip\s+you|ip\s+address\s+sending`)
+	reIPv4         = regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}\b`)
 )
 
-// isClientBlock reports whether a 4xx/5xx reply blames the client rather
-// than the address (see reBlockList).
-func isClientBlock(r reply) bool {
+// blockStage is the SMTP stage a reply answers.
+type blockStage int
+
+const (
+	stageConnect blockStage = iota + 1 // banner, EHLO/HELO
+	stageMail                          // MAIL FROM
+	stageRcpt                          // RCPT TO (the catch-all probe too)
+)
+
+// clientID is how a server may name us: the source address the session
+// dialled from and our HELO name.
+type clientID struct {
+	ip   string // textual, "" unknown
+	helo string // lower case, "" unknown
+}
+
+// clientOf returns the identity of the session on nc.
+func clientOf(nc net.Conn, helo string) clientID {
+	var c clientID
+	if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
+		c.ip = ap.Addr().Unmap().String()
+	}
+	if h := strings.ToLower(strings.Trim(helo, "[]")); strings.Contains(h, ".") || strings.Contains(h, ":") {
+		c.helo = h
+	}
+	return c
+}
+
+// namesClient reports whether text names the client: one of the phrases
+// for the connecting client, our source address as a whole address, or our
+// HELO name. An address that is not ours (a recipient server quoting some
+// other IP) does not count.
+func namesClient(text string, c clientID) bool {
+	if reClientPhrase.MatchString(text) {
+		return true
+	}
+	lower := strings.ToLower(text)
+	if c.ip != "" {
+		if strings.Contains(c.ip, ":") {
+			if strings.Contains(lower, strings.ToLower(c.ip)) {
+				return true
+			}
+		} else {
+			for _, ip := range reIPv4.FindAllString(text, 8) {
+				if ip == c.ip {
+					return true
+				}
+			}
+		}
+	}
+	return c.helo != "" && strings.Contains(lower, c.helo)
+}
+
+// isClientBlock reports whether a 4xx/5xx reply at stage blames the client
+// c rather than the address (see reDNSBL).
+func isClientBlock(r reply, stage blockStage, c clientID) bool {
 	if r.code/100 != 4 && r.code/100 != 5 {
 		return false
 	}
 	if r.hasEnh() && (r.enh[1] == 1 || r.enh[1] == 2) {
 		return false
 	}
-	if reBlockList.MatchString(r.text) {
+	if reDNSBL.MatchString(r.text) {
 		return true
 	}
-	// Greylisting replies may quote the client's address too; they are
-	// answered as greylisting.
-	return r.hasEnh() && r.enh[1] == 7 && reBlockNamesClient.MatchString(r.text) && !reGreyWord.MatchString(r.text)
+	blockWords := reBlockList.MatchString(r.text)
+	if blockWords && stage != stageRcpt {
+		return true
+	}
+	if !blockWords && !(r.hasEnh() && r.enh[1] == 7) {
+		return false
+	}
+	return namesClient(r.text, c) && !reGreyWord.MatchString(r.text)
 }
 
 var reGreyWord = regexp.MustCompile(`(?i)grey|gray`)

@@ -163,8 +163,18 @@ type Verifier struct {
 	// ends: a later session refused by the limiter's back-off answers
 	// blocked rather than rate_limited.
 	blocks *ttlCache[string, bool]
-	log    *slog.Logger
-	pool   *connPool // sessions parked between calls
+	// drops are the hosts whose session dropped after K answered RCPTs
+	// once, with that K and when, until a later session's drop after the
+	// same K confirms it as the host's limit (dropLimit).
+	drops *ttlCache[string, dropSeen]
+	log   *slog.Logger
+	pool  *connPool // sessions parked between calls
+}
+
+// dropSeen is a host's unconfirmed drop: after k answered RCPTs, at at.
+type dropSeen struct {
+	k  int
+	at time.Time
 }
 
 // limitTTL is how long a learned per-host limit is remembered.
@@ -212,7 +222,7 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
-		log: cfg.Logger, pool: newConnPool(cfg.SessionIdle)}, nil
+		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, pool: newConnPool(cfg.SessionIdle)}, nil
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.
