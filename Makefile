@@ -31,11 +31,14 @@ run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 # The packages whose Redis scripts and keys must work on Redis Cluster run a
 # second time against a real three-master cluster the tests start
 # (internal/testredis, BULKD_TEST_REDIS=cluster).
+# The verifier's limiter (its other tests use a private redis-server each).
+CLUSTER_TEST_VERIFY := TestRedisLimiterByServer|TestRedisLimiterSlot
 CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/ ./internal/dashboard/users/ ./internal/webhook/ ./internal/ratelimit/ ./internal/idempotency/
 
 test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller), then the Redis-facing packages on a 3-master Redis Cluster
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./...
 	BULKD_TEST_REDIS=cluster $(GO) test -count=1 $(CLUSTER_TEST_PKGS)
+	BULKD_TEST_REDIS=cluster $(GO) test -count=1 -run '$(CLUSTER_TEST_VERIFY)' ./internal/verify/
 
 test-race: deps ## all tests under the race detector
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 -race ./...
@@ -50,8 +53,8 @@ bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.
 	@# Issue 20's speed targets (docs/benchmarks.md, "Verification speed"): bulkd serve with its
 	@# defaults, 20,000 addresses / 4,000 people over 1,000 domains at 50 ms, with drop-after-K
 	@# servers and a blocking server; first pass and sessions per server against the cap.
-	bin/loadgen verify --bin bin/bulkd --domains 1000 --per-domain 20 --drops 40 --blocked 10 --retry-delays 16s,30s --rounds 1 --big 0 --target 1500
-	bin/loadgen lookup --bin bin/bulkd --domains 1000 --per-domain 4 --drops 40 --blocked 10 --retry-delays 16s,30s --rounds 1 --submit-rows 0 --target 500
+	bin/loadgen verify --bin bin/bulkd --domains 1000 --per-domain 20 --drops 40 --blocked 10 --shared 100 --retry-delays 16s,30s --rounds 1 --big 0 --target 1500
+	bin/loadgen lookup --bin bin/bulkd --domains 1000 --per-domain 4 --drops 40 --blocked 10 --shared 100 --retry-delays 16s,30s --rounds 1 --submit-rows 0 --target 500
 	bin/loadgen spam --bin bin/bulkd
 
 # The load and fault suite (test/soak, docs/reliability.md): two `bulkd serve`

@@ -27,7 +27,7 @@ import (
 type Bulk struct {
 	Path   string // e.g. "/company-enrichment/bulk", under /v1
 	Family family.Family
-	Keys   Family // which keys the endpoints take
+	Keys   KeyKind // which keys the endpoints take
 	// Metering is how a principal pays for a submission; nil means the
 	// family's credit price per distinct input on pay-as-you-go mounts and
 	// one search per distinct input from the daily bulk search quota on

@@ -71,9 +71,13 @@ type Deps struct {
 	// Idempotency tunes the Idempotency-Key store of the charging
 	// requests (zero: 24 h answers, 30 s leases).
 	Idempotency IdempotencyOptions
-	// Dashboard, when set, is served under /dashboard (internal/dashboard:
-	// its own session sign-in; it never authenticates /v1/*).
-	Dashboard http.Handler
+	// Dashboard, when set, builds the handler served under /dashboard
+	// (internal/dashboard: its own session sign-in; it never
+	// authenticates /v1/*). It is given the API it submits through: the
+	// dashboard uses the API and the API mounts the dashboard, and a
+	// constructor called once, here, closes that loop where a field set
+	// after both were built used to.
+	Dashboard func(api *Server) http.Handler
 	// Webhooks is the policy a submission's webhook_url must pass
 	// (webhook.go); nil: https to public addresses only.
 	Webhooks *webhook.Policy
@@ -172,12 +176,14 @@ func (s *Server) MetricsHandler() http.Handler {
 // Routes is the router, for walking its routes (tests sweep every route).
 func (s *Server) Routes() chi.Routes { return s.router }
 
-// Family is which kind of key a route accepts (SPEC section 5).
-type Family int
+// KeyKind is which kind of key a route accepts (SPEC section 5 calls it
+// the key's family; a family, in this code, is a kind of work:
+// internal/family).
+type KeyKind int
 
 const (
 	// Metered routes take pay-as-you-go keys.
-	Metered Family = iota
+	Metered KeyKind = iota
 	// UnlimitedPlan routes take unlimited keys with an active plan.
 	UnlimitedPlan
 	// AnyKey routes take both (POST /v1/content-spam-check).
@@ -199,7 +205,8 @@ func (s *Server) routes() chi.Router {
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.json", serveOpenAPI)
 	if s.Dashboard != nil {
-		r.Mount("/dashboard", s.Dashboard)
+		// Everything but the router is built: the dashboard may keep s.
+		r.Mount("/dashboard", s.Dashboard(s))
 	}
 
 	// Every route that charges (credits or quota) takes an Idempotency-Key
@@ -243,7 +250,7 @@ func (s *Server) routes() chi.Router {
 }
 
 // mountBulks mounts the bulk endpoints that take keys of kind k.
-func (s *Server) mountBulks(g chi.Router, k Family) {
+func (s *Server) mountBulks(g chi.Router, k KeyKind) {
 	for _, b := range s.Bulk {
 		if b.Keys == k {
 			s.mountBulk(g, b)

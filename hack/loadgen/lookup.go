@@ -50,6 +50,7 @@ func lookupMain(args []string) error {
 	timeout := fs.Duration("timeout", 5*time.Minute, "the longest a job may take")
 	drops := fs.Int("drops", 0, "domains whose MX drops the session after K RCPTs (K = 1..3; mailworld.Hostile)")
 	blocked := fs.Int("blocked", 0, "domains on a server that blocks the client (their people are right only when not verified)")
+	shared := fs.Int("shared", 0, "domains with an MX name of their own on a few shared servers (many names, one server address)")
 	target := fs.Float64("target", 0, "first-answer rows/s to report as met or not (0: none)")
 	_ = fs.Parse(args)
 
@@ -57,9 +58,9 @@ func lookupMain(args []string) error {
 	defer cancel()
 	spec, cases := mailworld.People(mailworld.PeopleOptions{Domains: *domains, PerDomain: *perDomain, RTT: *rtt,
 		Seed: *seed, Greylist: *greylist, MaxConnsPerHost: *capHost})
-	spec, hy := mailworld.Hostile(spec, mailworld.HostileOptions{DropDomains: *drops, BlockDomains: *blocked, Seed: *seed})
+	spec, hy := mailworld.Hostile(spec, mailworld.HostileOptions{DropDomains: *drops, BlockDomains: *blocked, SharedDomains: *shared, Seed: *seed})
 	for i := range spec.Hosts {
-		if spec.Hosts[i].Name == mailworld.BlockHost {
+		if spec.Hosts[i].Name == mailworld.BlockHost || spec.Hosts[i].Provider == mailworld.SharedProvider {
 			spec.Hosts[i].MaxConns = *capHost // counted and capped as every server
 		}
 	}
@@ -110,8 +111,8 @@ func lookupMain(args []string) error {
 	}
 	fmt.Printf("lookup: %d rows (%d domains x %d people) of the People world (seed %d), SMTP round trip %v, %d sessions per MX host, %d MX hosts, greylist %v\n",
 		len(rows), *domains, *perDomain, *seed, *rtt, *capHost, len(spec.Hosts), *greylist)
-	if len(hy.Drops)+len(hy.Blocks) > 0 {
-		fmt.Printf("hostile domains: %d whose MX drops the session after K RCPTs, %d on a blocking server\n", len(hy.Drops), len(hy.Blocks))
+	if len(hy.Drops)+len(hy.Blocks)+len(hy.Shared) > 0 {
+		fmt.Printf("hostile domains: %d whose MX drops the session after K RCPTs, %d on a blocking server, %d behind MX names of shared servers\n", len(hy.Drops), len(hy.Blocks), len(hy.Shared))
 	}
 	fmt.Printf("bulkd serve %s\n", strings.Join(flags, " "))
 

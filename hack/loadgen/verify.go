@@ -38,6 +38,7 @@ func verifyMain(args []string) error {
 	workers := fs.Int("workers", 0, "bulkd --workers (0: bulkd's default)")
 	drops := fs.Int("drops", 0, "domains whose MX drops the session after K RCPTs (K = 1..3; mailworld.Hostile)")
 	blocked := fs.Int("blocked", 0, "domains on a server that blocks the client (DNSBL reply; truth unknown/blocked)")
+	shared := fs.Int("shared", 0, "domains with an MX name of their own on a few shared servers (many names, one server address)")
 	retryDelays := fs.String("retry-delays", "3s,3s", "bulkd --verify-retry-delays")
 	extra := fs.String("bulkd-flags", "", "more bulkd serve flags, space separated")
 	target := fs.Float64("target", 0, "first-pass addresses/s to report as met or not (0: none)")
@@ -46,7 +47,7 @@ func verifyMain(args []string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	spec := mailworld.Bench(mailworld.BenchOptions{Domains: *domains, PerDomain: *perDomain, RTT: *rtt, MaxConnsPerHost: *capHost, Seed: 1})
-	spec, hy := mailworld.Hostile(spec, mailworld.HostileOptions{DropDomains: *drops, BlockDomains: *blocked, Seed: 1})
+	spec, hy := mailworld.Hostile(spec, mailworld.HostileOptions{DropDomains: *drops, BlockDomains: *blocked, SharedDomains: *shared, Seed: 1})
 	for i := range spec.Hosts {
 		// Every server counts (and caps) sessions the same way, the
 		// hostile ones too.
@@ -85,8 +86,8 @@ func verifyMain(args []string) error {
 		emails = append(emails, c.Email)
 	}
 	body, _ := json.Marshal(map[string]any{"emails": emails})
-	fmt.Printf("verify: %d addresses over %d domains (%d with drops after K RCPTs, %d on a blocking server), %d servers, SMTP round trip %v, %d sessions per server\n",
-		len(emails), *domains, len(hy.Drops), len(hy.Blocks), len(spec.Hosts), *rtt, *capHost)
+	fmt.Printf("verify: %d addresses over %d domains (%d with drops after K RCPTs, %d on a blocking server, %d behind MX names of shared servers), %d servers, SMTP round trip %v, %d sessions per server\n",
+		len(emails), *domains, len(hy.Drops), len(hy.Blocks), len(hy.Shared), len(spec.Hosts), *rtt, *capHost)
 	fmt.Printf("bulkd serve %s\n", strings.Join(flags, " "))
 	for round := 1; round <= *rounds; round++ {
 		w.ResetStats()

@@ -54,7 +54,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-` + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage
+` + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage + SMTPRulesUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -115,6 +115,9 @@ func Run(ctx context.Context, rdb redis.UniversalClient, env Env, args []string)
 	}
 	if args[0] == "user" {
 		return userCmd(ctx, rdb, env, args[1:])
+	}
+	if args[0] == "smtp-rules" {
+		return smtpRulesCmd(ctx, rdb, env, args[1:])
 	}
 	if args[0] == "webhook-secret" {
 		return webhookSecret(ctx, rdb, env, args[1:])

@@ -93,8 +93,8 @@ type Config struct {
 	// Email verification.
 	SMTPHelo            string        // EHLO name of SMTP checks
 	SMTPMailFrom        string        // MAIL FROM of SMTP checks (default verify@<helo>)
-	SMTPSessionsPerHost int           // concurrent SMTP sessions per MX host, across every process
-	SMTPSessionRate     float64       // new SMTP sessions per second per MX host, across every process
+	SMTPSessionsPerHost int           // concurrent SMTP sessions per mail server address (not MX name), across every process
+	SMTPSessionRate     float64       // new SMTP sessions per second per mail server address, across every process
 	SMTPCommandTimeout  time.Duration // wait for one SMTP reply
 	VerifyRetryDelays   string        // waits before the retries of a greylisted address, e.g. "2m,5m,15m"
 	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
@@ -269,8 +269,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.CompanyData, "company-data", "JSON Lines company file to import at start when the company store is empty")
 	str(fs, &c.SMTPHelo, "smtp-helo", "EHLO name of SMTP checks: a name whose A and PTR records match the egress IP")
 	str(fs, &c.SMTPMailFrom, "smtp-mail-from", "MAIL FROM address of SMTP checks (default verify@<smtp-helo>)")
-	num(fs, &c.SMTPSessionsPerHost, "smtp-sessions-per-host", "SMTP sessions open at once per MX host, shared by every process through Redis")
-	float(fs, &c.SMTPSessionRate, "smtp-session-rate", "new SMTP sessions per second per MX host, shared by every process through Redis")
+	num(fs, &c.SMTPSessionsPerHost, "smtp-sessions-per-host", "SMTP sessions open at once per mail server address (not per MX name; smtp-rules may set their own), shared by every process through Redis")
+	float(fs, &c.SMTPSessionRate, "smtp-session-rate", "new SMTP sessions per second per mail server address, shared by every process through Redis")
 	dur(fs, &c.SMTPCommandTimeout, "smtp-command-timeout", "wait for one SMTP reply (bounds tarpits)")
 	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address (bulk verification and bulk lookup); after the last it is unknown")
 	dur(fs, &c.LookupTimeout, "lookup-timeout", "time limit of one single email lookup (POST /v1/email-lookup and the unlimited one); past it: 502, nothing charged")

@@ -84,7 +84,7 @@ func (d *Dashboard) mountFor(family, pay string) (apiserver.Bulk, bool) {
 	if pay == "quota" {
 		want = apiserver.UnlimitedPlan
 	}
-	for _, b := range d.API.Bulk {
+	for _, b := range d.API.Mounts() {
 		if b.Family.Name() == family && b.Keys == want {
 			return b, true
 		}
@@ -111,7 +111,7 @@ func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
 	if err != nil {
 		return nil, err
 	}
-	data := &newJobData{PlanActive: a.PlanActive(d.API.Now()), Family: "company_enrichment", Pay: "credits",
+	data := &newJobData{PlanActive: a.PlanActive(d.Now()), Family: "company_enrichment", Pay: "credits",
 		MaxUpload: formatInt(d.MaxUploadBytes>>20) + " MB"}
 	for _, s := range specs {
 		_, ok := d.mountFor(s.Name, "credits")
@@ -272,7 +272,7 @@ func (d *Dashboard) saveDraft(r *http.Request, dr *draft) error {
 	acct := sessionFrom(r.Context()).User.AccountID
 	// Without the upload: family, pay, name and data never change.
 	fields := append([]any{dr.ID, d.Now().Add(draftTTL).UnixMilli()}, mappingFields(dr)...)
-	n, err := updateDraftScript.Run(r.Context(), d.API.Redis, []string{draftKey(acct, dr.ID), draftsKey(acct), draftBytesKey(acct)}, fields...).Int()
+	n, err := updateDraftScript.Run(r.Context(), d.Redis, []string{draftKey(acct, dr.ID), draftsKey(acct), draftBytesKey(acct)}, fields...).Int()
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ func (d *Dashboard) loadDraft(r *http.Request) (*draft, error) {
 	if !draftID.MatchString(id) {
 		return nil, errNoDraft
 	}
-	m, err := d.API.Redis.HGetAll(r.Context(), draftKey(sessionFrom(r.Context()).User.AccountID, id)).Result()
+	m, err := d.Redis.HGetAll(r.Context(), draftKey(sessionFrom(r.Context()).User.AccountID, id)).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -747,7 +747,7 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := draftKey(sessionFrom(r.Context()).User.AccountID, dr.ID)
-	claimed, err := d.API.Redis.HSetNX(r.Context(), k, "submitting", d.Now().UnixMilli()).Result()
+	claimed, err := d.Redis.HSetNX(r.Context(), k, "submitting", d.Now().UnixMilli()).Result()
 	if err != nil {
 		d.serverError(w, r, err)
 		return
@@ -757,7 +757,7 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 			"This upload is being submitted in another request. Its job will appear on the Jobs page.")
 		return
 	}
-	release := func() { _ = d.API.Redis.HDel(r.Context(), k, "submitting").Err() }
+	release := func() { _ = d.Redis.HDel(r.Context(), k, "submitting").Err() }
 	sub, err := d.submission(r, dr)
 	if err != nil {
 		release()
@@ -781,7 +781,7 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if err := d.API.Redis.HSet(r.Context(), k, "job", j.ID).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := d.Redis.HSet(r.Context(), k, "job", j.ID).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		d.Logger.Warn("dashboard: recording the draft's job", "job", j.ID, "err", err)
 	} else {
 		// Submitted: it no longer counts among the account's drafts, and

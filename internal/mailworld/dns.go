@@ -25,7 +25,7 @@ func (w *World) ServeDNS(rw dns.ResponseWriter, req *dns.Msg) {
 	name := canon(q.Name)
 	fqdn := dns.Fqdn(name)
 	d := w.domains[name]
-	h := w.byName[name]
+	hs := w.names[name] // a host's name or alias: its A records
 
 	if d != nil {
 		switch d.DNS {
@@ -37,12 +37,12 @@ func (w *World) ServeDNS(rw dns.ResponseWriter, req *dns.Msg) {
 			w.write(rw, req, m)
 			return
 		case DNSNXDomain:
-			if h == nil {
+			if len(hs) == 0 {
 				d = nil
 			}
 		}
 	}
-	if d == nil && h == nil {
+	if d == nil && len(hs) == 0 {
 		m.Rcode = dns.RcodeNameError
 		m.Ns = append(m.Ns, soa(name))
 		w.write(rw, req, m)
@@ -64,7 +64,7 @@ func (w *World) ServeDNS(rw dns.ResponseWriter, req *dns.Msg) {
 				for i, mx := range d.MX {
 					hn := canon(mx)
 					m.Answer = append(m.Answer, &dns.MX{Hdr: hdr(dns.TypeMX), Preference: uint16(10 * (i + 1)), Mx: dns.Fqdn(hn)})
-					if mh := w.byName[hn]; mh != nil {
+					for _, mh := range w.names[hn] {
 						m.Extra = append(m.Extra, &dns.A{
 							Hdr: dns.RR_Header{Name: dns.Fqdn(hn), Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl},
 							A:   net.ParseIP(mh.ip).To4(),
@@ -87,8 +87,13 @@ func (w *World) ServeDNS(rw dns.ResponseWriter, req *dns.Msg) {
 			}
 		}
 	}
-	if h != nil && want(dns.TypeA) && !aAdded[h.ip] {
-		m.Answer = append(m.Answer, aRR(h.ip))
+	if want(dns.TypeA) {
+		for _, h := range hs {
+			if !aAdded[h.ip] {
+				aAdded[h.ip] = true
+				m.Answer = append(m.Answer, aRR(h.ip))
+			}
+		}
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = append(m.Ns, soa(name)) // NODATA

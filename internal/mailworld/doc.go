@@ -92,11 +92,26 @@
 // and the highest number of concurrent sessions (admitted or being refused)
 // each host saw, so a benchmark can show that a verifier stayed polite.
 //
+// # Shared servers
+//
+// A Host is one server: one address, one listener, one behaviour. Many MX
+// names may lead to it (Host.Aliases: more A records for its address), as
+// "<tenant>.mail.protection.outlook.com" names lead to a few front ends;
+// an alias listed on several hosts resolves to all of them (a pool). SMTP
+// cannot tell which name the client dialled, so the server counts every
+// session to its address together: HostStats (also keyed by address in
+// Stats.PerIP) has the sessions open now (Concurrent) and the most seen
+// (MaxConcurrent), which is the politeness "as the server counts it".
+// Host.Provider groups hosts of one operator: Stats.PerProvider counts
+// their sessions together and Spec.ProviderMaxConns caps them (the banner
+// over the cap is the same 421). SharedServers is such a world.
+//
 // # Scenarios
 //
 // Classes is one domain per class of mailbox and failure with its expected
 // verifier answers (Cases), for accuracy tests; Bench is 200 domains and
 // 2,000 addresses with shared provider hosts, connection limits and a
-// realistic mix, for the benchmark; Demo is the small world `make run`
+// realistic mix, for the benchmark; SharedServers is many tenants' MX names
+// on a few shared servers of one provider; Demo is the small world `make run`
 // starts (see hack/mailworld and hack/run-local.sh).
 package mailworld

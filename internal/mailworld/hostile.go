@@ -1,6 +1,7 @@
 package mailworld
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -17,19 +18,30 @@ type HostileOptions struct {
 	// with a DNSBL block of the client (mx.rblguard.test, Host.BlockClient).
 	// Their addresses' truth becomes unknown/blocked, knowable.
 	BlockDomains int
-	Seed         int64
+	// SharedDomains: domains given an MX name of their own,
+	// <label>.mail.protection.sharedmx.test, that is an alias of one of
+	// SharedServers servers srvN.sharedmx.test (Host.Provider
+	// SharedProvider), as Microsoft 365 tenants' names lead to a few front
+	// ends; their truth does not change. The servers' MaxConns is
+	// SharedMaxConns (0: unlimited, so the world counts what a client opens).
+	SharedDomains  int
+	SharedServers  int // default 3
+	SharedMaxConns int
+	Seed           int64
 }
 
 // Hostility is what Hostile did: the domains it changed, by kind.
 type Hostility struct {
-	Drops  map[string]int  // domain -> K (RCPTs answered per session)
-	Blocks map[string]bool // domains on the blocking server
+	Drops  map[string]int    // domain -> K (RCPTs answered per session)
+	Blocks map[string]bool   // domains on the blocking server
+	Shared map[string]string // domain -> the shared server its MX name leads to
 }
 
 // BlockHost is the name of Hostile's blocking server.
 const BlockHost = "mx.rblguard.test"
 
-// Hostile turns some ordinary domains of spec (a domain of DNSMX whose
+// Hostile turns some ordinary domains of spec (and, with SharedDomains,
+// moves some behind shared servers) (a domain of DNSMX whose
 // only MX host serves no other domain, neither greylisting nor catch-all)
 // into issue 20's hostile servers, so a benchmark world (Bench, People) has
 // drops and blocks in the proportions the issue measured: a 20,000-address
@@ -39,7 +51,7 @@ const BlockHost = "mx.rblguard.test"
 // unknown/blocked; a caller with its own truth (People's PersonCase) reads
 // Hostility. spec is modified in place and returned.
 func Hostile(spec Spec, opts HostileOptions) (Spec, Hostility) {
-	hy := Hostility{Drops: map[string]int{}, Blocks: map[string]bool{}}
+	hy := Hostility{Drops: map[string]int{}, Blocks: map[string]bool{}, Shared: map[string]string{}}
 	serves := map[string]int{} // host -> domains listing it
 	for _, d := range spec.Domains {
 		if d.DNS == DNSMX || d.DNS == DNSNoMXWithA {
@@ -66,8 +78,29 @@ func Hostile(spec Spec, opts HostileOptions) (Spec, Hostility) {
 	rng.Shuffle(len(eligible), func(a, b int) { eligible[a], eligible[b] = eligible[b], eligible[a] })
 	nd := min(opts.DropDomains, len(eligible))
 	drops, rest := eligible[:nd], eligible[nd:]
-	blocks := rest[:min(opts.BlockDomains, len(rest))]
+	blocks, rest := rest[:min(opts.BlockDomains, len(rest))], rest[min(opts.BlockDomains, len(rest)):]
+	shared := rest[:min(opts.SharedDomains, len(rest))]
 	sort.Ints(drops)
+	sort.Ints(shared)
+	if len(shared) > 0 {
+		if opts.SharedServers <= 0 {
+			opts.SharedServers = 3
+		}
+		first := len(spec.Hosts)
+		for i := range opts.SharedServers {
+			spec.Hosts = append(spec.Hosts, Host{Name: fmt.Sprintf("srv%d.%s", i+1, SharedMXSuffix),
+				MaxConns: opts.SharedMaxConns, MaxRcpts: 100, Provider: SharedProvider})
+		}
+		for n, i := range shared {
+			d := &spec.Domains[i]
+			srv := &spec.Hosts[first+n%opts.SharedServers]
+			label := strings.ReplaceAll(strings.TrimSuffix(canon(d.Name), ".test"), ".", "-")
+			mx := label + ".mail.protection." + SharedMXSuffix
+			srv.Aliases = append(srv.Aliases, mx)
+			d.MX = []string{mx} // the domain's old host stays (nothing lists it any more)
+			hy.Shared[canon(d.Name)] = srv.Name
+		}
+	}
 	for n, i := range drops {
 		d := &spec.Domains[i]
 		k := n%3 + 1

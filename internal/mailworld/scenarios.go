@@ -452,3 +452,92 @@ func DropsBlocks(opts DropsBlocksOptions) Spec {
 	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
 	return s
 }
+
+// SharedServersOptions tunes SharedServers; zero fields take the defaults.
+type SharedServersOptions struct {
+	Tenants   int // tenant domains, each with its own MX name; default 30
+	PerTenant int // addresses per tenant; default 10
+	Servers   int // shared servers (one address each); default 3
+	// Pool is how many servers each tenant's MX name resolves to (in
+	// turn from its own); default 1.
+	Pool int
+	// MaxConnsPerServer is every server's MaxConns; 0: unlimited, so the
+	// world counts whatever a client opens (HostStats.MaxConcurrent).
+	MaxConnsPerServer int
+	// ProviderMaxConns caps the sessions over all the servers together
+	// (Spec.ProviderMaxConns of provider SharedProvider); 0: no cap.
+	ProviderMaxConns int
+	RTT              time.Duration
+	Seed             int64
+}
+
+// SharedProvider is the Host.Provider of SharedServers' servers, and
+// SharedMXSuffix the suffix of all their names (a rules-table entry for it
+// makes a verifier treat them as one provider).
+const (
+	SharedProvider = "sharedmx"
+	SharedMXSuffix = "sharedmx.test"
+)
+
+// SharedServers is issue 20's "many MX names on shared servers": Tenants
+// domains tenant-NN.test, each with its own MX name
+// tenant-NN.mail.protection.sharedmx.test, all of them aliases of a few
+// servers srvN.sharedmx.test (Host.Provider SharedProvider), as
+// "<tenant>.mail.protection.outlook.com" names resolve to a few of
+// Microsoft's front ends. Tenant i's name resolves to server i mod Servers
+// (and the next Pool-1 servers). Any server accepts RCPTs for every tenant
+// (SMTP cannot tell which name the client dialled). About 70 % of the
+// addresses exist, the rest are 550 5.1.1; every tenth tenant is catch-all.
+// Truth: the real verdicts, every one knowable. The point is politeness:
+// a client that caps its sessions per MX name opens up to Tenants times
+// its cap on one server; HostStats.MaxConcurrent (per server address) and
+// Stats.PerProvider show what the servers saw.
+func SharedServers(opts SharedServersOptions) Spec {
+	if opts.Tenants <= 0 {
+		opts.Tenants = 30
+	}
+	if opts.PerTenant <= 0 {
+		opts.PerTenant = 10
+	}
+	if opts.Servers <= 0 {
+		opts.Servers = 3
+	}
+	opts.Pool = min(max(opts.Pool, 1), opts.Servers)
+	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x736861726564)) // "shared"
+	s := Spec{RTT: opts.RTT}
+	if opts.ProviderMaxConns > 0 {
+		s.ProviderMaxConns = map[string]int{SharedProvider: opts.ProviderMaxConns}
+	}
+	for i := range opts.Servers {
+		s.Hosts = append(s.Hosts, Host{Name: fmt.Sprintf("srv%d.%s", i+1, SharedMXSuffix),
+			MaxConns: opts.MaxConnsPerServer, Provider: SharedProvider})
+	}
+	for ti := range opts.Tenants {
+		name := fmt.Sprintf("tenant-%02d.test", ti+1)
+		mx := fmt.Sprintf("tenant-%02d.mail.protection.%s", ti+1, SharedMXSuffix)
+		for p := range opts.Pool {
+			h := &s.Hosts[(ti+p)%opts.Servers]
+			h.Aliases = append(h.Aliases, mx)
+		}
+		d := Domain{Name: name, MX: []string{mx}, CatchAll: ti%10 == 9}
+		for i := range opts.PerTenant {
+			local := fmt.Sprintf("%s.%s%d", firstNames[rng.IntN(len(firstNames))], lastNames[rng.IntN(len(lastNames))], i)
+			email := local + "@" + name
+			switch {
+			case d.CatchAll:
+				if rng.Float64() < 0.7 {
+					d.Users = append(d.Users, local)
+				}
+				s.Cases = append(s.Cases, risky(email, "catch_all"))
+			case rng.Float64() < 0.7:
+				d.Users = append(d.Users, local)
+				s.Cases = append(s.Cases, ok(email))
+			default:
+				s.Cases = append(s.Cases, bad(email, "mailbox_not_found"))
+			}
+		}
+		s.Domains = append(s.Domains, d)
+	}
+	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
+	return s
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,25 +37,55 @@ func (w *World) delay(h *host) time.Duration {
 	return time.Duration(w.rtt.Load()) + h.Tarpit
 }
 
-func (h *host) tryAcquire() bool {
+// slot takes one of limit slots of n (limit 0: unlimited).
+func slot(n *atomic.Int64, limit int) bool {
 	for {
-		cur := h.admitted.Load()
-		if h.MaxConns > 0 && cur >= int64(h.MaxConns) {
+		cur := n.Load()
+		if limit > 0 && cur >= int64(limit) {
 			return false
 		}
-		if h.admitted.CompareAndSwap(cur, cur+1) {
+		if n.CompareAndSwap(cur, cur+1) {
 			return true
 		}
 	}
 }
 
-func (h *host) enter() {
-	n := h.live.Add(1)
+// tryAcquire takes a MaxConns slot of the host and, for a host of a
+// provider, one of the provider's (ProviderMaxConns).
+func (h *host) tryAcquire() bool {
+	if !slot(&h.admitted, h.MaxConns) {
+		return false
+	}
+	if p := h.prov; p != nil && !slot(&p.admitted, p.maxConns) {
+		h.admitted.Add(-1)
+		return false
+	}
+	return true
+}
+
+// raise adds one to live and keeps max the highest value it had.
+func raise(live, max *atomic.Int64) {
+	n := live.Add(1)
 	for {
-		m := h.maxConcurrent.Load()
-		if n <= m || h.maxConcurrent.CompareAndSwap(m, n) {
+		m := max.Load()
+		if n <= m || max.CompareAndSwap(m, n) {
 			return
 		}
+	}
+}
+
+func (h *host) enter() {
+	raise(&h.live, &h.maxConcurrent)
+	if p := h.prov; p != nil {
+		raise(&p.live, &p.maxConcurrent)
+	}
+}
+
+// leave undoes enter.
+func (h *host) leave() {
+	h.live.Add(-1)
+	if p := h.prov; p != nil {
+		p.live.Add(-1)
 	}
 }
 
@@ -84,12 +115,18 @@ func (w *World) serveSMTP(h *host, c net.Conn) {
 	if admitted {
 		s.held = true
 	} else {
-		defer h.live.Add(-1)
+		defer h.leave()
 	}
 	if !w.sleep(time.Until(bannerAt)) {
 		return
 	}
 	h.sessions.Add(1)
+	if p := h.prov; p != nil {
+		p.sessions.Add(1)
+		if !admitted {
+			p.rejected421.Add(1)
+		}
+	}
 	if !admitted {
 		h.rejected421.Add(1)
 		s.reply("421 4.7.0 Too many concurrent connections")
@@ -137,8 +174,11 @@ func (s *session) release() {
 	s.held = false
 	// live first: a new session can only take the slot after admitted
 	// drops, so live never counts the old and the new session together.
-	s.h.live.Add(-1)
+	s.h.leave()
 	s.h.admitted.Add(-1)
+	if p := s.h.prov; p != nil {
+		p.admitted.Add(-1)
+	}
 }
 
 // hasLine reports whether a whole command line is already buffered.

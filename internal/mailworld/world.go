@@ -27,6 +27,10 @@ type Spec struct {
 	// burst, see the package documentation); a host's Tarpit adds to it.
 	RTT   time.Duration
 	Cases []Case // optional expected answers carried along
+	// ProviderMaxConns caps the concurrent sessions from all clients over
+	// all hosts of a Host.Provider: the connection over it gets the same
+	// "421 4.7.0 Too many concurrent connections" banner as over MaxConns.
+	ProviderMaxConns map[string]int
 }
 
 // Host is one mail server with its own loopback address.
@@ -56,11 +60,31 @@ type Host struct {
 	// unavailable; Client host [ip] blocked using zen.spamhaus.org; ...".
 	// The truth of its addresses is unknown/blocked whatever the mailbox.
 	BlockClient bool
+	// Aliases are more names of this server: each resolves (A) to the
+	// host's IP too, and a domain's MX may name it. SMTP has no way to say
+	// which name the client dialled, so the server behaves the same
+	// whatever name led to it, and it counts every session to its address
+	// together (MaxConns, HostStats). An alias may belong to several hosts:
+	// it then resolves to all their IPs, in Spec.Hosts order (a pool, as
+	// "<tenant>.mail.protection.outlook.com" resolves to a few of
+	// Microsoft's front ends). A host's Name may not be another's alias.
+	Aliases []string
+	// Provider groups hosts run by one operator: Stats.PerProvider counts
+	// their concurrent sessions together (providers count a client's
+	// connections over all their IPs), and Spec.ProviderMaxConns caps them.
+	Provider string
 	// AcceptThenBounce: every RCPT for a domain the host serves is
 	// answered "250 2.1.5 Ok", mailbox or not (after greylisting); mail to
 	// a mailbox that does not exist would bounce later (HostStats.Bounces
 	// counts those RCPTs). See bounce.go for the truth of its addresses.
 	AcceptThenBounce bool
+}
+
+// ProviderStats are the counters of the hosts of one Host.Provider.
+type ProviderStats struct {
+	Sessions, Rejected421 int64
+	Concurrent            int // sessions open now on all its hosts (admitted or being refused)
+	MaxConcurrent         int // the highest Concurrent seen
 }
 
 // DNSKind says how the DNS server answers for a domain.
@@ -140,15 +164,25 @@ type Stats struct {
 	Greylisted    int64          // 450 replies
 	MaxConcurrent map[string]int // per host: the highest concurrent session count seen (admitted or being refused)
 	PerHost       map[string]HostStats
+	// PerIP are the same counters keyed by the server's address (the
+	// politeness a server sees: clients are counted per server address).
+	PerIP map[string]HostStats
+	// PerProvider are the counters of each Host.Provider's hosts together.
+	PerProvider map[string]ProviderStats
 }
 
 // HostStats are one host's counters.
 type HostStats struct {
 	Sessions, Rejected421, Rcpts, Replies452, Greylisted int64
 	MaxConcurrent                                        int
-	Drops                                                int64 // sessions closed without a reply (DropAfterRcpts)
-	Blocks                                               int64 // RCPTs answered with a client block (BlockClient)
-	Bounces                                              int64 // RCPTs accepted for a mailbox that does not exist (AcceptThenBounce)
+	// IP is the host's (server's) address; Concurrent the sessions open
+	// on it now (admitted or being refused). A host is one server address,
+	// whatever names (Aliases) lead to it, so these are per address.
+	IP         string
+	Concurrent int
+	Drops      int64 // sessions closed without a reply (DropAfterRcpts)
+	Blocks     int64 // RCPTs answered with a client block (BlockClient)
+	Bounces    int64 // RCPTs accepted for a mailbox that does not exist (AcceptThenBounce)
 }
 
 // World is a running mail world. Its methods are safe for concurrent use.
@@ -156,6 +190,8 @@ type World struct {
 	spec    Spec
 	hosts   []*host
 	byName  map[string]*host
+	names   map[string][]*host // every name (Name or alias) -> the hosts it resolves to
+	provs   map[string]*provider
 	domains map[string]*domain
 	expect  map[string]Case
 	expectL map[string]Case
@@ -194,6 +230,15 @@ type host struct {
 	maxConcurrent                                        atomic.Int64
 	drops, blocks                                        atomic.Int64
 	bounces                                              atomic.Int64
+	prov                                                 *provider // nil without Provider
+}
+
+// provider counts the sessions of a Host.Provider's hosts together.
+type provider struct {
+	maxConns              int
+	admitted, live        atomic.Int64
+	maxConcurrent         atomic.Int64
+	sessions, rejected421 atomic.Int64
 }
 
 type domain struct {
@@ -229,6 +274,8 @@ func Start(ctx context.Context, spec Spec) (*World, error) {
 	w := &World{
 		spec:     spec,
 		byName:   map[string]*host{},
+		names:    map[string][]*host{},
+		provs:    map[string]*provider{},
 		domains:  map[string]*domain{},
 		expect:   map[string]Case{},
 		expectL:  map[string]Case{},
@@ -262,6 +309,12 @@ func Start(ctx context.Context, spec Spec) (*World, error) {
 
 // build checks the spec and prepares the lookup tables.
 func (w *World) build() error {
+	if w.names == nil { // a World built by hand (tests) rather than by Start
+		w.names = map[string][]*host{}
+	}
+	if w.provs == nil {
+		w.provs = map[string]*provider{}
+	}
 	used := map[string]bool{}
 	for _, h := range w.spec.Hosts {
 		if h.IP == "" {
@@ -304,8 +357,29 @@ func (w *World) build() error {
 		} else {
 			hs.ip = assign()
 		}
+		if p := h.Provider; p != "" {
+			if w.provs[p] == nil {
+				w.provs[p] = &provider{maxConns: w.spec.ProviderMaxConns[p]}
+			}
+			hs.prov = w.provs[p]
+		}
 		w.hosts = append(w.hosts, hs)
 		w.byName[name] = hs
+		w.names[name] = []*host{hs}
+	}
+	for _, hs := range w.hosts {
+		for _, a := range hs.Aliases {
+			a = canon(a)
+			if a == "" {
+				return fmt.Errorf("mailworld: host %s has an empty alias", hs.name)
+			}
+			if w.byName[a] != nil {
+				return fmt.Errorf("mailworld: host %s: alias %s is a host's name", hs.name, a)
+			}
+			if l := w.names[a]; len(l) == 0 || l[len(l)-1] != hs {
+				w.names[a] = append(l, hs)
+			}
+		}
 	}
 	for _, d := range w.spec.Domains {
 		name := canon(d.Name)
@@ -333,13 +407,15 @@ func (w *World) build() error {
 			return fmt.Errorf("mailworld: domain %s (%s) needs at least one MX host", name, d.DNS)
 		}
 		for _, m := range mx {
-			h := w.byName[canon(m)]
-			if h == nil {
-				return fmt.Errorf("mailworld: domain %s: MX host %s is not in Spec.Hosts", name, m)
+			hs := w.names[canon(m)]
+			if len(hs) == 0 {
+				return fmt.Errorf("mailworld: domain %s: MX host %s is not in Spec.Hosts (as a name or an alias)", name, m)
 			}
-			h.serves[name] = true
+			for _, h := range hs {
+				h.serves[name] = true
+			}
 			if d.DNS == DNSNoMXWithA {
-				ds.aIP = h.ip
+				ds.aIP = hs[0].ip
 			}
 		}
 		w.domains[name] = ds
@@ -528,12 +604,22 @@ const AllowCIDRs = "127.0.0.0/8"
 // SMTPPort is the one port every host listens on.
 func (w *World) SMTPPort() int { return w.port }
 
-// HostIP is the loopback IP of the named host, or "" if there is no such host.
+// HostIP is the loopback IP of the named host (or the first IP of an
+// alias), or "" if there is no such name.
 func (w *World) HostIP(name string) string {
-	if h := w.byName[canon(name)]; h != nil {
-		return h.ip
+	if hs := w.names[canon(name)]; len(hs) > 0 {
+		return hs[0].ip
 	}
 	return ""
+}
+
+// HostIPs are all the IPs a host name or alias resolves to, in DNS order.
+func (w *World) HostIPs(name string) []string {
+	var out []string
+	for _, h := range w.names[canon(name)] {
+		out = append(out, h.ip)
+	}
+	return out
 }
 
 // SetRTT changes the per-reply delay at run time (for new and running
@@ -567,7 +653,12 @@ func (w *World) Domains() []string {
 
 // Stats returns a snapshot of the counters.
 func (w *World) Stats() Stats {
-	s := Stats{MaxConcurrent: map[string]int{}, PerHost: map[string]HostStats{}}
+	s := Stats{MaxConcurrent: map[string]int{}, PerHost: map[string]HostStats{},
+		PerIP: map[string]HostStats{}, PerProvider: map[string]ProviderStats{}}
+	for name, p := range w.provs {
+		s.PerProvider[name] = ProviderStats{Sessions: p.sessions.Load(), Rejected421: p.rejected421.Load(),
+			Concurrent: int(p.live.Load()), MaxConcurrent: int(p.maxConcurrent.Load())}
+	}
 	for _, h := range w.hosts {
 		hs := HostStats{
 			Sessions:      h.sessions.Load(),
@@ -578,6 +669,8 @@ func (w *World) Stats() Stats {
 			MaxConcurrent: int(h.maxConcurrent.Load()),
 			Drops:         h.drops.Load(),
 			Blocks:        h.blocks.Load(),
+			IP:            h.ip,
+			Concurrent:    int(h.live.Load()),
 			Bounces:       h.bounces.Load(),
 		}
 		s.Sessions += hs.Sessions
@@ -587,6 +680,7 @@ func (w *World) Stats() Stats {
 		s.Greylisted += hs.Greylisted
 		s.MaxConcurrent[h.name] = hs.MaxConcurrent
 		s.PerHost[h.name] = hs
+		s.PerIP[h.ip] = hs
 	}
 	return s
 }
@@ -605,6 +699,11 @@ func (w *World) ResetStats() {
 		h.blocks.Store(0)
 		h.bounces.Store(0)
 		h.maxConcurrent.Store(h.live.Load())
+	}
+	for _, p := range w.provs {
+		p.sessions.Store(0)
+		p.rejected421.Store(0)
+		p.maxConcurrent.Store(p.live.Load())
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/company/redirect"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/dashboard"
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/finder"
@@ -36,13 +37,16 @@ import (
 	"github.com/bulkd/bulkd/internal/spamcheck"
 	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/verify"
+	"github.com/bulkd/bulkd/internal/verify/rules"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
 
 // Components are the parts of a configured bulkd, for `serve`, the
 // processor and tests.
 type Components struct {
-	API       *apiserver.Server
+	API *apiserver.Server
+	// Dashboard is the account dashboard the API serves under /dashboard.
+	Dashboard *dashboard.Dashboard
 	Engine    *jobs.Engine
 	Processor *jobs.Processor
 	Local     *jobs.Local // nil when Options.Executor replaces it
@@ -124,19 +128,22 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		return nil, err
 	}
 	whPolicy := webhookPolicy(cfg)
-	dash := newDashboard(cfg, rdb, log, o.Now)
+	var dash *dashboard.Dashboard
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
-		Dashboard: dash, Limits: cfg.AccountLimits(),
+		Limits: cfg.AccountLimits(),
+		Dashboard: func(api *apiserver.Server) http.Handler {
+			dash = newDashboard(cfg, api, log)
+			return dash
+		},
 	})
-	dash.API = api
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
-	return &Components{API: api, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
+	return &Components{API: api, Dashboard: dash, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
 		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
 }
 
@@ -251,13 +258,16 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		lists = verify.DefaultLists()
 	}
 	probes := verify.NewRedisProbes(rdb)
+	// The per-server rules (defaults and `bulkd admin smtp-rules`), read
+	// again every 10 s while verifying: a change needs no restart.
+	smtpRules := rules.NewRedisHolder(ctx, rdb, 0, log)
 	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: cfg.SMTPSessionsPerHost, SessionsPerSecond: cfg.SMTPSessionRate})
 	out, err := outboundConfig(cfg)
 	if err != nil {
 		return nil, verifiers{}, err
 	}
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes}, lists, lim)
+		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes, Rules: smtpRules}, lists, lim)
 	if err != nil {
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
@@ -268,7 +278,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		// timeout: a second verifier with the same parts and that setting.
 		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
 			CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
-			Probes: probes}, lists, lim)
+			Probes: probes, Rules: smtpRules}, lists, lim)
 		if err != nil {
 			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 		}

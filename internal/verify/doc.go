@@ -141,8 +141,10 @@
 // call's DNS lookups are done (or 150 ms in, if some are slow), so domains
 // sharing a host are queued together. A host gets as many concurrent
 // sessions as its queue needs at MaxRcptsPerSession each, at most the
-// limiter's per-host cap; all hosts are checked concurrently, at most
-// MaxSessions sessions in the process.
+// per-server cap (the rules table's, else the limiter's), and the
+// limiter holds the cap per server address whatever name led to it; all
+// hosts are checked concurrently, at most MaxSessions sessions in the
+// process.
 //
 // A session whose call has nothing more for its host, with RCPT budget
 // left, is not ended but parked for SessionIdle (2 s) with its politeness
@@ -162,15 +164,16 @@
 //     next MX host; when none is left, connection_failed (or the best reason
 //     among the hosts: rate_limited > timeout > connection_failed >
 //     smtp_error > dns_error > no_mail_server).
-//   - 421 (banner, EHLO or any command): the host is backed off for
+//   - 421 (banner, EHLO or any command): the server address is backed off for
 //     RateLimitBackoff (30 s) through the limiter, for every process, and
 //     the unanswered addresses move to the next MX, else rate_limited. When
-//     the 421 refuses a new session while this process already has sessions
-//     open to the host, it is read as the host's concurrency limit instead:
-//     the host's session cap is lowered to what was open (remembered for an
-//     hour) and its queue is left to the open sessions, without back-off.
+//     the 421 refuses a new session while the call already has sessions to
+//     the server's address (by any MX name), it is read as the server's
+//     concurrency limit instead: its session cap is lowered to what was
+//     open, for every name of it (remembered for an hour), and the queue is
+//     left to the open sessions, without back-off.
 //   - 452 / x.5.3 too many recipients: not a verdict; the rest go to a new
-//     session, and the host's RCPTs-per-session limit is learned (for an
+//     session, and the server's RCPTs-per-session limit is learned (for an
 //     hour) so later sessions stay within it. An address refused so as the
 //     first RCPT of two sessions is temporary_failure.
 //   - a reply that does not come within CommandTimeout: the host is a
@@ -188,21 +191,75 @@
 //   - ctx ends: every read and write is cut at once; what is unanswered is
 //     timeout, Temporary.
 //
-// # Politeness across processes (HostLimiter)
+// # Politeness across processes (HostLimiter): keyed by server address
 //
-// Every session first acquires a slot from the HostLimiter for its MX host:
-// at most SessionsPerHost (3) sessions open to one host across every
-// process sharing the limiter, new sessions at most SessionsPerSecond (5)
-// per host (GCRA, burst = SessionsPerHost), none while the host is backed
-// off. RedisLimiter is one Lua script per operation on Redis's clock, with
-// the three keys of a host in one cluster slot (hash tag); a holder's lease
-// (LeaseTTL, 2 min) is renewed while its session lives, so a crashed
-// process's slots free themselves. Waiters sleep the returned time
-// (jittered, at most 1 s per sleep) and never spin. If Redis is down the
-// limiter keeps limiting in process. 3 sessions and 5 new sessions per
-// second per host are below what mail hosts answer 421 to (Postfix's
-// defaults allow 50 concurrent connections per client; hosted providers far
-// more), and 3 is the benchmark world's cap.
+// Mail servers count a client's connections by the client's address
+// against their own address, and a provider (Microsoft, Google, ...) over
+// all its addresses; many MX names lead to one server
+// ("<tenant>.mail.protection.outlook.com" for every Microsoft 365 tenant).
+// So politeness is counted per server ADDRESS and per provider, never per
+// MX name. Every key is built by one function, limitKey(egress, server),
+// with server "ip:<address>" or "provider:<name>" and egress "default"
+// until sessions can leave from chosen addresses:
+//
+//	what                                   keyed by
+//	open sessions (cap), new sessions/s    egress + server address dialled
+//	open sessions over a provider (cap)    egress + provider (rules table)
+//	421 back-off (RateLimitBackoff)        egress + server address: one front end's answer
+//	block back-off (BlockBackoff)          egress + server address, and egress + provider
+//	                                       when known: a provider judges our address the
+//	                                       same on all its servers
+//	session cap learned from a 421         egress + server address
+//	RCPTs per session learned (452, drop)  provider when known, else server address; any
+//	                                       egress: it is the server's policy, not about us
+//
+// Every session first resolves its MX host, then acquires a slot for the
+// address it will dial (SlotLimiter): at most the rule's sessions (else
+// SessionsPerHost, 3) sessions open to that address across every process
+// sharing the limiter, new sessions at most SessionsPerSecond (5) per
+// address (GCRA, burst = the cap), none while the address or its provider
+// is backed off, and, when the rules table names the provider with
+// provider_sessions, at most that many over all the provider's addresses.
+// A host's sessions start at its addresses in turn (at most 2 are used), so
+// a name with several servers spreads over them; an address that has its
+// cap of the call's sessions is skipped, and one that cannot be dialled
+// gives its slot back before the next address gets its own. Work is queued per MX
+// name, but a session with RCPTs to spare also carries the queued work of
+// the call's other MX names that lead to the same server address and
+// whose rule is the same (SMTP cannot tell which name led to a server, so
+// it answers the same): 30 tenants' names on one server with a cap of 3
+// take about as many sessions as their addresses need, not one or more per
+// name. Each address still reports its own domain's MX name as mx_host. A
+// name no rule matches has no provider: its server's own cap holds.
+//
+// RedisLimiter is one Lua script per operation on Redis's clock, the keys
+// of one limiter key in one cluster slot (hash tag of its SHA-1); a session
+// with a provider runs the provider's script (back-off, cap) then the
+// server's (back-off, cap, rate), giving the provider's slot back when the
+// server says wait. A holder's leases (LeaseTTL, 2 min) are renewed while
+// its session lives, so a crashed process's slots free themselves. Waiters
+// sleep the returned time (jittered, at most 1 s per sleep) and never spin.
+// If Redis is down the limiter keeps limiting in process. 3 sessions and 5
+// new sessions per second per address are below what mail hosts answer 421
+// to (Postfix's defaults allow 50 concurrent connections per client; hosted
+// providers far more), and 3 is the benchmark world's cap.
+//
+// # Rules by MX name suffix (package rules)
+//
+// A table matched by the longest suffix of the MX host name gives the
+// provider, the reply timeout (instead of CommandTimeout), sessions per
+// server address, sessions per provider, RCPTs per session (at most
+// MaxRcptsPerSession) and whether the catch-all probe is needed. The
+// defaults are compiled in (rules/defaults.go: Google, Microsoft, Yahoo,
+// Apple, Proofpoint, Mimecast, Broadcom, Barracuda, GoDaddy, Zoho, Yandex,
+// Mail.ru, GMX, Proton); `bulkd admin smtp-rules set|unset|load|reset`
+// stores an operator's rules in Redis (bulkd:smtp:rules) over them and
+// `smtp-rules list` prints the table in effect. Every process reads the
+// table at start and again every 10 s while it verifies (a change needs no
+// restart); a call uses the table in effect when it began. probe=no (the
+// defaults use it only for consumer Gmail and Outlook.com, which refuse
+// unknown recipients at RCPT and have no catch-all) trusts a 250 without a
+// probe; everything else is probed.
 //
 // # The outbound policy (Config.Policy, internal/outbound)
 //

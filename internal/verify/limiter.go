@@ -9,7 +9,9 @@ import (
 	"time"
 )
 
-// HostLimiter keeps SMTP sessions to each MX host polite.
+// HostLimiter keeps SMTP sessions to each mail server polite. Its host
+// arguments are keys: the verifier passes limitKey(egress, server), so
+// politeness is counted per server address (and provider), not per MX name.
 type HostLimiter interface {
 	// Acquire waits until a new SMTP session to host may start: fewer than
 	// the per-host cap of sessions open (across every process sharing the
@@ -54,6 +56,59 @@ type LimiterOptions struct {
 	// Prefix of the Redis keys, default "bulkd:smtp:".
 	Prefix string
 }
+
+// Slot is what one SMTP session is counted against: the server address it
+// dials and, when the rules table knows it, the provider running it.
+type Slot struct {
+	// Server is the server's key (limitKey(egress, "ip:"+address)): its
+	// open sessions, its rate of new ones, its back-off.
+	Server string
+	// Cap is the server's session cap; 0: LimiterOptions.SessionsPerHost.
+	Cap int
+	// Provider is the provider's key (limitKey(egress, "provider:"+name)),
+	// "" when unknown: its open sessions over all its servers and its
+	// back-off (a block backs off the whole provider).
+	Provider string
+	// ProviderCap caps the provider's sessions; 0: no cap (its back-off
+	// still applies).
+	ProviderCap int
+}
+
+// SlotLimiter is implemented by both limiters here: one acquisition holds
+// a server slot and a provider slot together.
+type SlotLimiter interface {
+	// AcquireSlot is AcquireOrBackoff for a Slot: it waits for both caps
+	// and the server's rate, and returns at once with release nil and the
+	// time left while the server or the provider is backed off.
+	AcquireSlot(ctx context.Context, s Slot) (release func(), backoff time.Duration, err error)
+}
+
+// DefaultEgress is the egress part of a key when sessions leave from the
+// host's own address.
+const DefaultEgress = "default"
+
+// limitKey is the one place politeness keys are built: what a server (or
+// a provider) allows is counted per client address, so every key names
+// the egress the sessions leave from ("" is DefaultEgress) and the server:
+// "ip:<address>" or "provider:<name>". Limits that are the server's own
+// policy whatever the client (RCPTs per session) use AnyEgress.
+func limitKey(egress, server string) string {
+	if egress == "" {
+		egress = DefaultEgress
+	}
+	return "egress=" + egress + "|" + server
+}
+
+// ServerKey is the limiter key of sessions from egress ("": the default)
+// to the server at address addr, for operators' tools and tests.
+func ServerKey(egress, addr string) string { return limitKey(egress, "ip:"+addr) }
+
+// ProviderKey is the limiter key of sessions from egress to all of a
+// provider's servers.
+func ProviderKey(egress, provider string) string { return limitKey(egress, "provider:"+provider) }
+
+// AnyEgress is the egress part of keys that do not depend on the client.
+const AnyEgress = "*"
 
 func (o LimiterOptions) withDefaults() LimiterOptions {
 	if o.SessionsPerHost <= 0 {
@@ -140,12 +195,17 @@ func (l *LocalLimiter) SessionsPerHost() int { return l.opts.SessionsPerHost }
 
 // Acquire implements HostLimiter.
 func (l *LocalLimiter) Acquire(ctx context.Context, host string) (func(), error) {
-	return l.acquire(ctx, host, false)
+	return l.acquire(ctx, Slot{Server: host}, false)
 }
 
 // AcquireOrBackoff implements BackoffAwareLimiter.
 func (l *LocalLimiter) AcquireOrBackoff(ctx context.Context, host string) (func(), time.Duration, error) {
-	rel, err := l.acquire(ctx, host, true)
+	return l.AcquireSlot(ctx, Slot{Server: host})
+}
+
+// AcquireSlot implements SlotLimiter.
+func (l *LocalLimiter) AcquireSlot(ctx context.Context, s Slot) (func(), time.Duration, error) {
+	rel, err := l.acquire(ctx, s, true)
 	var be *backoffErr
 	if errors.As(err, &be) {
 		return nil, be.left, nil
@@ -157,31 +217,51 @@ type backoffErr struct{ left time.Duration }
 
 func (e *backoffErr) Error() string { return "host in back-off" }
 
-func (l *LocalLimiter) acquire(ctx context.Context, host string, failOnBackoff bool) (func(), error) {
+func (l *LocalLimiter) get(key string) *localHost {
+	h := l.hosts[key]
+	if h == nil {
+		h = &localHost{wake: make(chan struct{})}
+		l.hosts[key] = h
+	}
+	return h
+}
+
+func (l *LocalLimiter) acquire(ctx context.Context, s Slot, failOnBackoff bool) (func(), error) {
 	interval := l.opts.interval()
-	tau := time.Duration(l.opts.SessionsPerHost-1) * interval
+	capS := s.Cap
+	if capS <= 0 {
+		capS = l.opts.SessionsPerHost
+	}
+	tau := time.Duration(capS-1) * interval
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		l.mu.Lock()
-		h := l.hosts[host]
-		if h == nil {
-			h = &localHost{wake: make(chan struct{})}
-			l.hosts[host] = h
+		h := l.get(s.Server)
+		var p *localHost
+		if s.Provider != "" {
+			p = l.get(s.Provider)
 		}
 		now := time.Now()
 		var wait time.Duration
 		known := true // wait is a known duration (not "until a release")
+		wake := h.wake
+		backoff := h.backoff
+		if p != nil && p.backoff.After(backoff) {
+			backoff = p.backoff
+		}
 		switch {
-		case now.Before(h.backoff):
-			wait = h.backoff.Sub(now)
+		case now.Before(backoff):
+			wait = backoff.Sub(now)
 			if failOnBackoff {
 				l.mu.Unlock()
 				return nil, &backoffErr{left: wait}
 			}
-		case h.open >= l.opts.SessionsPerHost:
+		case h.open >= capS:
 			wait, known = maxSleep, false
+		case p != nil && s.ProviderCap > 0 && p.open >= s.ProviderCap:
+			wait, known, wake = maxSleep, false, p.wake
 		default:
 			tat := h.tat
 			if tat.Before(now) {
@@ -193,14 +273,25 @@ func (l *LocalLimiter) acquire(ctx context.Context, host string, failOnBackoff b
 			}
 			h.tat = tat.Add(interval)
 			h.open++
+			if p != nil {
+				p.open++
+			}
 			l.mu.Unlock()
 			var once sync.Once
-			return func() { once.Do(func() { l.release(host) }) }, nil
+			return func() {
+				once.Do(func() {
+					l.mu.Lock()
+					defer l.mu.Unlock()
+					l.release(s.Server)
+					if s.Provider != "" {
+						l.release(s.Provider)
+					}
+				})
+			}, nil
 		}
-		wake := h.wake
 		l.mu.Unlock()
 		if known && beyondDeadline(ctx, wait) {
-			return nil, &WaitError{Host: host, RetryAfter: wait}
+			return nil, &WaitError{Host: s.Server, RetryAfter: wait}
 		}
 		if err := sleep(ctx, wait, wake); err != nil {
 			return nil, err
@@ -208,10 +299,9 @@ func (l *LocalLimiter) acquire(ctx context.Context, host string, failOnBackoff b
 	}
 }
 
-func (l *LocalLimiter) release(host string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := l.hosts[host]
+// release gives back one session of key. Caller holds l.mu.
+func (l *LocalLimiter) release(key string) {
+	h := l.hosts[key]
 	if h == nil {
 		return
 	}
@@ -220,7 +310,7 @@ func (l *LocalLimiter) release(host string) {
 	h.wake = make(chan struct{})
 	now := time.Now()
 	if h.open <= 0 && !h.tat.After(now) && !h.backoff.After(now) {
-		delete(l.hosts, host)
+		delete(l.hosts, key)
 	}
 }
 
@@ -228,11 +318,7 @@ func (l *LocalLimiter) release(host string) {
 func (l *LocalLimiter) Backoff(_ context.Context, host string, d time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.hosts[host]
-	if h == nil {
-		h = &localHost{wake: make(chan struct{})}
-		l.hosts[host] = h
-	}
+	h := l.get(host)
 	if until := time.Now().Add(d); until.After(h.backoff) {
 		h.backoff = until
 	}

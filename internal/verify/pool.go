@@ -202,19 +202,20 @@ func (ic *idleConn) close() {
 	ic.release()
 }
 
-// slot gets the right to run a session on h: a parked session of h (the
+// slot gets the right to run a session for h on srv: a session parked on
+// srv (any MX name that led there: the server cannot tell them apart; the
 // connection comes with it), or a new politeness slot from the limiter.
-// While it waits for a slot, a session parked for h by another call ends
+// While it waits for a slot, a session parked on srv by another call ends
 // the wait and is taken instead.
-func (r *run) slot(h *hostQ) (ic *idleConn, release func(), backoff time.Duration, err error) {
+func (r *run) slot(h *hostQ, srv server) (ic *idleConn, release func(), backoff time.Duration, err error) {
 	p := r.v.pool
 	for {
 		if !p.enabled() {
-			release, backoff, err = r.v.acquire(r.ctx, h.name)
+			release, backoff, err = r.v.acquire(r.ctx, h, srv, r.serverCap(h))
 			return nil, release, backoff, err
 		}
-		parked, unwatch := p.watchHost(h.name)
-		if ic := p.take(h.name); ic != nil {
+		parked, unwatch := p.watchHost(srv.key)
+		if ic := p.take(srv.key); ic != nil {
 			unwatch()
 			return ic, ic.release, 0, nil
 		}
@@ -226,7 +227,7 @@ func (r *run) slot(h *hostQ) (ic *idleConn, release func(), backoff time.Duratio
 			case <-actx.Done():
 			}
 		}()
-		release, backoff, err = r.v.acquire(actx, h.name)
+		release, backoff, err = r.v.acquire(actx, h, srv, r.serverCap(h))
 		woken := actx.Err() != nil
 		cancel()
 		unwatch()

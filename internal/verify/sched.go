@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/verify/rules"
 )
 
 // item is one distinct normalized address of a call.
@@ -71,6 +73,10 @@ type job struct {
 	mxi   int
 }
 
+// host is the MX name the job is queued on (reported as its mx_host, also
+// when a session to another name of the same server carried it).
+func (j *job) host() string { return j.dom.mx[j.mxi] }
+
 // hostQ is the queue of work for one MX host in a call.
 type hostQ struct {
 	name     string
@@ -94,6 +100,9 @@ type hostQ struct {
 	ips         []netip.Addr
 	resolved    bool
 	sharedRead  bool // the limit shared by other processes was read
+	next        int  // sessions started: the next one starts at address next mod len(ips)
+	// rule is the rules table's entry for the host's name (zero: none).
+	rule rules.Rule
 }
 
 // run is the state of one Verify call.
@@ -105,6 +114,17 @@ type run struct {
 	wg   sync.WaitGroup
 
 	hosts map[string]*hostQ
+	rules *rules.Table // the table in effect when the call began
+	// byIP are the hosts by the addresses their sessions may dial (at
+	// most maxIPsPerHost), once resolved: names sharing a server share its
+	// sessions.
+	byIP map[netip.Addr][]*hostQ
+	// ipActive counts this call's sessions per server address, from
+	// before they ask the limiter until they end: a host whose server
+	// already has its cap of this call's sessions starts none (they could
+	// only wait for the limiter, each taking a slot and a rate token to
+	// find its work carried by the others); it is woken when one ends.
+	ipActive map[netip.Addr]int
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -176,8 +196,7 @@ func (r *run) host(name string) *hostQ {
 	h := r.hosts[name]
 	if h == nil {
 		h = &hostQ{name: name}
-		h.rcptLimit, _ = r.v.rcptLimits.get(name, time.Now())
-		h.sessionLimit, _ = r.v.sessionLimits.get(name, time.Now())
+		h.rule, _ = r.rules.Match(name)
 		r.hosts[name] = h
 	}
 	return h
@@ -240,8 +259,14 @@ func (r *run) spawn(h *hostQ) {
 	if r.hold || h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
 		return
 	}
+	if h.resolved && r.allAtCap(h) {
+		return // woken by serve when a session of one of its servers ends
+	}
 	per := r.budget(h)
-	most := r.v.perHost
+	most := r.serverCap(h)
+	if h.rule.ProviderSessions > 0 {
+		most = min(most, h.rule.ProviderSessions)
+	}
 	if h.sessionLimit > 0 {
 		most = min(most, h.sessionLimit)
 	}
@@ -253,12 +278,46 @@ func (r *run) spawn(h *hostQ) {
 	}
 }
 
-// budget is the RCPTs a session to h may send. Caller holds r.mu.
-func (r *run) budget(h *hostQ) int {
-	if h.rcptLimit > 0 {
-		return min(r.v.cfg.MaxRcptsPerSession, h.rcptLimit)
+// serverCap is the sessions per server address of h's servers: its rule's,
+// else the limiter's per-host cap.
+func (r *run) serverCap(h *hostQ) int {
+	if h.rule.Sessions > 0 {
+		return h.rule.Sessions
 	}
-	return r.v.cfg.MaxRcptsPerSession
+	return r.v.perHost
+}
+
+// allAtCap reports whether every address h's sessions may dial has its
+// cap of this call's sessions. Caller holds r.mu.
+func (r *run) allAtCap(h *hostQ) bool {
+	for _, ip := range h.ips[:min(len(h.ips), maxIPsPerHost)] {
+		if r.ipActive[ip] < r.ipCap(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// ipCap is how many of this call's sessions h's server may have: its cap,
+// or the fewer it answered 421 beyond. Caller holds r.mu.
+func (r *run) ipCap(h *hostQ) int {
+	if h.sessionLimit > 0 {
+		return min(r.serverCap(h), h.sessionLimit)
+	}
+	return r.serverCap(h)
+}
+
+// budget is the RCPTs a session to h may send: the configured maximum,
+// lowered by h's rule and by the limit learned. Caller holds r.mu.
+func (r *run) budget(h *hostQ) int {
+	n := r.v.cfg.MaxRcptsPerSession
+	if h.rule.Rcpts > 0 {
+		n = min(n, h.rule.Rcpts)
+	}
+	if h.rcptLimit > 0 {
+		n = min(n, h.rcptLimit)
+	}
+	return n
 }
 
 // take pops the next transaction for a session with budget RCPTs left,
@@ -279,7 +338,7 @@ func (r *run) take(h *hostQ, budget int, fresh bool) (j *job, probe bool) {
 			h.pending -= len(j.items) + 1
 			continue
 		}
-		probe = r.needProbe(j.dom)
+		probe = r.needProbe(j.dom, h)
 		p := 0
 		if probe {
 			p = 1
@@ -304,8 +363,15 @@ func (r *run) take(h *hostQ, budget int, fresh bool) (j *job, probe bool) {
 	return nil, false
 }
 
-func (r *run) needProbe(d *domainState) bool {
+func (r *run) needProbe(d *domainState, h *hostQ) bool {
 	if d.verdict != 0 {
+		return false
+	}
+	if h.rule.NoProbe {
+		// The rules table says this host refuses unknown recipients at
+		// RCPT and never accepts everything: its 250 is trusted without
+		// a probe (for this call; nothing is cached).
+		d.verdict = 2
 		return false
 	}
 	if ca, ok := r.v.catchAll.get(d.name, time.Now()); ok {
@@ -319,7 +385,10 @@ func (r *run) needProbe(d *domainState) bool {
 }
 
 // session runs one SMTP session to h, taking transactions from its queue
-// until the queue is empty or the session's RCPT budget is spent.
+// until the queue is empty or the session's RCPT budget is spent. Its
+// politeness slot is taken for the server address it dials (and the
+// host's provider): when an address cannot be dialled, the slot is given
+// back and the next address gets its own.
 func (r *run) session(h *hostQ) {
 	defer r.wg.Done()
 	defer func() {
@@ -328,7 +397,6 @@ func (r *run) session(h *hostQ) {
 		r.spawn(h)
 		r.mu.Unlock()
 	}()
-	ctx := r.ctx
 	ips, reason := r.addrs(h)
 	if reason != "" {
 		r.mu.Lock()
@@ -339,8 +407,69 @@ func (r *run) session(h *hostQ) {
 	if r.idle(h) {
 		return
 	}
-	r.sharedLimit(h)
-	ic, release, backoff, err := r.slot(h)
+	// The host's addresses (at most maxIPsPerHost), starting at a
+	// different one for each session: a name with several servers spreads
+	// its sessions over them, each within its own cap.
+	ips = ips[:min(len(ips), maxIPsPerHost)]
+	r.mu.Lock()
+	first := h.next % len(ips)
+	h.next++
+	r.mu.Unlock()
+	failed := 0
+	for i := range ips {
+		switch r.serve(h, ips[(first+i)%len(ips)]) {
+		case served:
+			return
+		case unreachable:
+			failed++
+		}
+	}
+	if failed == len(ips) && r.ctx.Err() == nil {
+		r.mu.Lock()
+		r.markDown(h, ReasonConnectionFailed, 0)
+		r.mu.Unlock()
+	}
+}
+
+// What serve did with an address.
+type outcome int
+
+const (
+	served      outcome = iota // the session ran (or ended the host's work: back-off, ctx, nothing left)
+	unreachable                // the address could not be dialled
+	atCap                      // the address has its cap of this call's sessions; spawn starts the host again when one ends
+)
+
+// serve runs the session on ip, and says what became of it.
+func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
+	ctx := r.ctx
+	srv := serverOf(DefaultEgress, ip, h.rule)
+	r.mu.Lock()
+	if len(h.queue) == 0 || h.down != "" {
+		r.mu.Unlock()
+		return served // nothing left
+	}
+	if r.ipActive[ip] >= r.ipCap(h) {
+		r.mu.Unlock()
+		return atCap
+	}
+	if r.ipActive == nil {
+		r.ipActive = map[netip.Addr]int{}
+	}
+	r.ipActive[ip]++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.ipActive[ip]--
+		for _, p := range r.byIP[ip] {
+			if p != h {
+				r.spawn(p)
+			}
+		}
+		r.mu.Unlock()
+	}()
+	r.sharedLimit(h, srv)
+	ic, release, backoff, err := r.slot(h, srv)
 	if err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {
@@ -348,17 +477,17 @@ func (r *run) session(h *hostQ) {
 			r.markDown(h, ReasonRateLimited, we.RetryAfter)
 			r.mu.Unlock()
 		}
-		return // ctx ended: what is left stays unanswered
+		return served // ctx ended: what is left stays unanswered
 	}
 	if release == nil {
 		reason := ReasonRateLimited
-		if r.v.isBlocked(ctx, h.name) {
+		if r.v.isBlocked(ctx, srv) {
 			reason = ReasonBlocked
 		}
 		r.mu.Lock()
 		r.markDown(h, reason, backoff)
 		r.mu.Unlock()
-		return
+		return served
 	}
 	parked := false // the slot went to the pool with the connection
 	defer func() {
@@ -376,34 +505,61 @@ func (r *run) session(h *hostQ) {
 	select {
 	case r.v.sem <- struct{}{}:
 	case <-ctx.Done():
-		return
+		return served
 	}
 	defer func() { <-r.v.sem }()
 	if r.idle(h) {
 		if ic != nil {
-			parked = r.v.pool.park(h.name, ic) // not needed after all: back it goes
+			parked = r.v.pool.park(srv.key, ic) // not needed after all: back it goes
 		}
-		return
+		return served
 	}
-	parked = r.converse(h, ips, ic, release)
+	if ic != nil {
+		parked = r.converse(h, srv, nil, time.Time{}, ic, release)
+		return served
+	}
+	cfg := &r.v.cfg
+	start := time.Now()
+	nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
+	if err != nil {
+		if ctx.Err() != nil {
+			return served
+		}
+		return unreachable
+	}
+	timeout := cfg.CommandTimeout
+	if h.rule.Timeout > 0 {
+		timeout = h.rule.Timeout
+	}
+	parked = r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)), start, nil, release)
+	return served
 }
 
-// sharedLimit reads, once per host and call, the RCPT limit another
-// process learned (LimitSharer), so this call's sessions start within it.
-func (r *run) sharedLimit(h *hostQ) {
-	ls, ok := r.v.limiter.(LimitSharer)
-	if !ok {
-		return
-	}
+// sharedLimit reads, once per host and call, the limits learned for its
+// server (or provider): by this process in earlier calls, and the RCPT
+// limit another process learned (LimitSharer), so this call's sessions
+// start within them.
+func (r *run) sharedLimit(h *hostQ, srv server) {
 	r.mu.Lock()
 	if h.sharedRead {
 		r.mu.Unlock()
 		return
 	}
 	h.sharedRead = true
+	now := time.Now()
+	if n, ok := r.v.rcptLimits.get(srv.rcptKey, now); ok && (h.rcptLimit == 0 || n < h.rcptLimit) {
+		h.rcptLimit = n
+	}
+	if n, ok := r.v.sessionLimits.get(srv.key, now); ok && (h.sessionLimit == 0 || n < h.sessionLimit) {
+		h.sessionLimit = n
+	}
 	r.mu.Unlock()
+	ls, ok := r.v.limiter.(LimitSharer)
+	if !ok {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-	n, err := ls.SharedRcptLimit(ctx, h.name)
+	n, err := ls.SharedRcptLimit(ctx, srv.rcptKey)
 	cancel()
 	if err != nil || n <= 0 {
 		return
@@ -411,7 +567,7 @@ func (r *run) sharedLimit(h *hostQ) {
 	r.mu.Lock()
 	if h.rcptLimit == 0 || n < h.rcptLimit {
 		h.rcptLimit = n
-		r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+		r.v.rcptLimits.put(srv.rcptKey, n, time.Now().Add(limitTTL))
 	}
 	r.mu.Unlock()
 }
@@ -467,16 +623,31 @@ func (r *run) addrs(h *hostQ) ([]netip.Addr, string) {
 	}
 	ips = allowed
 	r.mu.Lock()
+	if !h.resolved {
+		if r.byIP == nil {
+			r.byIP = map[netip.Addr][]*hostQ{}
+		}
+		for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
+			r.byIP[ip] = append(r.byIP[ip], h)
+		}
+	}
 	h.ips, h.resolved = ips, true
 	r.mu.Unlock()
 	return ips, ""
 }
 
-// isBlocked reports whether host's back-off comes from a block: seen by
-// this process, or by another one through the limiter (LimitSharer).
-func (v *Verifier) isBlocked(ctx context.Context, host string) bool {
-	if b, _ := v.blocks.get(host, time.Now()); b {
-		return true
+// isBlocked reports whether the back-off of srv (its address or its
+// provider) comes from a block: seen by this process, or by another one
+// through the limiter (LimitSharer).
+func (v *Verifier) isBlocked(ctx context.Context, srv server) bool {
+	keys := []string{srv.key}
+	if srv.provKey != "" {
+		keys = append(keys, srv.provKey)
+	}
+	for _, k := range keys {
+		if b, _ := v.blocks.get(k, time.Now()); b {
+			return true
+		}
 	}
 	ls, ok := v.limiter.(LimitSharer)
 	if !ok {
@@ -484,14 +655,23 @@ func (v *Verifier) isBlocked(ctx context.Context, host string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	b, err := ls.SharedBlock(ctx, host)
-	return err == nil && b
+	for _, k := range keys {
+		if b, err := ls.SharedBlock(ctx, k); err == nil && b {
+			return true
+		}
+	}
+	return false
 }
 
-func (v *Verifier) acquire(ctx context.Context, host string) (func(), time.Duration, error) {
-	if b, ok := v.limiter.(BackoffAwareLimiter); ok {
-		return b.AcquireOrBackoff(ctx, host)
+// acquire takes srv's politeness slot: per server address (cap sessions)
+// and, when h's rule names a provider, over all the provider's servers.
+func (v *Verifier) acquire(ctx context.Context, h *hostQ, srv server, cap int) (func(), time.Duration, error) {
+	if sl, ok := v.limiter.(SlotLimiter); ok {
+		return sl.AcquireSlot(ctx, Slot{Server: srv.key, Cap: cap, Provider: srv.provKey, ProviderCap: h.rule.ProviderSessions})
 	}
-	rel, err := v.limiter.Acquire(ctx, host)
+	if b, ok := v.limiter.(BackoffAwareLimiter); ok {
+		return b.AcquireOrBackoff(ctx, srv.key)
+	}
+	rel, err := v.limiter.Acquire(ctx, srv.key)
 	return rel, 0, err
 }

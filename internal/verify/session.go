@@ -6,7 +6,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 )
@@ -17,10 +16,11 @@ const maxIPsPerHost = 2
 
 // sess is the progress of one session.
 type sess struct {
-	sent     int  // RCPTs sent (probes included)
-	answered int  // RCPTs answered other than "too many recipients"
-	txs      int  // transactions started
-	tooMany  bool // a "too many recipients" ended the session's usefulness
+	srv      server // the server (and provider) the session is counted against
+	sent     int    // RCPTs sent (probes included)
+	answered int    // RCPTs answered other than "too many recipients"
+	txs      int    // transactions started
+	tooMany  bool   // a "too many recipients" ended the session's usefulness
 	client   clientID
 	started  time.Time // when the session was dialled
 	// reused: a parked session taken again (connPool); answeredBefore its
@@ -75,33 +75,17 @@ func (g *group) skipTo(end int) error {
 	return nil
 }
 
-// converse connects to h (or goes on with ic, a session parked by an
-// earlier call) and runs transactions until its queue is empty or the
-// session's RCPT budget is spent. It reports whether the session was
-// parked for the next call (connPool), its slot (release) with it.
-func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func()) (parked bool) {
+// converse runs transactions on c, a connection to srv for h dialled at
+// start (or on ic, a session parked by an earlier call: c is nil), until
+// h's queue is empty or the session's RCPT budget is spent. It reports
+// whether the session was parked for the next call (connPool), its slot
+// (release) with it.
+func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *idleConn, release func()) (parked bool) {
 	ctx := r.ctx
 	cfg := &r.v.cfg
 	if ic != nil {
-		return r.transactions(h, ic.c, &sess{sent: ic.sent, answered: ic.answered, txs: ic.txs, reused: true,
+		return r.transactions(h, ic.c, &sess{srv: srv, sent: ic.sent, answered: ic.answered, txs: ic.txs, reused: true,
 			answeredBefore: ic.answered, client: ic.client, started: ic.started}, release)
-	}
-	start := time.Now()
-	var c *smtpConn
-	for _, ip := range ips[:min(len(ips), maxIPsPerHost)] {
-		nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
-		if err == nil {
-			c = newSMTPConn(nc, cfg.CommandTimeout, start.Add(cfg.SessionTimeout))
-			break
-		}
-	}
-	if c == nil {
-		if ctx.Err() == nil {
-			r.mu.Lock()
-			r.markDown(h, ReasonConnectionFailed, 0)
-			r.mu.Unlock()
-		}
-		return false
 	}
 	defer func() {
 		if !parked {
@@ -122,10 +106,10 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
-		r.blocked(h, banner, "banner", nil)
+		r.blocked(h, srv, banner, "banner", nil)
 		return false
 	case banner.code == 421:
-		r.banner421(h)
+		r.banner421(h, srv)
 		return false
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -142,11 +126,11 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 	}
 	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
-		r.blocked(h, hello, "helo", nil)
+		r.blocked(h, srv, hello, "helo", nil)
 		return false
 	}
 	if hello.code == 421 {
-		r.rateLimited(h, nil)
+		r.rateLimited(h, srv, nil)
 		return false
 	}
 	if hello.code != 250 {
@@ -158,7 +142,7 @@ func (r *run) converse(h *hostQ, ips []netip.Addr, ic *idleConn, release func())
 	}
 
 	stop()
-	return r.transactions(h, c, &sess{client: client, started: start}, release)
+	return r.transactions(h, c, &sess{srv: srv, client: client, started: start}, release)
 }
 
 // transactions runs the session's transactions on c (after EHLO, or on a
@@ -174,7 +158,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 	}()
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	for s.txs == 0 || time.Until(c.deadline) >= cfg.CommandTimeout {
+	for s.txs == 0 || time.Until(c.deadline) >= c.cmdTimeout {
 		txs, quit := r.nextGroup(h, s, c.pipelining, c.deadline)
 		if len(txs) == 0 {
 			break
@@ -206,7 +190,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 			}
 		}
 		for i := range txs {
-			err, limited := r.transaction(g, h, s, &txs[i])
+			limited, err := r.transaction(g, h, s, &txs[i])
 			if err != nil || limited {
 				r.groupFailed(h, s, txs[i+1:], err, limited)
 				return
@@ -228,7 +212,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 	r.mu.Lock()
 	may := r.mayPark(h, s, c.deadline)
 	r.mu.Unlock()
-	if may && stop() && r.v.pool.park(h.name, &idleConn{c: c, release: release, sent: s.sent, answered: s.answered, txs: s.txs,
+	if may && stop() && r.v.pool.park(s.srv.key, &idleConn{c: c, release: release, sent: s.sent, answered: s.answered, txs: s.txs,
 		client: s.client, started: s.started}) {
 		return true
 	}
@@ -252,6 +236,9 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) 
 		}
 		j, probe := r.take(h, budget, s.sent == 0)
 		if j == nil {
+			j, probe = r.borrow(h, s, budget)
+		}
+		if j == nil {
 			break
 		}
 		s.sent += len(j.items)
@@ -263,9 +250,39 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) 
 			break
 		}
 	}
-	last := h.down != "" || len(h.queue) == 0 || r.budget(h)-s.sent < 1
+	last := h.down != "" || (len(h.queue) == 0 && !r.peerWork(h, s)) || r.budget(h)-s.sent < 1
 	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s) && !r.mayPark(h, s, deadline)
 }
+
+// peers are the other MX names of this call that may dial srv's address
+// and whose rule is h's: their work may ride h's sessions (SMTP cannot
+// tell which name led to a server, so the server answers the same). Caller
+// holds r.mu.
+func (r *run) peers(h *hostQ, srv server) []*hostQ {
+	var out []*hostQ
+	for _, p := range r.byIP[srv.ip] {
+		if p != h && p.down == "" && len(p.queue) > 0 && p.rule == h.rule {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// borrow takes a transaction of a peer of h for a session of h that has
+// budget RCPTs left and nothing of its own: one session then carries many
+// names' domains to their shared server, instead of each name waiting for
+// a slot of the same server cap. Caller holds r.mu.
+func (r *run) borrow(h *hostQ, s *sess, budget int) (*job, bool) {
+	for _, p := range r.peers(h, s.srv) {
+		if j, probe := r.take(p, budget, s.sent == 0); j != nil {
+			return j, probe
+		}
+	}
+	return nil, false
+}
+
+// peerWork reports whether a peer of h has work left. Caller holds r.mu.
+func (r *run) peerWork(h *hostQ, s *sess) bool { return len(r.peers(h, s.srv)) > 0 }
 
 // quitSafe reports whether QUIT may go in the session's last group: only
 // when its RCPTs are within what the host is known to take (its learned
@@ -324,10 +341,13 @@ func (r *run) tarpit(h *hostQ) {
 // rateLimited handles a 421: the host is backed off (for every process
 // sharing the limiter) and unanswered addresses move to the next MX or end
 // rate_limited.
-func (r *run) rateLimited(h *hostQ, unanswered *job) {
+//
+// A 421 is one server's answer: its address is backed off, not the
+// provider's other servers.
+func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
-	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), h.name, d)
-	r.v.pool.flush(h.name)
+	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), srv.key, d)
+	r.v.pool.flush(srv.key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.markDown(h, ReasonRateLimited, d)
@@ -341,16 +361,22 @@ func (r *run) rateLimited(h *hostQ, unanswered *job) {
 // host's session cap is lowered to that (for an hour) and its queue is left
 // to the open sessions, with no back-off. Otherwise the host is rate
 // limiting us: back off.
-func (r *run) banner421(h *hostQ) {
+//
+// The sessions counted are this call's to the server's address, whatever
+// MX name led there, and the cap learned applies to every name of it.
+func (r *run) banner421(h *hostQ, srv server) {
 	r.mu.Lock()
-	if others := h.sessions - 1; others > 0 {
+	if others := r.ipActive[srv.ip] - 1; others > 0 {
 		h.sessionLimit = others
-		r.v.sessionLimits.put(h.name, others, time.Now().Add(limitTTL))
+		for _, p := range r.byIP[srv.ip] {
+			p.sessionLimit = others
+		}
+		r.v.sessionLimits.put(srv.key, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Unlock()
-	r.rateLimited(h, nil)
+	r.rateLimited(h, srv, nil)
 }
 
 // groupFailed hands the transactions of a group that were never processed
@@ -378,37 +404,37 @@ func probeLocal() string {
 // transaction reads the replies of one transaction of a group and records
 // the answers. A non-nil error means the session broke (its own unanswered
 // addresses are already handled); limited means a 421 closed it.
-func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
+func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err error) {
 	j := t.j
 	if g.cmds[t.start] == "RSET" {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		if rep.code == 421 {
-			r.rateLimited(h, j)
-			return nil, true
+			r.rateLimited(h, s.srv, j)
+			return true, nil
 		}
 		if rep.code != 250 {
 			err := fmt.Errorf("%w: RSET answered %v", errDropped, rep)
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 	}
 	mail, err := g.read()
 	if err != nil {
 		r.txFailed(h, s, j, err)
-		return err, false
+		return false, err
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail, stageMail, s.client) {
-			r.blocked(h, mail, "mail", j)
-			return nil, true
+			r.blocked(h, s.srv, mail, "mail", j)
+			return true, nil
 		}
 		if mail.code == 421 {
-			r.rateLimited(h, j)
-			return nil, true
+			r.rateLimited(h, s.srv, j)
+			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
 		if mail.code/100 == 4 {
@@ -418,13 +444,13 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 			}
 		}
 		r.mu.Lock()
-		r.finish(j.items, reason, h.name, mail.code)
+		r.finish(j.items, reason, j.host(), mail.code)
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
-			return err, false
+			return false, err
 		}
-		return nil, false
+		return false, nil
 	}
 
 	// The probe.
@@ -436,23 +462,23 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
-			r.blocked(h, rep, "rcpt", j)
-			return nil, true
+			r.blocked(h, s.srv, rep, "rcpt", j)
+			return true, nil
 		case cl == rcRateLimited:
-			r.rateLimited(h, j)
-			return nil, true
+			r.rateLimited(h, s.srv, j)
+			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
 			if err := g.skipTo(t.end); err != nil {
-				return err, false
+				return false, err
 			}
-			return nil, false
+			return false, nil
 		case rep.code/100 == 2:
 			verdict = 1
 		case rep.code/100 == 5:
@@ -474,16 +500,16 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
-			return err, false
+			return false, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
-			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			return true, nil
 		}
 		if cl == rcRateLimited {
-			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			r.rateLimited(h, s.srv, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			return true, nil
 		}
 		if cl == rcTooMany {
 			again = append(again, it)
@@ -491,7 +517,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		}
 		s.answered++
 		r.mu.Lock()
-		if r.answer(it, h.name, rep, cl, verdict, probeTemp) {
+		if r.answer(it, j.host(), rep, cl, verdict, probeTemp) {
 			grey = append(grey, it)
 		}
 		r.mu.Unlock()
@@ -504,7 +530,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	if len(again) > 0 {
 		r.tooMany(h, s, j, again)
 	}
-	return nil, false
+	return false, nil
 }
 
 // tooMany requeues addresses answered "too many recipients" for a new
@@ -519,7 +545,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.tooMany = true
-	r.learnRcptLimit(h, s.answered)
+	r.learnRcptLimit(h, s.srv, s.answered)
 	var retry []*item
 	for _, it := range again {
 		it.tooManyAll++
@@ -527,7 +553,7 @@ func (r *run) tooMany(h *hostQ, s *sess, j *job, again []*item) {
 			it.tooMany++
 		}
 		if it.tooMany >= 2 || it.tooManyAll >= maxTooMany {
-			r.finish([]*item{it}, ReasonTemporaryFailure, h.name, 452)
+			r.finish([]*item{it}, ReasonTemporaryFailure, j.host(), 452)
 			it.retryAfter = 15 * time.Minute
 			continue
 		}
@@ -566,7 +592,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if errors.Is(err, errTimeout) {
-		r.finish(j.items, ReasonTimeout, h.name, 0)
+		r.finish(j.items, ReasonTimeout, j.host(), 0)
 		r.tarpit(h)
 		return
 	}
@@ -577,7 +603,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		stale = s.reused && s.answered == s.answeredBefore
 	}
 	if answered > 0 && !stale {
-		r.dropLimit(h, answered, s.started)
+		r.dropLimit(h, s.srv, answered, s.started)
 	}
 	var retry []*item
 	for _, it := range j.items {
@@ -589,7 +615,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 			it.drops++
 		}
 		if it.drops >= 2 || it.dropsAll >= maxDrops {
-			r.finish([]*item{it}, ReasonSMTPError, h.name, 0)
+			r.finish([]*item{it}, ReasonSMTPError, j.host(), 0)
 			continue
 		}
 		retry = append(retry, it)
@@ -605,23 +631,24 @@ const maxDrops = 5
 // dropLimit handles a session (started at started) that dropped after n
 // answered RCPTs: this call's later sessions to h send at most n; the
 // limit is learned (this process's later calls, and every process through
-// the limiter) only when a session to h that started after an earlier
-// drop (within limitTTL) dropped after the same n. One drop is not
+// the limiter) only when a session to the same server (srv.rcptKey: the
+// provider's when known, else the address's) that started after an
+// earlier drop (within limitTTL) dropped after the same n. One drop is not
 // evidence enough to make every later session to a host smaller for an
 // hour: a server restarting or one network blip would do that, and a
 // restart drops every open session at once, often after the same number
 // of pipelined RCPTs, hence the later start. Caller holds r.mu.
-func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
+func (r *run) dropLimit(h *hostQ, srv server, n int, started time.Time) {
 	now := time.Now()
-	if d, ok := r.v.drops.get(h.name, now); ok && d.k == n && started.After(d.at) {
+	if d, ok := r.v.drops.get(srv.rcptKey, now); ok && d.k == n && started.After(d.at) {
 		if h.rcptLimit == n {
 			h.rcptLimit = 0 // this call's limit from the first drop: now learned for good
 		}
-		r.learnRcptLimit(h, n)
+		r.learnRcptLimit(h, srv, n)
 		return
 	}
-	if d, ok := r.v.drops.get(h.name, now); !ok || d.k != n {
-		r.v.drops.put(h.name, dropSeen{k: n, at: now}, now.Add(limitTTL))
+	if d, ok := r.v.drops.get(srv.rcptKey, now); !ok || d.k != n {
+		r.v.drops.put(srv.rcptKey, dropSeen{k: n, at: now}, now.Add(limitTTL))
 	}
 	if h.rcptLimit == 0 || n < h.rcptLimit {
 		h.rcptLimit = n // this call only
@@ -629,22 +656,25 @@ func (r *run) dropLimit(h *hostQ, n int, started time.Time) {
 }
 
 // learnRcptLimit lowers h's RCPT limit to n (a 452, or the second drop
-// after n answered RCPTs), for this call, this process's later calls and, through
-// the limiter when it shares limits (RedisLimiter), every process.
+// after n answered RCPTs), for this call, this process's later calls and,
+// through the limiter when it shares limits (RedisLimiter), every process.
+// It is kept by srv.rcptKey: the provider's when the rules table names one
+// (one provider runs one configuration on all its servers), else the
+// server address's; of any egress, since it is the server's own policy.
 // Caller holds r.mu.
-func (r *run) learnRcptLimit(h *hostQ, n int) {
+func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 	if n <= 0 || (h.rcptLimit > 0 && n >= h.rcptLimit) {
 		return
 	}
 	h.rcptLimit = n
-	r.v.rcptLimits.put(h.name, n, time.Now().Add(limitTTL))
+	r.v.rcptLimits.put(srv.rcptKey, n, time.Now().Add(limitTTL))
 	if ls, ok := r.v.limiter.(LimitSharer); ok {
 		r.wg.Add(1)
 		go func() { // not under r.mu: a Redis round trip
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
 			defer cancel()
-			_ = ls.ShareRcptLimit(ctx, h.name, n, limitTTL)
+			_ = ls.ShareRcptLimit(ctx, srv.rcptKey, n, limitTTL)
 		}()
 	}
 }
@@ -656,22 +686,34 @@ func (r *run) learnRcptLimit(h *hostQ, n int) {
 // block), marked down for this call (its queue moves to the next MX, or
 // ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
 // log line. rest are the addresses of the transaction not yet answered.
-func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
+//
+// A block is about our egress's reputation, which a provider judges the
+// same on all its servers (one DNSBL, one reputation system): the server
+// address and, when the rules table names the provider, the whole
+// provider are backed off for that egress.
+func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) {
 	d := r.v.cfg.BlockBackoff
+	keys := []string{srv.key}
+	if srv.provKey != "" {
+		keys = append(keys, srv.provKey)
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-	_ = r.v.limiter.Backoff(bctx, h.name, d)
-	if ls, ok := r.v.limiter.(LimitSharer); ok {
-		_ = ls.ShareBlock(bctx, h.name, d)
+	for _, k := range keys {
+		_ = r.v.limiter.Backoff(bctx, k, d)
+		if ls, ok := r.v.limiter.(LimitSharer); ok {
+			_ = ls.ShareBlock(bctx, k, d)
+		}
+		r.v.blocks.put(k, true, time.Now().Add(d))
 	}
 	cancel()
-	r.v.blocks.put(h.name, true, time.Now().Add(d))
-	r.v.pool.flush(h.name)
+	r.v.pool.flush(srv.key)
 	smtpBlocks.WithLabelValues(stage).Inc()
 	text := rep.text
 	if len(text) > 200 {
 		text = text[:200]
 	}
-	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "stage", stage,
+	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "server", srv.ip.String(),
+		"provider", srv.provider, "stage", stage,
 		"code", rep.code, "reply", text, "backoff", d)
 	r.mu.Lock()
 	defer r.mu.Unlock()

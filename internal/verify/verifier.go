@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/verify/lists"
+	"github.com/bulkd/bulkd/internal/verify/rules"
 )
 
 // Config configures a Verifier. Zero values take the defaults below.
@@ -91,6 +93,12 @@ type Config struct {
 	// Logger receives the operator's warnings (a server blocking us);
 	// nil: slog.Default().
 	Logger *slog.Logger
+	// Rules is the table of per-server rules by MX name suffix (package
+	// rules: provider, reply timeout, sessions per server and per provider,
+	// RCPTs per session, probe or not), read at every call so a reload
+	// (NewRedisHolder) applies without a restart. Nil: the compiled-in
+	// defaults.
+	Rules *rules.Holder
 }
 
 func (c Config) withDefaults() Config {
@@ -154,16 +162,18 @@ type Verifier struct {
 	sem      chan struct{}
 	catchAll *ttlCache[string, bool]
 	probes   *ttlCache[string, string]
-	// Per-host limits learned from 452 "too many recipients" and from 421
-	// on a new session while others were open, kept for limitTTL so the
-	// next calls start within them.
+	// Limits learned from 452 "too many recipients" or a drop (by
+	// server.rcptKey) and from 421 on a new session while others were open
+	// (by server.key), kept for limitTTL so the next calls start within
+	// them.
 	rcptLimits    *ttlCache[string, int]
 	sessionLimits *ttlCache[string, int]
-	// blocks are the hosts that blocked this process, until their back-off
-	// ends: a later session refused by the limiter's back-off answers
-	// blocked rather than rate_limited.
+	// blocks are the servers and providers (server.key, server.provKey)
+	// that blocked this process, until their back-off ends: a later
+	// session refused by the limiter's back-off answers blocked rather
+	// than rate_limited.
 	blocks *ttlCache[string, bool]
-	// drops are the hosts whose session dropped after K answered RCPTs
+	// drops are the servers (server.rcptKey) whose session dropped after K answered RCPTs
 	// once, with that K and when, until a later session's drop after the
 	// same K confirms it as the host's limit (dropLimit).
 	drops *ttlCache[string, dropSeen]
@@ -214,6 +224,9 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	if limiter == nil {
 		limiter = NewLocalLimiter(LimiterOptions{})
 	}
+	if cfg.Rules == nil {
+		cfg.Rules = rules.NewHolder(nil)
+	}
 	perHost := 3
 	if b, ok := limiter.(BackoffAwareLimiter); ok {
 		perHost = max(b.SessionsPerHost(), 1)
@@ -237,7 +250,7 @@ func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
 // within MaxSessions and the limiter. It returns when every address has an
 // answer or ctx ends; then unanswered ones are unknown/timeout, Temporary.
 func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
-	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}, hold: true}
+	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}, hold: true, rules: v.cfg.Rules.Table()}
 	results := make([]Result, len(emails))
 	items := map[string]*item{}
 	domains := map[string]*domainState{}
@@ -380,4 +393,27 @@ func providerOf(host string) string {
 		return p
 	}
 	return reg
+}
+
+// server is what one session is counted against (limitKey): the address
+// dialled and the provider the rules table names for the MX host.
+type server struct {
+	ip       netip.Addr
+	key      string // limitKey(egress, "ip:"+ip): sessions, rate, 421 back-off, block, session limit learned
+	provKey  string // limitKey(egress, "provider:"+name), "" when no rule names one: provider cap, block back-off
+	rcptKey  string // the RCPTs per session learned: the provider's when known, else the server's; any egress
+	provider string
+}
+
+// serverOf builds the keys of a session to ip for an MX host under rule.
+// The egress part is DefaultEgress until sessions can leave from chosen
+// addresses.
+func serverOf(egress string, ip netip.Addr, rule rules.Rule) server {
+	s := server{ip: ip, key: ServerKey(egress, ip.String()), provider: rule.Provider}
+	s.rcptKey = ServerKey(AnyEgress, ip.String())
+	if rule.Provider != "" {
+		s.provKey = ProviderKey(egress, rule.Provider)
+		s.rcptKey = ProviderKey(AnyEgress, rule.Provider)
+	}
+	return s
 }
