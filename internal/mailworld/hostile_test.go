@@ -56,3 +56,35 @@ func TestHostile(t *testing.T) {
 	}
 	_ = w.Close()
 }
+
+// TestHostileShared: the shared domains get an MX name of their own that
+// resolves to one of the shared servers, which answer for them with their
+// truth unchanged and count the sessions of all those names together.
+func TestHostileShared(t *testing.T) {
+	spec, hy := Hostile(Bench(BenchOptions{Domains: 60, PerDomain: 3, Seed: 5}), HostileOptions{SharedDomains: 9, SharedServers: 3, Seed: 5})
+	if len(hy.Shared) != 9 {
+		t.Fatalf("%d shared domains, want 9", len(hy.Shared))
+	}
+	w, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ips := map[string]bool{}
+	for _, d := range spec.Domains {
+		srv, ok := hy.Shared[d.Name]
+		if !ok {
+			continue
+		}
+		if !strings.HasSuffix(d.MX[0], ".mail.protection."+SharedMXSuffix) {
+			t.Errorf("%s: MX %v", d.Name, d.MX)
+		}
+		if got, want := w.HostIP(d.MX[0]), w.HostIP(srv); got == "" || got != want {
+			t.Errorf("%s: MX %s resolves to %q, want %s's %q", d.Name, d.MX[0], got, srv, want)
+		}
+		ips[w.HostIP(d.MX[0])] = true
+	}
+	if len(ips) != 3 {
+		t.Errorf("the shared names lead to %d addresses, want 3", len(ips))
+	}
+}
