@@ -31,7 +31,7 @@ run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 # The packages whose Redis scripts and keys must work on Redis Cluster run a
 # second time against a real three-master cluster the tests start
 # (internal/testredis, BULKD_TEST_REDIS=cluster).
-CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/ ./internal/dashboard/users/ ./internal/webhook/ ./internal/ratelimit/ ./internal/idempotency/
+CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/ ./internal/dashboard/users/ ./internal/webhook/ ./internal/ratelimit/ ./internal/idempotency/ ./internal/verify/ ./internal/verify/lists/
 
 test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller), then the Redis-facing packages on a 3-master Redis Cluster
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./...

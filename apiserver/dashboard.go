@@ -4,7 +4,8 @@ package apiserver
 // that it charges, checks quotas, answers errors and renders results
 // exactly as the API does: the same decode, metering and submission path
 // as POST .../bulk (SubmitAs), the same usage numbers (Usage, account.go)
-// and the same CSV (WriteJobCSV).
+// and the same CSV (WriteJobCSV). The dashboard declares what it uses as
+// its own interface (dashboard.API), which *Server satisfies.
 
 import (
 	"bytes"
@@ -50,10 +51,10 @@ func (s *Server) QuoteAs(ctx context.Context, p *accounts.Principal, m Bulk, bod
 	return q, nil
 }
 
-// prepareAs is the key family and plan checks and decodeBulk of a
+// prepareAs is the key kind and plan checks and decodeBulk of a
 // submission of p to m, within the API's body limit.
 func (s *Server) prepareAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Builder, jobs.Metering, *apierr.Error) {
-	if e := s.keyFamilyError(m.Keys, p); e != nil {
+	if e := s.keyKindError(m.Keys, p); e != nil {
 		return nil, jobs.Metering{}, e
 	}
 	// The API's body limit, failing the same way (a *http.MaxBytesError
@@ -62,7 +63,7 @@ func (s *Server) prepareAs(ctx context.Context, p *accounts.Principal, m Bulk, b
 }
 
 // SubmitAs is POST /v1{m.Path} made by p without HTTP: the same key
-// family and plan checks, decode, metering, charge or quota check and
+// kind and plan checks, decode, metering, charge or quota check and
 // engine submission, with the API's errors. It takes no Idempotency-Key
 // (the dashboard guards against a double submission itself).
 func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Job, *apierr.Error) {
@@ -77,6 +78,9 @@ func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, m Bulk, bo
 	s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
 	return j, nil
 }
+
+// Mounts are the bulk endpoints, in the order they are mounted.
+func (s *Server) Mounts() []Bulk { return s.Bulk }
 
 // FamilyOf returns the family of a job.
 func (s *Server) FamilyOf(j *jobs.Job) (family.Family, bool) {

@@ -159,13 +159,13 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 
 // authenticate applies SPEC section 5 in this order: a valid key (401), the
 // key's rate limit (429; every response after this point carries the
-// X-RateLimit-* headers), the key's family (403 wrong_key_plan), and for the
-// unlimited family an active plan (402 subscription_inactive).
+// X-RateLimit-* headers), the key's kind (403 wrong_key_plan), and for an
+// unlimited-plan key an active plan (402 subscription_inactive).
 //
 // The header name is matched case-insensitively: HTTP field names are
 // case-insensitive and HTTP/2 lowercases them, so "case-sensitive" in the
 // spec can only sensibly mean the exact name X-API-Key, not its letter case.
-func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
+func (s *Server) authenticate(k KeyKind) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			r, p, rl, per, err := s.keyAndLimit(w, r)
@@ -182,7 +182,7 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 				return
 			}
 
-			if e := s.keyFamilyError(f, p); e != nil {
+			if e := s.keyKindError(k, p); e != nil {
 				apierr.Write(w, e)
 				return
 			}
@@ -191,19 +191,19 @@ func (s *Server) authenticate(f Family) func(http.Handler) http.Handler {
 	}
 }
 
-// keyFamilyError is SPEC 5's last two steps for an authenticated
-// principal: the key's family against the route's (403 wrong_key_plan)
-// and, for the unlimited family, an active plan (402
-// subscription_inactive); nil when p may use a route of family f.
-func (s *Server) keyFamilyError(f Family, p *accounts.Principal) *apierr.Error {
+// keyKindError is SPEC 5's last two steps for an authenticated
+// principal: the key's kind against the route's (403 wrong_key_plan)
+// and, for an unlimited-plan route, an active plan (402
+// subscription_inactive); nil when p may use a route taking keys of kind k.
+func (s *Server) keyKindError(k KeyKind, p *accounts.Principal) *apierr.Error {
 	switch {
-	case f == Metered && p.Key.Type != accounts.PayAsYouGo:
+	case k == Metered && p.Key.Type != accounts.PayAsYouGo:
 		return apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
 			"This endpoint takes a pay-as-you-go API key; unlimited-plan keys work only on /v1/unlimited/* endpoints.")
-	case f == UnlimitedPlan && p.Key.Type != accounts.Unlimited:
+	case k == UnlimitedPlan && p.Key.Type != accounts.Unlimited:
 		return apierr.WithCode(http.StatusForbidden, apierr.CodeWrongKeyPlan,
 			"This endpoint takes an unlimited-plan API key; pay-as-you-go keys work only on the credit-metered /v1 endpoints.")
-	case f == UnlimitedPlan && !p.Account.PlanActive(s.Now()):
+	case k == UnlimitedPlan && !p.Account.PlanActive(s.Now()):
 		return apierr.WithCode(http.StatusPaymentRequired, apierr.CodeSubscriptionInactive,
 			"The unlimited plan of this account is not active. Renew the subscription to use /v1/unlimited/* endpoints.")
 	}

@@ -768,7 +768,7 @@ func (a *admitter) publish(v *admissionView, touched map[types.NamespacedName]bo
 // setupAdmission registers the admission pass: one worker, one key,
 // woken by BulkJobs, Jobs and processor pods.
 func (r *BulkJobReconciler) setupAdmission(mgr ctrl.Manager) error {
-	r.admission = newAdmitter(mgr.GetClient(), r.Options, r.now)
+	r.admission = newAdmitter(mgr.GetClient(), r.Options, r.Now)
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{admissionRequest}
 	})

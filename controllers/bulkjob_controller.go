@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -64,13 +63,8 @@ type ShardFailer interface {
 	KnownFamilies() []string
 }
 
-// BulkJobReconciler reconciles BulkJobs.
-//
-// A running BulkJob is reconciled when it or one of its Jobs changes, when
-// a processor announces progress (Progress), when its next retry comes due
-// or its paced progress write may go out, and otherwise once per
-// Options.RequeueInterval, a safety net for announcements that were lost.
-type BulkJobReconciler struct {
+// ReconcilerDeps are what a BulkJobReconciler is built from.
+type ReconcilerDeps struct {
 	Client client.Client
 	// APIReader reads around the cache (a Job the cache does not show yet,
 	// or one without our labels). Defaults to Client.
@@ -79,7 +73,9 @@ type BulkJobReconciler struct {
 	Recorder  events.EventRecorder
 	Data      JobData
 	Shards    ShardFailer
-	Options   Options
+	// Options are the operator's settings; their zero values are given
+	// the defaults once, by NewBulkJobReconciler.
+	Options Options
 	// Progress, when set, wakes the reconciler as processors record
 	// answers; without it progress is read once per RequeueInterval.
 	Progress ProgressSource
@@ -88,14 +84,40 @@ type BulkJobReconciler struct {
 	// Plans, when set, gives the plan of the account that submitted a job
 	// (LabelPlan on its Jobs and pods); without it every account weighs 1.
 	Plans AccountPlans
+}
 
-	writesOnce sync.Once
-	writes     *statusWrites
-	plans      planCache
+// BulkJobReconciler reconciles BulkJobs.
+//
+// A running BulkJob is reconciled when it or one of its Jobs changes, when
+// a processor announces progress (Progress), when its next retry comes due
+// or its paced progress write may go out, and otherwise once per
+// Options.RequeueInterval, a safety net for announcements that were lost.
+type BulkJobReconciler struct {
+	ReconcilerDeps
+
+	// writes paces the status writes that only report progress.
+	writes *statusWrites
+	plans  planCache
 	// admission is the admission pass when the controller admits shards
 	// (Options.admits): Reconcile reads a Queued BulkJob's place in line
 	// from it.
 	admission *admitter
+}
+
+// NewBulkJobReconciler builds a reconciler from d with every default
+// applied here, once: the Options' zero values (withDefaults), the clock,
+// the API reader and the pacer of status writes. Reconcile and what it
+// calls read them as they are.
+func NewBulkJobReconciler(d ReconcilerDeps) *BulkJobReconciler {
+	d.Options = d.Options.withDefaults()
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.APIReader == nil {
+		d.APIReader = d.Client
+	}
+	return &BulkJobReconciler{ReconcilerDeps: d,
+		writes: newStatusWrites(d.Options.ProgressInterval, d.Options.ProgressWritesPerSecond)}
 }
 
 // +kubebuilder:rbac:groups=bulkd.io,resources=bulkjobs,verbs=get;list;watch;update;patch;delete
@@ -111,9 +133,6 @@ type BulkJobReconciler struct {
 // progress announcements (a source.Channel fed by a runnable that listens
 // to them).
 func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
-	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.BulkJob{}).
 		Owns(&batchv1.Job{}).
@@ -142,105 +161,127 @@ func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 	return b.Complete(r)
 }
 
-func (r *BulkJobReconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
-
-func (r *BulkJobReconciler) pacer() *statusWrites {
-	r.writesOnce.Do(func() {
-		if r.writes == nil {
-			r.writes = newStatusWrites(r.Options.ProgressInterval, r.Options.ProgressWritesPerSecond)
-		}
-	})
-	return r.writes
-}
-
-// Reconcile moves one BulkJob forward: finalize a deleted one, delete an
-// expired one, otherwise observe (create or adopt the Job, answer shards
-// that failed for good), fold the observation into the status, write the
-// status once (a patch; a change of progress alone is paced, see
-// statusWrites) and emit the pass's events after the write.
+// Reconcile moves one BulkJob forward, in the shape of jobset's: read it;
+// end the pass early for a BulkJob being deleted, past its retention,
+// finished, or of a family this build does not know; otherwise create its
+// Jobs and answer the shards that failed for good, compute its status
+// from what that saw (pure: computeStatus), write the status once, and
+// only then emit the pass's events.
 func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	opts := r.Options.withDefaults()
 	var bj v1alpha1.BulkJob
 	if err := r.Client.Get(ctx, req.NamespacedName, &bj); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.pacer().forget(req.NamespacedName, r.now())
+			r.writes.forget(req.NamespacedName, r.Now())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	log := ctrl.LoggerFrom(ctx).WithValues("jobID", bj.Spec.JobID)
-	ctx = ctrl.LoggerInto(ctx, log)
-
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("jobID", bj.Spec.JobID))
 	if !bj.DeletionTimestamp.IsZero() {
-		r.pacer().forget(req.NamespacedName, r.now())
+		r.writes.forget(req.NamespacedName, r.Now())
 		return requeueOnConflict(r.finalize(ctx, &bj))
 	}
-	// The API creates BulkJobs with the finalizer; one made by hand may lack it.
-	if !controllerutil.ContainsFinalizer(&bj, v1alpha1.Finalizer) {
-		before := bj.DeepCopy()
-		controllerutil.AddFinalizer(&bj, v1alpha1.Finalizer)
-		if err := r.Client.Patch(ctx, &bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return requeueOnConflict(err)
-		}
+	if err := r.ensureFinalizer(ctx, &bj); err != nil {
+		return requeueOnConflict(err)
 	}
-	now := r.now()
-	left := opts.Retention
-	if !bj.CreationTimestamp.IsZero() { // always set by the API server
-		left = bj.CreationTimestamp.Add(opts.Retention).Sub(now)
-	}
+	now := r.Now()
+	left := r.retentionLeft(&bj, now)
 	if left <= 0 {
-		log.Info("BulkJob is past its retention; deleting it", "retention", opts.Retention.String())
-		err := r.Client.Delete(ctx, &bj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, r.expire(ctx, &bj)
 	}
 	if bj.Status.Phase.IsFinished() {
-		r.pacer().forget(req.NamespacedName, now)
-		return ctrl.Result{RequeueAfter: left}, nil
+		return r.finished(req.NamespacedName, now, left), nil
 	}
-
 	errorOutcome, known := r.Shards.ErrorOutcome(string(bj.Spec.Family))
 	if !known {
 		return r.unknownFamily(ctx, &bj, now, left)
 	}
-	obs, err := r.observe(ctx, &bj)
+
+	obs, err := r.createJobsAndFailShards(ctx, &bj)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	obs.errorOutcome = errorOutcome
 	old := bj.Status
-	st := computeStatus(&bj, obs, now)
-	write, paced := r.pacer().decide(req.NamespacedName, &old, &st, now)
-	if write {
-		// The optimistic lock keeps the write from resting on a stale cache:
-		// a conflict reads the BulkJob again.
-		before := bj.DeepCopy()
-		bj.Status = st
-		if err := r.Client.Status().Patch(ctx, &bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return requeueOnConflict(err)
-		}
-		r.pacer().wrote(req.NamespacedName, now)
+	paced, err := r.writeStatus(ctx, req.NamespacedName, &bj, computeStatus(&bj, obs, now), now)
+	if err != nil {
+		return requeueOnConflict(err)
 	}
 	// bj.Status is what is stored now: events follow what was written.
 	r.emit(&bj, &old, obs)
 	if bj.Status.Phase.IsFinished() {
-		r.pacer().forget(req.NamespacedName, now)
-		return ctrl.Result{RequeueAfter: left}, nil
+		return r.finished(req.NamespacedName, now, left), nil
 	}
-	// Progress wakes the reconciler; the resync is a safety net. While a
-	// retry waits to come due nothing runs: look again when it is due (a
-	// retry Job that starts or ends is an event of its own).
-	next := opts.RequeueInterval
+	return ctrl.Result{RequeueAfter: r.nextPass(obs, paced, left)}, nil
+}
+
+// ensureFinalizer adds the finalizer to a BulkJob that lacks it: the API
+// creates BulkJobs with it; one made by hand may not have it.
+func (r *BulkJobReconciler) ensureFinalizer(ctx context.Context, bj *v1alpha1.BulkJob) error {
+	if controllerutil.ContainsFinalizer(bj, v1alpha1.Finalizer) {
+		return nil
+	}
+	before := bj.DeepCopy()
+	controllerutil.AddFinalizer(bj, v1alpha1.Finalizer)
+	return r.Client.Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+// retentionLeft is how long the BulkJob has before its retention is over.
+func (r *BulkJobReconciler) retentionLeft(bj *v1alpha1.BulkJob, now time.Time) time.Duration {
+	if bj.CreationTimestamp.IsZero() { // always set by the API server
+		return r.Options.Retention
+	}
+	return bj.CreationTimestamp.Add(r.Options.Retention).Sub(now)
+}
+
+// expire deletes a BulkJob past its retention (its finalizer then deletes
+// the job's data).
+func (r *BulkJobReconciler) expire(ctx context.Context, bj *v1alpha1.BulkJob) error {
+	ctrl.LoggerFrom(ctx).Info("BulkJob is past its retention; deleting it", "retention", r.Options.Retention.String())
+	err := r.Client.Delete(ctx, bj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	return client.IgnoreNotFound(err)
+}
+
+// finished is the pass's end for a BulkJob that is done: nothing more to
+// pace, and one more look when its retention is over.
+func (r *BulkJobReconciler) finished(key types.NamespacedName, now time.Time, left time.Duration) ctrl.Result {
+	r.writes.forget(key, now)
+	return ctrl.Result{RequeueAfter: left}
+}
+
+// writeStatus writes st as bj's status, once, as a patch under an
+// optimistic lock (a conflict means the pass rested on a stale cache: the
+// BulkJob is read again), unless it is a change of progress alone that
+// the pacer holds back (statusWrites); bj.Status is then what is stored.
+// paced is how soon a held-back write may go out (0: none held back).
+func (r *BulkJobReconciler) writeStatus(ctx context.Context, key types.NamespacedName, bj *v1alpha1.BulkJob,
+	st v1alpha1.BulkJobStatus, now time.Time) (paced time.Duration, err error) {
+	write, paced := r.writes.decide(key, &bj.Status, &st, now)
+	if !write {
+		return paced, nil
+	}
+	before := bj.DeepCopy()
+	bj.Status = st
+	if err := r.Client.Status().Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return 0, err
+	}
+	r.writes.wrote(key, now)
+	return paced, nil
+}
+
+// nextPass is how soon a running BulkJob is looked at again. Progress
+// wakes the reconciler; the resync is a safety net. While a retry waits
+// to come due nothing runs: look again when it is due (a retry Job that
+// starts or ends is an event of its own). A held-back progress write
+// (paced) goes out when it may; nothing waits past the retention.
+func (r *BulkJobReconciler) nextPass(obs *observation, paced, left time.Duration) time.Duration {
+	next := r.Options.RequeueInterval
 	if obs.retryWait > 0 {
 		next = obs.retryWait
 	}
 	if paced > 0 {
 		next = min(next, paced)
 	}
-	return ctrl.Result{RequeueAfter: min(next, left)}, nil
+	return min(next, left)
 }
 
 // unknownFamily holds a BulkJob whose family this build has no answerer
@@ -271,13 +312,6 @@ func (r *BulkJobReconciler) unknownFamily(ctx context.Context, bj *v1alpha1.Bulk
 	return ctrl.Result{RequeueAfter: left}, nil
 }
 
-func (r *BulkJobReconciler) apiReader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
-	}
-	return r.Client
-}
-
 // conflictRetry is how soon a pass whose write met a newer BulkJob (the
 // cache was behind) runs again; the watch event of that newer version
 // usually comes first.
@@ -290,10 +324,13 @@ func requeueOnConflict(err error) (ctrl.Result, error) {
 	return ctrl.Result{}, err
 }
 
-// observe reads the job's counters in Redis and its Jobs, creating the
-// shard Job when the job still has work and a retry Job when retries are
-// due, and answers as errors the shards the Job has given up on.
-func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (*observation, error) {
+// createJobsAndFailShards is the part of a pass that acts on the
+// cluster and on Redis: it reads the job's counters in Redis and its Jobs,
+// creates the shard Job when the job still has work and a retry Job when
+// retries are due, and answers with the family's error outcome the shards
+// the Job has given up on. What it saw and did is the observation the
+// status is computed from.
+func (r *BulkJobReconciler) createJobsAndFailShards(ctx context.Context, bj *v1alpha1.BulkJob) (*observation, error) {
 	o := &observation{}
 	data, err := r.Data.Get(ctx, bj.Spec.JobID)
 	if errors.Is(err, jobs.ErrJobNotFound) {
@@ -306,27 +343,31 @@ func (r *BulkJobReconciler) observe(ctx context.Context, bj *v1alpha1.BulkJob) (
 	if err := r.labelAccount(ctx, bj, data); err != nil {
 		return nil, err
 	}
-	if err := r.observeShards(ctx, bj, o); err != nil {
+	if err := r.ensureShardJob(ctx, bj, o); err != nil {
 		return nil, err
+	}
+	if o.job != nil {
+		if err := r.failGivenUpShards(ctx, bj, o); err != nil {
+			return nil, err
+		}
 	}
 	if o.data == nil {
 		return o, nil
 	}
-	if err := r.observeRetries(ctx, bj, o); err != nil {
+	if err := r.createRetryJobWhenDue(ctx, bj, o); err != nil {
 		return nil, err
 	}
 	return o, nil
 }
 
-// observeShards reads (or creates) the shard Job and answers as errors the
-// shards it has given up on.
-func (r *BulkJobReconciler) observeShards(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
-	data := o.data
+// ensureShardJob reads the shard Job, creating it while the job runs and
+// has none, and what its indexes and the admission say.
+func (r *BulkJobReconciler) ensureShardJob(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
 	job, err := r.currentJob(ctx, bj)
 	if err != nil {
 		return err
 	}
-	if job == nil && data.Status == jobs.StatusRunning {
+	if job == nil && o.data.Status == jobs.StatusRunning {
 		if job, err = r.createJob(ctx, bj); err != nil {
 			return err
 		}
@@ -339,14 +380,19 @@ func (r *BulkJobReconciler) observeShards(ctx context.Context, bj *v1alpha1.Bulk
 	if o.succeeded, o.failed, err = shardOutcomes(job, bj.Spec.Shards); err != nil {
 		return err
 	}
-	if err := r.observeAdmission(ctx, bj, o); err != nil {
-		return err
-	}
-	finished := jobFinished(job)
+	return r.observeAdmission(ctx, bj, o)
+}
+
+// failGivenUpShards answers with the family's error outcome the
+// unanswered rows of the shards the Job has given up on (and of every
+// unfinished shard once the Job is finished), then reads the job's
+// counters again.
+func (r *BulkJobReconciler) failGivenUpShards(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
+	finished := jobFinished(o.job)
 	if len(o.failed) == 0 && !finished {
 		return nil
 	}
-	unfinished, err := r.Data.UnfinishedShards(ctx, data)
+	unfinished, err := r.Data.UnfinishedShards(ctx, o.data)
 	if err != nil {
 		return err
 	}
@@ -412,9 +458,9 @@ func decideRetry(data *jobs.Job, latest *batchv1.Job, now time.Time) (retryActio
 	}
 }
 
-// observeRetries reads the latest retry round's Job and starts the next
-// round when retries are due and no round runs.
-func (r *BulkJobReconciler) observeRetries(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
+// createRetryJobWhenDue reads the latest retry round's Job and starts the
+// next round when retries are due and no round runs.
+func (r *BulkJobReconciler) createRetryJobWhenDue(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
 	if bj.Status.RetryRounds > 0 {
 		job, err := r.retryJob(ctx, bj, bj.Status.RetryRounds)
 		if err != nil {
@@ -425,7 +471,7 @@ func (r *BulkJobReconciler) observeRetries(ctx context.Context, bj *v1alpha1.Bul
 			o.retryEnded = job
 		}
 	}
-	action, wait := decideRetry(o.data, o.retryJob, r.now())
+	action, wait := decideRetry(o.data, o.retryJob, r.Now())
 	o.retryWait = wait
 	if action != retryCreate {
 		return nil
@@ -447,7 +493,7 @@ func (r *BulkJobReconciler) retryJob(ctx context.Context, bj *v1alpha1.BulkJob, 
 	var job batchv1.Job
 	err := r.Client.Get(ctx, key, &job)
 	if apierrors.IsNotFound(err) {
-		err = r.apiReader().Get(ctx, key, &job)
+		err = r.APIReader.Get(ctx, key, &job)
 	}
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -461,10 +507,9 @@ func (r *BulkJobReconciler) retryJob(ctx context.Context, bj *v1alpha1.BulkJob, 
 // createRetryJob creates the Job of a retry round; one that exists already
 // (a pass whose status write failed made it) is adopted.
 func (r *BulkJobReconciler) createRetryJob(ctx context.Context, bj *v1alpha1.BulkJob, round int32) (*batchv1.Job, bool, error) {
-	opts := r.Options.withDefaults()
 	src := r.withPlan(ctx, bj)
-	job := desiredRetryJob(src, opts, round)
-	if err := r.admissionControl(job, src, opts); err != nil {
+	job := desiredRetryJob(src, r.Options, round)
+	if err := r.admissionControl(job, src, r.Options); err != nil {
 		return nil, false, err
 	}
 	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
@@ -473,7 +518,7 @@ func (r *BulkJobReconciler) createRetryJob(ctx context.Context, bj *v1alpha1.Bul
 	err := r.Client.Create(ctx, job)
 	if apierrors.IsAlreadyExists(err) {
 		var existing batchv1.Job
-		if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(job), &existing); err != nil {
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(job), &existing); err != nil {
 			return nil, false, err
 		}
 		adopted, err := r.adopt(ctx, bj, &existing)
@@ -501,10 +546,9 @@ func (r *BulkJobReconciler) currentJob(ctx context.Context, bj *v1alpha1.BulkJob
 }
 
 func (r *BulkJobReconciler) createJob(ctx context.Context, bj *v1alpha1.BulkJob) (*batchv1.Job, error) {
-	opts := r.Options.withDefaults()
 	src := r.withPlan(ctx, bj)
-	job := desiredJob(src, opts)
-	if err := r.admissionControl(job, src, opts); err != nil {
+	job := desiredJob(src, r.Options)
+	if err := r.admissionControl(job, src, r.Options); err != nil {
 		return nil, err
 	}
 	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
@@ -514,7 +558,7 @@ func (r *BulkJobReconciler) createJob(ctx context.Context, bj *v1alpha1.BulkJob)
 	if apierrors.IsAlreadyExists(err) {
 		// The cache is behind, or a Job without our labels has the name.
 		var existing batchv1.Job
-		if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(job), &existing); err != nil {
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(job), &existing); err != nil {
 			return nil, err
 		}
 		return r.adopt(ctx, bj, &existing)

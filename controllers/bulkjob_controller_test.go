@@ -140,9 +140,18 @@ func newScenario(t *testing.T, data *fakeData, objs ...client.Object) *scenario 
 	// of its own).
 	opts := DefaultOptions()
 	opts.MaxRunningShards, opts.MaxRunningShardsPerAccount = 0, 0
-	s.r = &BulkJobReconciler{Client: c, Scheme: scheme, Recorder: s.rec, Data: data, Shards: data,
-		Options: opts, Now: func() time.Time { return s.now }}
+	s.r = NewBulkJobReconciler(ReconcilerDeps{Client: c, Scheme: scheme, Recorder: s.rec, Data: data, Shards: data,
+		Options: opts, Now: func() time.Time { return s.now }})
 	return s
+}
+
+// withOptions builds the scenario's reconciler again with its options
+// changed by f (the defaults and the status-write pacer are the
+// constructor's).
+func (s *scenario) withOptions(f func(*Options)) {
+	d := s.r.ReconcilerDeps
+	f(&d.Options)
+	s.r = NewBulkJobReconciler(d)
 }
 
 func (s *scenario) reconcile() (ctrl.Result, error) {

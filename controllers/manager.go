@@ -116,7 +116,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 			return nil, err
 		}
 	}
-	r := &BulkJobReconciler{
+	if o.Progress == nil {
+		o.Progress, _ = o.Data.(ProgressSource)
+	}
+	r := NewBulkJobReconciler(ReconcilerDeps{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    scheme,
@@ -127,10 +130,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Progress:  o.Progress,
 		Now:       o.Now,
 		Plans:     o.Plans,
-	}
-	if r.Progress == nil {
-		r.Progress, _ = o.Data.(ProgressSource)
-	}
+	})
 	if err := r.SetupWithManager(mgr, o.Concurrency); err != nil {
 		return nil, err
 	}

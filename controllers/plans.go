@@ -33,7 +33,7 @@ func (r *BulkJobReconciler) planOf(ctx context.Context, account string) string {
 	if r.Plans == nil || account == "" {
 		return ""
 	}
-	now := r.now()
+	now := r.Now()
 	c := &r.plans
 	c.mu.Lock()
 	if p, ok := c.plans[account]; ok && now.Sub(p.at) < planTTL && now.Sub(p.at) >= 0 {

@@ -81,9 +81,9 @@ func (w *progressWatcher) Start(ctx context.Context) error {
 // keeps one entry per job however many announcements come. The end of a
 // shard or retry pass may change the phase: that is queued at once.
 func (r *BulkJobReconciler) announced(ctx context.Context, e progressEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	now := r.now()
+	now := r.Now()
 	for _, req := range r.requestsFor(ctx, e.Object) {
-		if d := r.pacer().dueIn(req.NamespacedName, now); d > 0 && !e.Object.ended {
+		if d := r.writes.dueIn(req.NamespacedName, now); d > 0 && !e.Object.ended {
 			q.AddAfter(req, d)
 		} else {
 			q.Add(req)

@@ -79,7 +79,7 @@ func (s *scenario) countWrites() *writeLog {
 func TestProgressWritesArePacedPhaseChangesAreNot(t *testing.T) {
 	data := newFakeData(builders.MakeJobData(id).Obj())
 	s := newScenario(t, data, builders.MakeBulkJob(id, ns).Finalizer().Obj())
-	s.r.Options.ProgressInterval = 10 * time.Second
+	s.withOptions(func(o *Options) { o.ProgressInterval = 10 * time.Second })
 	w := s.countWrites()
 
 	s.mustReconcile() // creates the Job, writes Pending: a phase change

@@ -12,8 +12,8 @@
 // session's CSRF token. A dashboard session never authenticates /v1/*:
 // the API reads only X-API-Key.
 //
-// Jobs made here go through the API's own submission path
-// (apiserver.Server.SubmitAs) with the account's pseudo key "dashboard",
+// Jobs made here go through the API's own submission path (API.SubmitAs,
+// which *apiserver.Server implements) with the account's pseudo key "dashboard",
 // so they are charged, quota-checked and refused exactly like the API's,
 // and the ledger says where they came from.
 package dashboard
@@ -23,6 +23,7 @@ import (
 	"embed"
 	"errors"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -32,10 +33,15 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apierr"
+	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/dashboard/users"
+	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/jobs"
 )
 
 // Base is where the dashboard is mounted.
@@ -51,13 +57,42 @@ const DashboardKeyID = "dashboard"
 //go:embed templates/*.html static/*
 var assets embed.FS
 
+// API is what the dashboard needs from the HTTP API (*apiserver.Server
+// implements it): a submission is quoted, charged, quota-checked and
+// refused, and a job's results and an account's usage are read, exactly
+// as the API's own endpoints do, so the two never disagree.
+type API interface {
+	// Mounts are the bulk endpoints a job can be submitted to.
+	Mounts() []apiserver.Bulk
+	// QuoteAs says what a submission of body to m by p would cost,
+	// charging nothing; SubmitAs makes it (POST /v1{m.Path} without
+	// HTTP). Their errors are the API's.
+	QuoteAs(ctx context.Context, p *accounts.Principal, m apiserver.Bulk, body io.Reader) (*apiserver.Quote, *apierr.Error)
+	SubmitAs(ctx context.Context, p *accounts.Principal, m apiserver.Bulk, body io.Reader) (*jobs.Job, *apierr.Error)
+	// Usage is GET /v1/unlimited/usage's answer for a.
+	Usage(ctx context.Context, a *accounts.Account) (apiserver.UsageResponse, error)
+	// FamilyOf is the family of a job (false: none this build mounts).
+	FamilyOf(j *jobs.Job) (family.Family, bool)
+	// ResultCells are rows [offset, offset+limit) of a job as its CSV
+	// download's cells; WriteJobCSV writes the whole download.
+	ResultCells(ctx context.Context, j *jobs.Job, offset, limit int) ([]string, [][]string, *apierr.Error)
+	WriteJobCSV(w http.ResponseWriter, r *http.Request, j *jobs.Job) *apierr.Error
+}
+
 // Deps are what the dashboard is built from.
 type Deps struct {
-	// API is the API server the dashboard submits through and reads
-	// from; set it before the first request (it is built after the
-	// dashboard, which it mounts).
-	API   *apiserver.Server
-	Users *users.Store
+	// API is what the dashboard submits through and reads results from.
+	API API
+	// Accounts, Jobs and Billing are the stores the API reads too: the
+	// account and its keys, its jobs, its ledger.
+	Accounts *accounts.Store
+	Jobs     *jobs.Engine
+	Billing  *billing.Billing
+	// Redis holds the dashboard's drafts (uploads being mapped), bounded
+	// per account by Limits (the API's per-account limits).
+	Redis  redis.UniversalClient
+	Limits accounts.Limits
+	Users  *users.Store
 	// AllowHTTP leaves the session cookie's Secure attribute off, for
 	// plain-HTTP local development (make run); never in production.
 	AllowHTTP bool
@@ -311,7 +346,7 @@ func (d *Dashboard) clearCookie(w http.ResponseWriter) {
 
 // account reads the signed-in account fresh (balance, plan).
 func (d *Dashboard) account(r *http.Request) (*accounts.Account, error) {
-	return d.API.Accounts.Account(r.Context(), sessionFrom(r.Context()).User.AccountID)
+	return d.Accounts.Account(r.Context(), sessionFrom(r.Context()).User.AccountID)
 }
 
 // principal is the account's dashboard pseudo key of type t.

@@ -33,8 +33,8 @@ func start(t *testing.T, opts ...bulkdtest.Option) (*bulkdtest.Env, *dashboard.D
 	t.Helper()
 	opts = append(opts, bulkdtest.WithConfig(func(c *config.Config) { c.DashboardAllowHTTP = true }))
 	e := bulkdtest.Start(t, opts...)
-	d, ok := e.Parts.API.Dashboard.(*dashboard.Dashboard)
-	if !ok {
+	d := e.Parts.Dashboard
+	if d == nil {
 		t.Fatal("the API mounts no dashboard")
 	}
 	return e, d
@@ -217,7 +217,7 @@ func TestSignIn(t *testing.T) {
 
 func TestSecureCookieByDefault(t *testing.T) {
 	e := bulkdtest.Start(t)
-	d := e.Parts.API.Dashboard.(*dashboard.Dashboard)
+	d := e.Parts.Dashboard
 	_, email, _ := user(t, e, d, 0)
 	nb := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, _ := http.NewRequest(http.MethodPost, e.URL+dashboard.Base+"/login",

@@ -82,10 +82,10 @@ func (d *Dashboard) createDraft(ctx context.Context, accountID string, dr *draft
 	now := d.Now()
 	exp := now.Add(draftTTL)
 	bytes := int64(len(dr.Data) + len(dr.Name))
-	lim := d.API.Limits
+	lim := d.Limits
 	args := []any{dr.ID, now.UnixMilli(), exp.UnixMilli(), bytes, lim.Drafts, lim.DraftBytes}
 	args = append(args, draftFields(dr)...)
-	res, err := reserveDraftScript.Run(ctx, d.API.Redis, []string{accounts.AccountKey(accountID), draftsKey(accountID), draftBytesKey(accountID),
+	res, err := reserveDraftScript.Run(ctx, d.Redis, []string{accounts.AccountKey(accountID), draftsKey(accountID), draftBytesKey(accountID),
 		draftKey(accountID, dr.ID)}, args...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("save upload: %w", err)
@@ -110,7 +110,7 @@ func untilMs(ms int64, now time.Time) time.Duration {
 // and drops its data (best effort: a failure leaves it counted until it
 // expires).
 func (d *Dashboard) releaseDraft(ctx context.Context, accountID, id string) {
-	if err := releaseDraftScript.Run(ctx, d.API.Redis, []string{draftsKey(accountID), draftBytesKey(accountID), draftKey(accountID, id)}, id).Err(); err != nil {
+	if err := releaseDraftScript.Run(ctx, d.Redis, []string{draftsKey(accountID), draftBytesKey(accountID), draftKey(accountID, id)}, id).Err(); err != nil {
 		d.Logger.Warn("dashboard: releasing a submitted upload", "draft", id, "err", err)
 	}
 }

@@ -50,7 +50,7 @@ type outcomeCount struct {
 }
 
 func (d *Dashboard) view(j *jobs.Job) jobView {
-	v := jobView{ID: j.ID, Family: j.Family, FamilyName: familyName(j.Family), Status: j.Status, Rows: j.TotalRows,
+	v := jobView{ID: j.ID, Family: j.Family, FamilyName: d.familyName(j.Family), Status: j.Status, Rows: j.TotalRows,
 		Processed: j.RowsProcessed, Invalid: j.TotalInvalid, Distinct: j.Distinct, Done: j.Status == jobs.StatusCompleted,
 		Charge: j.Charge.String(), Refunded: j.Refunded.String(), QuotaUnits: j.QuotaUnits, CreatedAt: j.CreatedAt, CompletedAt: j.CompletedAt}
 	var summary map[string]int64
@@ -128,7 +128,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	var js []*jobs.Job
 	g, ctx := errgroup.WithContext(r.Context())
 	g.Go(func() (err error) {
-		js, err = d.API.Jobs.AccountJobs(ctx, sessionFrom(r.Context()).User.AccountID, 5)
+		js, err = d.Jobs.AccountJobs(ctx, sessionFrom(r.Context()).User.AccountID, 5)
 		return err
 	})
 	a, err := d.account(r)
@@ -140,7 +140,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
-	data := overviewData{Account: a, Credits: apiserver.Credits(a), Usage: u, PlanActive: a.PlanActive(d.API.Now())}
+	data := overviewData{Account: a, Credits: apiserver.Credits(a), Usage: u, PlanActive: a.PlanActive(d.Now())}
 	if u.BulkSearchesLimit > 0 {
 		data.UsedPct = min(100, u.BulkSearchesUsed*100/u.BulkSearchesLimit)
 	}
@@ -162,7 +162,7 @@ func (d *Dashboard) keysData(r *http.Request) (*keysData, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks, err := d.API.Accounts.Keys(r.Context(), a.ID)
+	ks, err := d.Accounts.Keys(r.Context(), a.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (d *Dashboard) keysData(r *http.Request) (*keysData, error) {
 		}
 		return ks[i].CreatedAt.After(ks[j].CreatedAt)
 	})
-	return &keysData{Keys: ks, PlanActive: a.PlanActive(d.API.Now())}, nil
+	return &keysData{Keys: ks, PlanActive: a.PlanActive(d.Now())}, nil
 }
 
 func (d *Dashboard) keys(w http.ResponseWriter, r *http.Request) {
@@ -207,7 +207,7 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, http.StatusUnprocessableEntity, "keys", view{Title: "API keys", Nav: "keys", Data: data, Error: "Choose a key type."})
 		return
 	}
-	value, k, err := d.API.Accounts.CreateKey(r.Context(), sessionFrom(r.Context()).User.AccountID, t)
+	value, k, err := d.Accounts.CreateKey(r.Context(), sessionFrom(r.Context()).User.AccountID, t)
 	var le *accounts.LimitError
 	if errors.As(err, &le) { // the account's key limit (docs/security.md)
 		data, derr := d.keysData(r)
@@ -234,7 +234,7 @@ func (d *Dashboard) createKey(w http.ResponseWriter, r *http.Request) {
 
 // accountKey finds a key of the signed-in account by id.
 func (d *Dashboard) accountKey(r *http.Request) (*accounts.Key, error) {
-	ks, err := d.API.Accounts.Keys(r.Context(), sessionFrom(r.Context()).User.AccountID)
+	ks, err := d.Accounts.Keys(r.Context(), sessionFrom(r.Context()).User.AccountID)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := d.API.Accounts.RevokeKey(r.Context(), k.ID); err != nil {
+	if err := d.Accounts.RevokeKey(r.Context(), k.ID); err != nil {
 		d.serverError(w, r, err)
 		return
 	}
@@ -286,7 +286,7 @@ func (d *Dashboard) revokeKey(w http.ResponseWriter, r *http.Request) {
 const jobsListed = 100
 
 func (d *Dashboard) accountJobs(r *http.Request, n int) ([]jobView, error) {
-	js, err := d.API.Jobs.AccountJobs(r.Context(), sessionFrom(r.Context()).User.AccountID, n)
+	js, err := d.Jobs.AccountJobs(r.Context(), sessionFrom(r.Context()).User.AccountID, n)
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +320,7 @@ func (d *Dashboard) apiJobs(w http.ResponseWriter, r *http.Request) {
 // accountJob reads the signed-in account's job the path names, whichever
 // key made it; another account's is jobs.ErrJobNotFound.
 func (d *Dashboard) accountJob(r *http.Request) (*jobs.Job, error) {
-	return d.API.Jobs.GetInAccount(r.Context(), sessionFrom(r.Context()).User.AccountID, chi.URLParam(r, "id"))
+	return d.Jobs.GetInAccount(r.Context(), sessionFrom(r.Context()).User.AccountID, chi.URLParam(r, "id"))
 }
 
 // jobOf is the account's job the path names; false when it has answered
@@ -415,7 +415,7 @@ func (d *Dashboard) ledger(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Base+"/ledger", http.StatusSeeOther)
 		return
 	}
-	es, err := d.API.Billing.EntriesBefore(r.Context(), sessionFrom(r.Context()).User.AccountID, before, ledgerPage+1)
+	es, err := d.Billing.EntriesBefore(r.Context(), sessionFrom(r.Context()).User.AccountID, before, ledgerPage+1)
 	if err != nil {
 		d.serverError(w, r, err)
 		return

@@ -5,34 +5,39 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/dashboard"
 	"github.com/bulkd/bulkd/internal/dashboard/users"
 )
 
 // newDashboard builds the account dashboard the API mounts under
-// /dashboard; its API field is set once the API is built.
-func newDashboard(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, now func() time.Time) *dashboard.Dashboard {
+// /dashboard (apiserver.Deps.Dashboard calls it with the API being built):
+// it submits through api and reads the stores api reads, on api's clock.
+func newDashboard(cfg config.Config, api *apiserver.Server, log *slog.Logger) *dashboard.Dashboard {
 	proxies, _ := cfg.TrustedProxyPrefixes() // checked by cfg.Validate
 	return dashboard.New(dashboard.Deps{
-		Users:          users.New(rdb, now, users.Options{}),
+		API:            api,
+		Accounts:       api.Accounts,
+		Jobs:           api.Jobs,
+		Billing:        api.Billing,
+		Redis:          api.Redis,
+		Limits:         api.Limits,
+		Users:          users.New(api.Redis, api.Now, users.Options{}),
 		AllowHTTP:      cfg.DashboardAllowHTTP,
 		Origin:         cfg.DashboardOrigin,
 		TrustedProxies: proxies,
 		Logger:         log,
-		Now:            now,
+		Now:            api.Now,
 	})
 }
 
 // demoDashboard gives the demo account (make run) a dashboard user and
 // prints the dashboard's address and a one-time sign-in link.
 func demoDashboard(ctx context.Context, c *Components, cfg config.Config, addr string, stdout io.Writer, log *slog.Logger) {
-	d, ok := c.API.Dashboard.(*dashboard.Dashboard)
-	if !ok {
+	d := c.Dashboard
+	if d == nil {
 		return
 	}
 	b, err := os.ReadFile(cfg.DemoKeysFile)

@@ -206,7 +206,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 			}
 		}
 		for i := range txs {
-			err, limited := r.transaction(g, h, s, &txs[i])
+			limited, err := r.transaction(g, h, s, &txs[i])
 			if err != nil || limited {
 				r.groupFailed(h, s, txs[i+1:], err, limited)
 				return
@@ -378,37 +378,37 @@ func probeLocal() string {
 // transaction reads the replies of one transaction of a group and records
 // the answers. A non-nil error means the session broke (its own unanswered
 // addresses are already handled); limited means a 421 closed it.
-func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
+func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err error) {
 	j := t.j
 	if g.cmds[t.start] == "RSET" {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		if rep.code == 421 {
 			r.rateLimited(h, j)
-			return nil, true
+			return true, nil
 		}
 		if rep.code != 250 {
 			err := fmt.Errorf("%w: RSET answered %v", errDropped, rep)
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 	}
 	mail, err := g.read()
 	if err != nil {
 		r.txFailed(h, s, j, err)
-		return err, false
+		return false, err
 	}
 	if mail.code != 250 {
 		if isClientBlock(mail, stageMail, s.client) {
 			r.blocked(h, mail, "mail", j)
-			return nil, true
+			return true, nil
 		}
 		if mail.code == 421 {
 			r.rateLimited(h, j)
-			return nil, true
+			return true, nil
 		}
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
 		if mail.code/100 == 4 {
@@ -422,9 +422,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		r.setRetry(j.items, mail)
 		r.mu.Unlock()
 		if err := g.skipTo(t.end); err != nil {
-			return err, false
+			return false, err
 		}
-		return nil, false
+		return false, nil
 	}
 
 	// The probe.
@@ -436,23 +436,23 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, j, err)
-			return err, false
+			return false, err
 		}
 		switch cl := classifyAt(rep, stageRcpt, s.client); {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
 			r.blocked(h, rep, "rcpt", j)
-			return nil, true
+			return true, nil
 		case cl == rcRateLimited:
 			r.rateLimited(h, j)
-			return nil, true
+			return true, nil
 		case cl == rcTooMany:
 			r.tooMany(h, s, j, j.items)
 			if err := g.skipTo(t.end); err != nil {
-				return err, false
+				return false, err
 			}
-			return nil, false
+			return false, nil
 		case rep.code/100 == 2:
 			verdict = 1
 		case rep.code/100 == 5:
@@ -462,7 +462,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		}
 		s.answered++
 		if verdict != 0 {
-			r.v.catchAll.put(j.dom.name, verdict == 1, time.Now().Add(r.v.cfg.CatchAllTTL))
+			r.v.noteVerdict(j.dom.name, verdict == 1)
 			r.mu.Lock()
 			j.dom.verdict = verdict
 			r.mu.Unlock()
@@ -474,16 +474,16 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 		rep, err := g.read()
 		if err != nil {
 			r.txFailed(h, s, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, err)
-			return err, false
+			return false, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
 		if cl == rcBlocked {
 			r.blocked(h, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			return true, nil
 		}
 		if cl == rcRateLimited {
 			r.rateLimited(h, &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
-			return nil, true
+			return true, nil
 		}
 		if cl == rcTooMany {
 			again = append(again, it)
@@ -504,7 +504,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (error, bool) {
 	if len(again) > 0 {
 		r.tooMany(h, s, j, again)
 	}
-	return nil, false
+	return false, nil
 }
 
 // tooMany requeues addresses answered "too many recipients" for a new
@@ -784,24 +784,34 @@ func (r *run) greyRetry(j *job) {
 // and a new random probe would be greylisted on every attempt.
 func (r *run) probeFor(d *domainState) string {
 	r.mu.Lock()
+	p := d.probe
+	r.mu.Unlock()
+	if p != "" {
+		return p
+	}
+	p, cached := r.v.probes.get(d.name, time.Now())
+	if !cached {
+		p = probeLocal()
+		if st := r.v.cfg.Probes; st != nil {
+			// Shared with every process; without the store (Redis down)
+			// the process's own probe still serves its own retries. Not
+			// under r.mu: the round trip must not stall the call's other
+			// sessions.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+			if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
+				p = shared
+			}
+			cancel()
+		}
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	if d.probe == "" {
-		p, ok := r.v.probes.get(d.name, time.Now())
-		if !ok {
-			p = probeLocal()
-			if st := r.v.cfg.Probes; st != nil {
-				// Shared with every process; without the store (Redis
-				// down) the process's own probe still serves its own
-				// retries.
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-				if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
-					p = shared
-				}
-				cancel()
-			}
-			r.v.probes.put(d.name, p, time.Now().Add(probeTTL))
-		}
+		// The first of the call's sessions to get here decides.
 		d.probe = p
+		if !cached {
+			r.v.probes.put(d.name, p, time.Now().Add(r.v.localProbeTTL()))
+		}
 	}
 	return d.probe
 }

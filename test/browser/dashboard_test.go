@@ -55,8 +55,8 @@ func start(t *testing.T) *suite {
 	e := bulkdtest.Start(t, bulkdtest.WithMailWorld(w), bulkdtest.WithConfig(func(c *config.Config) { c.DashboardAllowHTTP = true }))
 	e.PutCompanies(company.Record{NetworkURL: new("https://www.linkedin.com/company/northwind-traders"), Name: new("Northwind Traders"),
 		Website: new("https://northwind.example"), Domain: new("northwind.example")})
-	d, ok := e.Parts.API.Dashboard.(*dashboard.Dashboard)
-	if !ok {
+	d := e.Parts.Dashboard
+	if d == nil {
 		t.Fatal("the API mounts no dashboard")
 	}
 	b := browsertest.Start(t)
