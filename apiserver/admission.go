@@ -292,9 +292,12 @@ func safeAfter(bodies map[*meteredBody]struct{}, free int64, b *meteredBody, r i
 // it a declared length is refused at once. It must agree with the limits
 // the handlers read with.
 func (s *Server) bodyLimit(pattern string) int64 {
+	for _, m := range s.singles {
+		if "/v1"+m.Path == pattern {
+			return s.singleMaxBody(m)
+		}
+	}
 	switch pattern {
-	case "/v1/email-lookup", "/v1/unlimited/email-lookup":
-		return min(s.MaxBodyBytes, maxLookupBody)
 	case "/v1/content-spam-check":
 		return min(s.MaxBodyBytes, maxSpamBody)
 	}

@@ -27,12 +27,11 @@ import (
 type Bulk struct {
 	Path   string // e.g. "/company-enrichment/bulk", under /v1
 	Family family.Family
-	Keys   KeyKind // which keys the endpoints take
-	// Metering is how a principal pays for a submission; nil means the
-	// family's credit price per distinct input on pay-as-you-go mounts and
-	// one search per distinct input from the daily bulk search quota on
+	// Keys is which keys the endpoints take, and so how a submission is
+	// paid for: the family's Metering on pay-as-you-go mounts, one search
+	// per distinct input from the daily bulk search quota on
 	// unlimited-plan mounts (SPEC 4.3, section 8).
-	Metering func(p *accounts.Principal) (jobs.Metering, *apierr.Error)
+	Keys KeyKind
 }
 
 func (s *Server) mountBulk(g chi.Router, b Bulk) {
@@ -90,15 +89,9 @@ func (s *Server) decodeBulk(ctx context.Context, p *accounts.Principal, m Bulk, 
 	if e := wb.check(ctx, s.Webhooks); e != nil {
 		return nil, jobs.Metering{}, e
 	}
-	met := jobs.Metering{Price: m.Family.Price()}
+	met := m.Family.Metering().Jobs()
 	if m.Keys == UnlimitedPlan {
 		met = s.bulkSearches(p)
-	}
-	if m.Metering != nil {
-		var e *apierr.Error
-		if met, e = m.Metering(p); e != nil {
-			return nil, jobs.Metering{}, e
-		}
 	}
 	return b, met, nil
 }
@@ -156,19 +149,8 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 			s.writeResultsCSV(w, r, m.Family, res, min(offset, m.Family.MaxRows()))
 			return
 		}
-		processed := j.RowsProcessed
-		if pc, ok := m.Family.(processedCounter); ok {
-			processed = pc.Processed(j)
-		}
-		writeResultsPage(w, res, processed, limit, offset)
+		writeResultsPage(w, res, family.Processed(m.Family, j), limit, offset)
 	}
-}
-
-// processedCounter is a family whose total_processed is not the engine's
-// rows with an answer (lookup: rows with their final answer), so that the
-// status and results answers agree.
-type processedCounter interface {
-	Processed(j *jobs.Job) int64
 }
 
 // jobIDParam validates the job_id path parameter; what a malformed one is
@@ -181,55 +163,6 @@ func jobIDParam(w http.ResponseWriter, r *http.Request, f family.Family) (string
 		return "", false
 	}
 	return id.String(), true
-}
-
-// chargeFailed counts a charge (a submission's or a single lookup's) by
-// outcome and answers a failed one: 403 when the account cannot pay, 500
-// otherwise (a submission has reversed its charge by then). It reports
-// whether it answered.
-func (s *Server) chargeFailed(w http.ResponseWriter, r *http.Request, err error) bool {
-	e := s.chargeError(r.Context(), err)
-	if e != nil {
-		apierr.Write(w, e)
-	}
-	return e != nil
-}
-
-// chargeError counts a charge by outcome and returns chargeFailed's
-// answer to a failed one; nil when err is nil.
-func (s *Server) chargeError(ctx context.Context, err error) *apierr.Error {
-	if err == nil {
-		s.Metrics.ChargesByOutcome.WithLabelValues("ok").Inc()
-		return nil
-	}
-	if e := s.chargeRefused(err); e != nil {
-		return e
-	}
-	s.Metrics.ChargesByOutcome.WithLabelValues("failed").Inc()
-	return s.internalAPIError(ctx, err)
-}
-
-// chargeRefused is the answer to a charge the account cannot pay (403
-// insufficient credits, 429 quota) or a submission past an account limit
-// (429, limits.go), counted; nil for any other error.
-func (s *Server) chargeRefused(err error) *apierr.Error {
-	var ie *billing.InsufficientError
-	if errors.As(err, &ie) {
-		s.Metrics.ChargesByOutcome.WithLabelValues("insufficient").Inc()
-		return apierr.New(http.StatusForbidden, ie.Error())
-	}
-	var qe *billing.QuotaError
-	if errors.As(err, &qe) {
-		s.Metrics.ChargesByOutcome.WithLabelValues("quota").Inc()
-		return quotaExceeded(qe)
-	}
-	var le *accounts.LimitError
-	if errors.As(err, &le) {
-		// Refused before the charge (jobs.Engine.Submit): nothing taken.
-		s.Metrics.ChargesByOutcome.WithLabelValues("limit").Inc()
-		return LimitAPIError(le)
-	}
-	return nil
 }
 
 // pageParams validates limit (1..500, default 50) and offset (>= 0).

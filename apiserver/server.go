@@ -20,10 +20,10 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/enrich"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
-	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
 
@@ -58,12 +58,17 @@ type Deps struct {
 	Jobs *jobs.Engine
 	// Bulk are the families' bulk endpoints, mounted in order.
 	Bulk []Bulk
-	// Company answers the single company lookup (GET /v1/company-enrichment).
+	// Singles are the families' single-input endpoints (single.go),
+	// mounted after the three below.
+	Singles []Single
+	// Company answers the single company lookup (GET
+	// /v1/company-enrichment): a Single mount of the family.
 	Company *enrich.CompanyFamily
-	// Verification answers the single check (GET /v1/verify).
-	Verification *verification.VerificationFamily
+	// Verification answers the single check (GET /v1/verify): a Single
+	// mount of the family (verification.Family).
+	Verification family.Single
 	// Lookup answers the single email lookups (POST /v1/email-lookup and
-	// /v1/unlimited/email-lookup).
+	// /v1/unlimited/email-lookup): two Single mounts of a lookup.Single.
 	Lookup *SingleLookup
 	// Spam answers POST /v1/content-spam-check (spamcheck.go); without it
 	// (or without its engine) the route answers 503 engine_unavailable.
@@ -91,6 +96,7 @@ type Deps struct {
 type Server struct {
 	Deps
 	router    chi.Router
+	singles   []Single // the built-in families' single mounts, then Deps.Singles
 	admission *admission
 	idem      *idemMetrics
 	idemStore *idempotency.Store
@@ -147,6 +153,7 @@ func New(d Deps) *Server {
 			"give --max-decoding-bytes more than --max-decoding-bytes-per-account",
 			"max_decoding_bytes", d.MaxDecodingBytes, "max_decoding_bytes_per_account", d.MaxDecodingBytesPerAccount)
 	}
+	s.singles = append(builtinSingles(d), d.Singles...)
 	s.router = s.routes()
 	return s
 }
@@ -211,21 +218,13 @@ func (s *Server) routes() chi.Router {
 
 	// Every route that charges (credits or quota) takes an Idempotency-Key
 	// (s.idempotent, idempotency.go): the bulk submissions (mountBulk),
-	// the single lookups, the two GETs that charge, and the content spam
+	// the single requests (mountSingles), and the content spam
 	// check (its daily allowance).
 	r.Route("/v1", func(v1 chi.Router) {
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(Metered), s.admit)
 			g.Get("/credits", s.getCredits)
-			if s.Company != nil {
-				g.With(s.idempotent).Get("/company-enrichment", s.getCompany)
-			}
-			if s.Verification != nil {
-				g.With(s.idempotent).Get("/verify", s.getVerify)
-			}
-			if s.Lookup != nil {
-				g.With(s.idempotent).Post("/email-lookup", s.postEmailLookup)
-			}
+			s.mountSingles(g, Metered)
 			s.mountBulks(g, Metered)
 		})
 		v1.Group(func(g chi.Router) {
@@ -240,9 +239,7 @@ func (s *Server) routes() chi.Router {
 		v1.Group(func(g chi.Router) {
 			g.Use(s.authenticate(UnlimitedPlan), s.admit)
 			g.Get("/unlimited/usage", s.getUsage)
-			if s.Lookup != nil {
-				g.With(s.idempotent).Post("/unlimited/email-lookup", s.postUnlimitedEmailLookup)
-			}
+			s.mountSingles(g, UnlimitedPlan)
 			s.mountBulks(g, UnlimitedPlan)
 		})
 	})

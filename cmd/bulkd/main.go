@@ -258,7 +258,7 @@ func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (re
 	if err != nil {
 		return nil, nil, err
 	}
-	proc, err := serve.NewProcessor(cfg, rdb, log)
+	proc, err := serve.NewProcessorWatching(ctx, cfg, rdb, log)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err

@@ -47,3 +47,56 @@ func TestListsLoadShow(t *testing.T) {
 		t.Fatalf("bad file: %v", err)
 	}
 }
+
+// TestListsSyncClear: `lists sync` stores a list in either mode and says
+// what changed; every process's loader sees it; `lists clear` restores the
+// built-in list.
+func TestListsSyncClear(t *testing.T) {
+	rdb, srv := testredis.Client(t)
+	c := &cli{t: t, url: srv.URL, now: time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)}
+	file := filepath.Join(t.TempDir(), "extra-free.txt")
+	if err := os.WriteFile(file, []byte("# ours\nmail.example\nposte.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Kind      string `json:"kind"`
+		Mode      string `json:"mode"`
+		Entries   int    `json:"entries"`
+		Added     int    `json:"added"`
+		Effective int    `json:"effective"`
+		Version   int64  `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(c.run("lists", "sync", "--list", "free", "--mode", "add", file)), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Kind != "free" || res.Mode != "add" || res.Entries != 2 || res.Added != 2 || res.Effective < 1000 || res.Version != 1 {
+		t.Fatalf("sync printed %+v", res)
+	}
+	l, err := verify.LoadListsFromRedis(t.Context(), rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.IsFree("mail.example") || !l.IsFree("gmail.com") {
+		t.Fatal("an added list must keep the built-in entries")
+	}
+	var views []admin.ListView
+	if err := json.Unmarshal([]byte(c.run("lists", "show")), &views); err != nil {
+		t.Fatal(err)
+	}
+	if views[2].Kind != "free" || views[2].Mode != "add" || views[2].Count != res.Effective || views[2].Version != 1 ||
+		views[2].Source != "redis: extra-free.txt + embedded" {
+		t.Fatalf("lists show: %+v", views[2])
+	}
+	if _, err := c.try("lists", "sync", "--list", "free", "--mode", "merge", file); err == nil {
+		t.Fatal("unknown mode accepted")
+	}
+	if _, err := c.try("lists", "sync", "--list", "nope", file); err == nil {
+		t.Fatal("unknown list accepted")
+	}
+	if got := c.run("lists", "clear", "--list", "free"); got != `{"kind":"free","version":2}`+"\n" {
+		t.Fatalf("clear printed %q", got)
+	}
+	if l, err = verify.LoadListsFromRedis(t.Context(), rdb); err != nil || l.IsFree("mail.example") {
+		t.Fatalf("clear kept the list (%v)", err)
+	}
+}

@@ -1,6 +1,10 @@
 package bulkctl
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/bulkd/bulkd/internal/family/form"
+)
 
 // Family is one bulk API of bulkd as bulkctl uses it.
 type Family struct {
@@ -8,8 +12,10 @@ type Family struct {
 	Kind string
 	// Path is the bulk mount: POST Path, GET Path/{job_id}[/results].
 	Path string
-	// ListField is the submission body's list property.
-	ListField string
+	// Form is the family's form (internal/family/form, the dashboard's
+	// too): the column names that mean its fields, its limits, and its
+	// body's shape.
+	Form form.Form
 	// MaxRows is the most rows one submission takes (the server family's
 	// MaxRows()).
 	MaxRows int
@@ -30,13 +36,13 @@ type Family struct {
 // The families (paths from apiserver/openapi.yaml, limits from each
 // family's MaxRows).
 var (
-	Company = &Family{Kind: "company", Path: "/v1/company-enrichment/bulk", ListField: "input",
+	Company = &Family{Kind: "company", Path: "/v1/company-enrichment/bulk", Form: form.Company,
 		MaxRows: 100_000, TotalField: "total_rows", Final: "completed"}
-	Verify = &Family{Kind: "verify", Path: "/v1/bulk", ListField: "emails",
+	Verify = &Family{Kind: "verify", Path: "/v1/bulk", Form: form.Verification,
 		MaxRows: 100_000, TotalField: "total_emails", Final: "complete", Dedupe: true}
-	Lookup = &Family{Kind: "lookup", Path: "/v1/bulk-lookup", ListField: "input",
+	Lookup = &Family{Kind: "lookup", Path: "/v1/bulk-lookup", Form: form.Lookup,
 		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true}
-	UnlimitedLookup = &Family{Kind: "unlimited-lookup", Path: "/v1/unlimited/bulk-lookup", ListField: "input",
+	UnlimitedLookup = &Family{Kind: "unlimited-lookup", Path: "/v1/unlimited/bulk-lookup", Form: form.Lookup,
 		MaxRows: 10_000, TotalField: "total_rows", Final: "completed", Dedupe: true, Unlimited: true}
 )
 

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bulkd/bulkd/internal/csvsniff"
+	"github.com/bulkd/bulkd/internal/family/form"
 )
 
 // table is an input file: its columns and its rows. A CSV file's header
@@ -207,26 +208,6 @@ func (t *table) cell(row []string, col int) string {
 	return row[col]
 }
 
-// normName is a column name for guessing: lower case, blanks, dashes and
-// dots as underscores.
-func normName(s string) string {
-	s = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(s, "\ufeff")))
-	var b strings.Builder
-	under := false
-	for _, r := range s {
-		if r == ' ' || r == '-' || r == '.' || r == '_' || r == '\t' {
-			if !under && b.Len() > 0 {
-				b.WriteByte('_')
-			}
-			under = true
-			continue
-		}
-		under = false
-		b.WriteRune(r)
-	}
-	return strings.TrimSuffix(b.String(), "_")
-}
-
 // findColumn is the index of the column named name: exactly, then by its
 // normalized name; -1 when there is none.
 func (t *table) findColumn(name string) int {
@@ -235,21 +216,21 @@ func (t *table) findColumn(name string) int {
 			return i
 		}
 	}
-	n := normName(name)
+	n := form.Norm(name)
 	for i, c := range t.cols {
-		if normName(c) == n {
+		if form.Norm(c) == n {
 			return i
 		}
 	}
 	return -1
 }
 
-// guess is the first column whose normalized name is in names (in the
-// order of names); -1 when none.
-func (t *table) guess(names []string) int {
-	for _, n := range names {
+// guess is the first column that means field f (its name, then its
+// aliases, best first: the form the dashboard reads too); -1 when none.
+func (t *table) guess(f form.Field) int {
+	for _, n := range aliases(f) {
 		for i, c := range t.cols {
-			if normName(c) == n {
+			if form.Norm(c) == n {
 				return i
 			}
 		}
@@ -257,16 +238,8 @@ func (t *table) guess(names []string) int {
 	return -1
 }
 
-// Column names bulkctl recognizes, normalized, best first.
-var (
-	companyColumns = []string{"network_url", "linkedin_url", "linkedin", "company_linkedin_url", "linkedin_company_url",
-		"company_url", "url", "domain", "company_domain", "website", "company_website", "website_url", "site", "homepage", "web"}
-	firstColumns  = []string{"first_name", "firstname", "first", "given_name", "givenname", "fname", "forename"}
-	lastColumns   = []string{"last_name", "lastname", "last", "surname", "family_name", "familyname", "lname"}
-	domainColumns = []string{"domain", "company_domain", "website", "company_website", "website_url", "url",
-		"company_url", "email_domain", "site"}
-	emailColumns = []string{"email", "e_mail", "email_address", "e_mail_address", "emailaddress", "address", "mail", "value"}
-)
+// aliases are the normalized column names that mean f, best first.
+func aliases(f form.Field) []string { return append([]string{form.Norm(f.Name)}, f.Aliases...) }
 
 // Prepared is an input made into a family's submission rows.
 type Prepared struct {
@@ -326,24 +299,22 @@ func (t *table) names(idx []int) []string {
 	return out
 }
 
-// looksLikeNetworkURL: a professional-network company URL rather than a
-// website.
-func looksLikeNetworkURL(v string) bool {
-	return strings.Contains(strings.ToLower(v), "linkedin.com")
-}
-
 func prepareCompany(t *table, columns []string) (*Prepared, error) {
 	idx, err := t.pick(columns, 0, "company")
 	if err != nil {
 		return nil, err
 	}
 	if len(idx) == 0 {
+		// Every column that means either field: each value is placed by
+		// what it looks like, whatever its column's name.
 		seen := map[int]bool{}
-		for _, n := range companyColumns {
-			for i, c := range t.cols {
-				if normName(c) == n && !seen[i] {
-					seen[i] = true
-					idx = append(idx, i)
+		for _, f := range form.Company.Fields {
+			for _, n := range aliases(f) {
+				for i, c := range t.cols {
+					if form.Norm(c) == n && !seen[i] {
+						seen[i] = true
+						idx = append(idx, i)
+					}
 				}
 			}
 		}
@@ -360,6 +331,7 @@ func prepareCompany(t *table, columns []string) (*Prepared, error) {
 		Domain     string `json:"domain,omitempty"`
 	}
 	long := 0
+	nu, dm := form.Company.Fields[0], form.Company.Fields[1]
 	p.Read, err = t.each(func(rec []string) {
 		var r row
 		for _, i := range idx {
@@ -367,11 +339,11 @@ func prepareCompany(t *table, columns []string) (*Prepared, error) {
 			if v == "" {
 				continue
 			}
-			if utf8.RuneCountInString(v) > 2048 {
+			if utf8.RuneCountInString(v) > max(nu.MaxLen, dm.MaxLen) {
 				long++
 				continue
 			}
-			if looksLikeNetworkURL(v) {
+			if nu.Looks(v) {
 				if r.NetworkURL == "" {
 					r.NetworkURL = v
 				}
@@ -417,7 +389,7 @@ func prepareVerify(t *table, columns []string) (*Prepared, error) {
 		return nil, err
 	}
 	if len(idx) == 0 {
-		if i := t.guess(emailColumns); i >= 0 {
+		if i := t.guess(form.Verification.Fields[0]); i >= 0 {
 			idx = []int{i}
 		} else if len(t.cols) == 1 {
 			idx = []int{0}
@@ -439,7 +411,7 @@ func prepareVerify(t *table, columns []string) (*Prepared, error) {
 	seen := map[string]struct{}{}
 	add := func(rec []string) {
 		v := strings.TrimSpace(t.cell(rec, col))
-		if n := utf8.RuneCountInString(v); n < 3 || n > 320 {
+		if n := utf8.RuneCountInString(v); n < 3 || n > form.Verification.Fields[0].MaxLen {
 			p.Skipped++
 			return
 		}
@@ -480,7 +452,8 @@ func prepareLookup(t *table, columns []string) (*Prepared, error) {
 		return nil, err
 	}
 	if len(idx) == 0 {
-		idx = []int{t.guess(firstColumns), t.guess(lastColumns), t.guess(domainColumns)}
+		fs := form.Lookup.Fields
+		idx = []int{t.guess(fs[0]), t.guess(fs[1]), t.guess(fs[2])}
 		for k, what := range []string{"first name", "last name", "domain"} {
 			if idx[k] < 0 {
 				return nil, usagef("no %s column found (columns: %s); name the three with --column first,last,domain", what, strings.Join(t.cols, ", "))
@@ -497,7 +470,7 @@ func prepareLookup(t *table, columns []string) (*Prepared, error) {
 	p.Read, err = t.each(func(rec []string) {
 		r := row{t.cell(rec, idx[0]), t.cell(rec, idx[1]), t.cell(rec, idx[2])}
 		for _, v := range []string{r.FirstName, r.LastName, r.Domain} {
-			if strings.TrimSpace(v) == "" || utf8.RuneCountInString(v) > 255 {
+			if strings.TrimSpace(v) == "" || utf8.RuneCountInString(v) > form.Lookup.Fields[0].MaxLen {
 				p.Skipped++
 				return
 			}
@@ -535,20 +508,7 @@ func Chunks(items []json.RawMessage, maxRows int) [][2]int {
 	return out
 }
 
-// body is the submission body of items.
-func body(f *Family, items []json.RawMessage) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"`)
-	b.WriteString(f.ListField)
-	b.WriteString(`":[`)
-	for i, it := range items {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.Write(it)
-	}
-	b.WriteString("]}")
-	return b.Bytes()
-}
+// body is the submission body of items (the family's form's shape).
+func body(f *Family, items []json.RawMessage) []byte { return f.Form.Body(items) }
 
 var errEmpty = errors.New("nothing to submit: the input has no usable rows")

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
@@ -28,54 +27,46 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/csvsniff"
 	"github.com/bulkd/bulkd/internal/dashboard/users"
+	"github.com/bulkd/bulkd/internal/family/form"
 )
 
-// field is one input field of a family's rows.
-type field struct {
-	Name    string
-	Label   string
-	Aliases []string // header names that map to it (compared without case, spaces, _ or -)
-}
-
-// familySpec is how the dashboard builds a family's submission body.
+// familySpec is a family as the new-job pages show it: its name and its
+// form (family.Family.Form, the same one bulkctl reads).
 type familySpec struct {
-	Name   string
-	Label  string
-	Hint   string
-	Fields []field
-	// AllRequired: every field must be mapped (lookup); otherwise at least
-	// one (company: a network URL or a domain).
-	AllRequired bool
+	Name string
+	form.Form
 }
 
-var specs = []familySpec{
-	{Name: "company_enrichment", Label: "Company enrichment",
-		Hint: "Companies by professional-network company URL or website domain. 1 credit per distinct company.",
-		Fields: []field{
-			{Name: "network_url", Label: "Company network URL", Aliases: []string{"networkurl", "linkedin", "linkedinurl", "linkedincompanyurl", "companyurl", "profileurl", "url", "companylinkedin"}},
-			{Name: "domain", Label: "Website or domain", Aliases: []string{"domain", "website", "site", "companydomain", "companywebsite", "web", "homepage"}},
-		}},
-	{Name: "email_lookup", Label: "Email lookup",
-		Hint: "Find addresses from first name, last name and company domain. 1 credit, or one daily search, per distinct person.",
-		Fields: []field{
-			{Name: "first_name", Label: "First name", Aliases: []string{"firstname", "first", "givenname", "forename"}},
-			{Name: "last_name", Label: "Last name", Aliases: []string{"lastname", "last", "surname", "familyname"}},
-			{Name: "domain", Label: "Domain", Aliases: []string{"domain", "companydomain", "website", "companywebsite", "site", "emaildomain"}},
-		}, AllRequired: true},
-	{Name: "email_verification", Label: "Email verification",
-		Hint: "Verify addresses. 0.2 credits per distinct address; unknown results are refunded when the job completes.",
-		Fields: []field{
-			{Name: "email", Label: "Email address", Aliases: []string{"email", "emailaddress", "mail", "address", "email1", "workemail"}},
-		}},
+// specs are the families the API mounts, each once, in mount order: the
+// dashboard knows no family by name.
+func (d *Dashboard) specs() []familySpec {
+	var out []familySpec
+	seen := map[string]bool{}
+	for _, b := range d.API.Mounts() {
+		if n := b.Family.Name(); !seen[n] {
+			seen[n] = true
+			out = append(out, familySpec{Name: n, Form: b.Family.Form()})
+		}
+	}
+	return out
 }
 
-func specOf(name string) (familySpec, bool) {
-	for _, s := range specs {
+func (d *Dashboard) specOf(name string) (familySpec, bool) {
+	for _, s := range d.specs() {
 		if s.Name == name {
 			return s, true
 		}
 	}
 	return familySpec{}, false
+}
+
+// familyName is a family's label (its name when the API does not mount
+// it any more).
+func (d *Dashboard) familyName(name string) string {
+	if s, ok := d.specOf(name); ok {
+		return s.Label
+	}
+	return name
 }
 
 // mountFor finds the API mount of a family paid for with pay.
@@ -98,12 +89,15 @@ type familyOption struct {
 }
 
 type newJobData struct {
-	Families   []familyOption
-	PlanActive bool
-	Family     string
-	Pay        string
-	Paste      string
-	MaxUpload  string
+	Families []familyOption
+	// QuotaFamilies are the labels of the families the plan's quota pays
+	// for (the API mounts them for unlimited keys), for the hint.
+	QuotaFamilies string
+	PlanActive    bool
+	Family        string
+	Pay           string
+	Paste         string
+	MaxUpload     string
 }
 
 func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
@@ -111,12 +105,21 @@ func (d *Dashboard) newJobData(r *http.Request) (*newJobData, error) {
 	if err != nil {
 		return nil, err
 	}
-	data := &newJobData{PlanActive: a.PlanActive(d.Now()), Family: "company_enrichment", Pay: "credits",
+	data := &newJobData{PlanActive: a.PlanActive(d.Now()), Pay: "credits",
 		MaxUpload: formatInt(d.MaxUploadBytes>>20) + " MB"}
-	for _, s := range specs {
+	for _, s := range d.specs() {
+		if data.Family == "" {
+			data.Family = s.Name // the first is chosen at first
+		}
 		_, ok := d.mountFor(s.Name, "credits")
 		_, q := d.mountFor(s.Name, "quota")
 		data.Families = append(data.Families, familyOption{familySpec: s, Available: ok || q})
+		if q {
+			if data.QuotaFamilies != "" {
+				data.QuotaFamilies += ", "
+			}
+			data.QuotaFamilies += strings.ToLower(s.Label)
+		}
 	}
 	return data, nil
 }
@@ -128,7 +131,7 @@ func (d *Dashboard) newJobForm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f := r.URL.Query().Get("family"); f != "" {
-		if _, ok := specOf(f); ok {
+		if _, ok := d.specOf(f); ok {
 			data.Family = f
 		}
 	}
@@ -168,7 +171,7 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Family, data.Pay = r.PostFormValue("family"), r.PostFormValue("pay")
 	data.Paste = r.PostFormValue("paste")
-	spec, ok := specOf(data.Family)
+	spec, ok := d.specOf(data.Family)
 	if !ok {
 		fail("Choose what to run.")
 		return
@@ -346,74 +349,17 @@ func parseTable(text string) ([][]string, error) {
 	}
 }
 
-func normHeader(s string) string {
-	var b strings.Builder
-	for _, c := range strings.ToLower(s) {
-		if unicode.IsLetter(c) || unicode.IsDigit(c) {
-			b.WriteRune(c)
-		}
-	}
-	return b.String()
-}
-
 // guessMapping guesses from the first row whether it is a header and
-// which column is which field: by header name when there is one, else by
-// what the values look like.
+// which column is which field: by header name when there is one (the
+// form's aliases), else by what the values look like.
 func guessMapping(spec familySpec, table [][]string) (bool, map[string]int) {
-	m := map[string]int{}
 	if len(table) == 0 {
-		return false, m
+		return false, map[string]int{}
 	}
-	head := table[0]
-	for _, f := range spec.Fields {
-		for i, h := range head {
-			n := normHeader(h)
-			for _, a := range append([]string{normHeader(f.Name)}, f.Aliases...) {
-				if n == a {
-					if _, taken := m[f.Name]; !taken {
-						m[f.Name] = i
-					}
-				}
-			}
-		}
-	}
-	if len(m) > 0 {
+	if m := spec.GuessHeader(table[0]); len(m) > 0 {
 		return true, m
 	}
-	// No header: guess from the first row's values.
-	row := head
-	switch spec.Name {
-	case "email_verification":
-		m["email"] = 0
-		for i, c := range row {
-			if strings.Contains(c, "@") {
-				m["email"] = i
-				break
-			}
-		}
-	case "company_enrichment":
-		for i, c := range row {
-			lc := strings.ToLower(c)
-			_, hasURL := m["network_url"]
-			_, hasDomain := m["domain"]
-			switch {
-			case !hasURL && (strings.Contains(lc, "/company/") || strings.Contains(lc, "linkedin.")):
-				m["network_url"] = i
-			case !hasDomain && strings.Contains(lc, ".") && !strings.Contains(lc, " "):
-				m["domain"] = i
-			}
-		}
-		if len(m) == 0 {
-			m["domain"] = 0
-		}
-	case "email_lookup":
-		for i, f := range spec.Fields {
-			if i < len(row) {
-				m[f.Name] = i
-			}
-		}
-	}
-	return false, m
+	return false, spec.GuessValues(table[0])
 }
 
 // mappedRows are the data rows as they will be sent: one cell per field of
@@ -440,32 +386,20 @@ func mappedRows(spec familySpec, table [][]string, hasHeader bool, m map[string]
 	return out
 }
 
-// buildBody writes the API's submission body from mappedRows:
-// {"input": [...]} or {"emails": [...]}. An empty cell is left out of its
-// row object, unless every field is required and mapped (the API then
-// says what is wrong with it).
+// buildBody writes the API's submission body from mappedRows with the
+// family's form. An empty cell is left out of its row object, unless
+// every field is required and mapped (the API then says what is wrong
+// with it).
 func buildBody(spec familySpec, rows [][]string, m map[string]int) []byte {
-	var buf bytes.Buffer
-	if spec.Name == "email_verification" {
-		emails := make([]string, len(rows))
-		for i, rec := range rows {
-			emails[i] = rec[0]
-		}
-		_ = json.NewEncoder(&buf).Encode(map[string]any{"emails": emails})
-		return buf.Bytes()
+	keep := func(field string) bool {
+		_, mapped := m[field]
+		return mapped && spec.AllRequired
 	}
-	in := make([]map[string]string, len(rows))
+	items := make([]json.RawMessage, len(rows))
 	for i, rec := range rows {
-		o := map[string]string{}
-		for k, f := range spec.Fields {
-			if _, mapped := m[f.Name]; rec[k] != "" || (mapped && spec.AllRequired) {
-				o[f.Name] = rec[k]
-			}
-		}
-		in[i] = o
+		items[i] = spec.Item(rec, keep)
 	}
-	_ = json.NewEncoder(&buf).Encode(map[string]any{"input": in})
-	return buf.Bytes()
+	return spec.Body(items)
 }
 
 type column struct {
@@ -474,7 +408,7 @@ type column struct {
 }
 
 type mapField struct {
-	field
+	form.Field
 	Selected int // -1: none
 }
 
@@ -491,7 +425,7 @@ type mappingData struct {
 const previewRows = 5
 
 func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
-	spec, _ := specOf(dr.Family)
+	spec, _ := d.specOf(dr.Family)
 	table, err := parseTable(dr.Data)
 	if err != nil {
 		return nil, err
@@ -516,7 +450,7 @@ func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
 		if i, ok := dr.Mapping[f.Name]; ok {
 			sel = i
 		}
-		md.Fields = append(md.Fields, mapField{field: f, Selected: sel})
+		md.Fields = append(md.Fields, mapField{Field: f, Selected: sel})
 	}
 	for i := 0; i < len(table) && i < previewRows+1; i++ {
 		row := make([]string, ncols)
@@ -601,7 +535,7 @@ func (d *Dashboard) review(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	spec, _ := specOf(dr.Family)
+	spec, _ := d.specOf(dr.Family)
 	dr.HasHeader = r.PostFormValue("has_header") == "1"
 	dr.Mapping = map[string]int{}
 	for _, f := range spec.Fields {
@@ -680,7 +614,7 @@ type submission struct {
 }
 
 func (d *Dashboard) submission(r *http.Request, dr *draft) (*submission, error) {
-	spec, ok := specOf(dr.Family)
+	spec, ok := d.specOf(dr.Family)
 	if !ok {
 		return nil, errNoDraft
 	}
@@ -714,7 +648,7 @@ func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apie
 		return nil, e, nil
 	}
 	a := sub.account
-	spec, _ := specOf(dr.Family)
+	spec, _ := d.specOf(dr.Family)
 	cd := &confirmData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay), Quote: q}
 	if q.Metering.Quota != nil {
 		u, err := d.API.Usage(r.Context(), a)

@@ -50,7 +50,7 @@ type outcomeCount struct {
 }
 
 func (d *Dashboard) view(j *jobs.Job) jobView {
-	v := jobView{ID: j.ID, Family: j.Family, FamilyName: familyName(j.Family), Status: j.Status, Rows: j.TotalRows,
+	v := jobView{ID: j.ID, Family: j.Family, FamilyName: d.familyName(j.Family), Status: j.Status, Rows: j.TotalRows,
 		Processed: j.RowsProcessed, Invalid: j.TotalInvalid, Distinct: j.Distinct, Done: j.Status == jobs.StatusCompleted,
 		Charge: j.Charge.String(), Refunded: j.Refunded.String(), QuotaUnits: j.QuotaUnits, CreatedAt: j.CreatedAt, CompletedAt: j.CompletedAt}
 	var summary map[string]int64

@@ -82,18 +82,6 @@ func formatInt(n int64) string {
 	return b.String()
 }
 
-func familyName(f string) string {
-	switch f {
-	case "company_enrichment":
-		return "Company enrichment"
-	case "email_lookup":
-		return "Email lookup"
-	case "email_verification":
-		return "Email verification"
-	}
-	return f
-}
-
 // view is what every page's template gets.
 type view struct {
 	Title   string

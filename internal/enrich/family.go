@@ -12,6 +12,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -45,8 +46,12 @@ func (f *CompanyFamily) Name() string { return Family }
 // MaxRows implements family.Family.
 func (f *CompanyFamily) MaxRows() int { return MaxRows }
 
-// Price implements family.Family.
-func (f *CompanyFamily) Price() credits.Amount { return Price }
+// Metering implements family.Family: Price per distinct input, nothing
+// refunded.
+func (f *CompanyFamily) Metering() family.Metering { return family.Metering{Price: Price} }
+
+// Form implements family.Family.
+func (f *CompanyFamily) Form() form.Form { return form.Company }
 
 // Profile implements family.Family: the processor's defaults.
 func (f *CompanyFamily) Profile() family.Profile { return family.Profile{} }

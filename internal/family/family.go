@@ -2,9 +2,12 @@
 // enrichment, email verification, email lookup) and the rest of bulkd. A
 // family is one package behind one interface: how a submission body is
 // decoded and limited, what a distinct input costs, how inputs are answered,
-// and how a job's status and result rows are shown. The engine, the HTTP
-// handlers, the BulkJob resource and the controller know families only
-// through it, never by name.
+// and how a job's status and result rows are shown, what a failed shard's
+// rows are answered as, how its rows are gathered from a table (its form),
+// and, optionally, its provisional answers, its single-input request and
+// its own count of processed rows (optional.go, single.go). The engine, the
+// HTTP handlers, the dashboard, the BulkJob resource and the controller know
+// families only through it, never by name.
 package family
 
 import (
@@ -15,6 +18,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -31,8 +35,13 @@ type Family interface {
 	// MaxRows is the most rows a submission may hold; results offsets past
 	// it all read the same empty page.
 	MaxRows() int
-	// Price is what one distinct input costs on a credit-metered key.
-	Price() credits.Amount
+	// Metering is what the family charges on credit-metered keys: its
+	// price per distinct input, and the outcome refunded when a job
+	// completes (unlimited-plan mounts pay with quota instead).
+	Metering() Metering
+	// Form is how the dashboard and bulkctl gather the family's rows from
+	// a table and build its submission body (internal/family/form).
+	Form() form.Form
 
 	// Submitted is the answer to an accepted submission.
 	Submitted(j *jobs.Job) any
@@ -64,6 +73,22 @@ type Family interface {
 	ErrorAnswer() jobs.Answer
 	// Profile is how the family's shards are processed.
 	Profile() Profile
+}
+
+// Metering is what a family charges on credit-metered keys.
+type Metering struct {
+	// Price is what one distinct input costs.
+	Price credits.Amount
+	// RefundOutcome, when set, is an outcome that is not charged: when a
+	// job completes, Price times its rows answered with it is refunded in
+	// the same atomic step (email verification's "unknown"). Only for
+	// families with one row per distinct input.
+	RefundOutcome string
+}
+
+// Jobs is the engine's metering of a credit-paid submission.
+func (m Metering) Jobs() jobs.Metering {
+	return jobs.Metering{Price: m.Price, RefundOutcome: m.RefundOutcome}
 }
 
 // Profile is a family's processor settings.

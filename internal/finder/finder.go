@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -828,7 +829,7 @@ func (d *domain) catchAllAnswer(p *person, r *verify.Result) Result {
 	email := c.local + "@" + d.name
 	a.Email = &email
 	if p.first == nil {
-		role := roleLists.IsRole(c.local)
+		role := roleLists().IsRole(c.local)
 		a.IsRole = &role
 	}
 	conf := ConfidenceCatchAllGuess
@@ -861,8 +862,10 @@ func (p *person) answer(a Result) {
 }
 
 // roleLists tells role local parts for catch-all answers of people
-// nothing was sent for (the others take the verifier's flags).
-var roleLists = verify.DefaultLists()
+// nothing was sent for (the others take the verifier's flags). Built on
+// first use: parsing the embedded lists at package init would slow every
+// bulkd command's start.
+var roleLists = sync.OnceValue(verify.DefaultLists)
 
 func notFound(sub string) Result { return Result{Status: StatusNotFound, Substatus: sub} }
 

@@ -19,12 +19,13 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
-// Family is the engine's name for lookup jobs.
-const Family = "email_lookup"
+// Name is the engine's name for lookup jobs.
+const Name = "email_lookup"
 
 // Limits (SPEC 2.7, section 8).
 const (
@@ -58,52 +59,56 @@ type Finder interface {
 	Find(ctx context.Context, people []finder.Person) []finder.Result
 }
 
-// LookupFamily implements family.Family for email lookup; Unlimited says
-// which endpoints it answers for (the two share everything but metering and
-// the credits they show).
-type LookupFamily struct {
+// Family implements family.Family for email lookup. The pay-as-you-go and
+// unlimited-plan mounts share it: they differ only in metering, which is
+// the mount's.
+type Family struct {
 	Finder      Finder
 	RetryDelays []time.Duration
 	Now         func() time.Time
 }
 
-var _ family.Family = (*LookupFamily)(nil)
+var _ family.Family = (*Family)(nil)
 
 // New returns the family answering with f.
-func New(f Finder, retryDelays []time.Duration) *LookupFamily {
-	return &LookupFamily{Finder: f, RetryDelays: retryDelays, Now: time.Now}
+func New(f Finder, retryDelays []time.Duration) *Family {
+	return &Family{Finder: f, RetryDelays: retryDelays, Now: time.Now}
 }
 
 // Name implements family.Family.
-func (f *LookupFamily) Name() string { return Family }
+func (f *Family) Name() string { return Name }
 
 // MaxRows implements family.Family.
-func (f *LookupFamily) MaxRows() int { return MaxRows }
+func (f *Family) MaxRows() int { return MaxRows }
 
-// Price implements family.Family.
-func (f *LookupFamily) Price() credits.Amount { return Price }
+// Metering implements family.Family: Price per unique row, nothing
+// refunded (a row is answered found or not_found, both charged).
+func (f *Family) Metering() family.Metering { return family.Metering{Price: Price} }
+
+// Form implements family.Family.
+func (f *Family) Form() form.Form { return form.Lookup }
 
 // Profile implements family.Family: a whole shard per batch, so a domain's
 // people are resolved and probed together.
-func (f *LookupFamily) Profile() family.Profile { return family.Profile{BatchSize: MaxRows} }
+func (f *Family) Profile() family.Profile { return family.Profile{BatchSize: MaxRows} }
 
 // BadJobID implements family.Family: a job_id that is not a uuid is 400
 // (SPEC section 7's table; only company enrichment has its own rule that
 // invalid parameters are 422).
 // CSVColumns implements family.Family: the echoed person first, then the
 // single-lookup shape.
-func (f *LookupFamily) CSVColumns() []string {
+func (f *Family) CSVColumns() []string {
 	return []string{"first_name", "last_name", "domain", "status", "substatus", "email", "email_provider",
 		"mx_record", "is_catch_all", "is_role", "is_free", "is_disposable", "confidence"}
 }
 
-func (f *LookupFamily) BadJobID() *apierr.Error {
+func (f *Family) BadJobID() *apierr.Error {
 	return apierr.New(http.StatusBadRequest, "job_id is not a valid UUID.")
 }
 
 // ResultsReady implements family.Family: results may be read while the job
 // runs (SPEC 4.2 rule 4).
-func (f *LookupFamily) ResultsReady(*jobs.Job) *apierr.Error { return nil }
+func (f *Family) ResultsReady(*jobs.Job) *apierr.Error { return nil }
 
 // Row is one submitted tuple.
 type Row struct {
@@ -149,7 +154,7 @@ func (row Row) Person() finder.Person {
 // characters (else 422 at body.input.N.field). Rows are deduplicated on the
 // trimmed, case-folded three fields; the rows kept are the unique ones, in
 // order of first appearance, grouped by domain for the shards.
-func (f *LookupFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
+func (f *Family) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
 	b.DropDuplicates = true
 	var v apierr.Validation
 	tooMany := func() *apierr.Error {
@@ -200,7 +205,7 @@ type SubmitResponse struct {
 }
 
 // Submitted implements family.Family.
-func (f *LookupFamily) Submitted(j *jobs.Job) any {
+func (f *Family) Submitted(j *jobs.Job) any {
 	return SubmitResponse{JobID: j.ID, Status: "submitted", TotalRows: j.TotalRows, CreditsConsumed: j.Charge}
 }
 
@@ -221,14 +226,14 @@ type StatusResponse struct {
 
 // Processed is total_processed in the status and results answers: rows
 // with their final answer (a row waiting for a retry is not processed).
-func (f *LookupFamily) Processed(j *jobs.Job) int64 {
+func (f *Family) Processed(j *jobs.Job) int64 {
 	return j.Outcomes[OutcomeFound] + j.Outcomes[OutcomeNotFound]
 }
 
 // Status implements family.Family: running until every row has its final
 // answer (a row waiting for a retry is not processed yet), then completed.
 // total_rows is the unique rows, as in the submission response.
-func (f *LookupFamily) Status(j *jobs.Job) any {
+func (f *Family) Status(j *jobs.Job) any {
 	found, notFound, retrying := j.Outcomes[OutcomeFound], j.Outcomes[OutcomeNotFound], j.Outcomes[OutcomeRetrying]
 	st := StatusResponse{JobID: j.ID, Status: "running", TotalRows: j.TotalRows, TotalProcessed: f.Processed(j),
 		CreditsConsumed: j.Charge, CreatedAt: j.CreatedAt,
@@ -243,13 +248,13 @@ func (f *LookupFamily) Status(j *jobs.Job) any {
 }
 
 // Answer implements jobs.Answerer: the first attempt.
-func (f *LookupFamily) Answer(ctx context.Context, payloads []string) ([]jobs.Answer, error) {
+func (f *Family) Answer(ctx context.Context, payloads []string) ([]jobs.Answer, error) {
 	return f.Retry(ctx, payloads, nil)
 }
 
 // Retry implements jobs.Retrier: a temporary answer before the last attempt
 // is provisional (outcome retrying); at the last attempt it is final.
-func (f *LookupFamily) Retry(ctx context.Context, payloads []string, attempts []int) ([]jobs.Answer, error) {
+func (f *Family) Retry(ctx context.Context, payloads []string, attempts []int) ([]jobs.Answer, error) {
 	people := make([]finder.Person, len(payloads))
 	for i, p := range payloads {
 		if err := json.Unmarshal([]byte(p), &people[i]); err != nil {
@@ -260,30 +265,24 @@ func (f *LookupFamily) Retry(ctx context.Context, payloads []string, attempts []
 	if err := ctx.Err(); err != nil {
 		return nil, err // cut short by our own deadline: the batch is retried whole
 	}
-	now := f.Now()
-	out := make([]jobs.Answer, len(payloads))
-	for i, r := range res {
-		attempt := 1
-		if attempts != nil {
-			attempt = attempts[i]
-		}
-		outcome := r.Status
-		var retryAt time.Time
-		if r.Temporary && attempt <= len(f.RetryDelays) {
-			retryAt, outcome = now.Add(f.RetryDelays[attempt-1]), OutcomeRetrying
-		}
-		data, err := json.Marshal(r)
-		if err != nil {
-			return nil, fmt.Errorf("lookup: encode answer: %w", err)
-		}
-		out[i] = jobs.Answer{Outcome: outcome, Data: data, RetryAt: retryAt}
-	}
-	return out, nil
+	sched := family.RetrySchedule{Delays: f.RetryDelays, Now: f.Now}
+	return sched.Answers(len(payloads), attempts, func(i int) bool { return res[i].Temporary },
+		func(i int, a family.Attempt) (jobs.Answer, error) {
+			outcome := res[i].Status
+			if a.Provisional() {
+				outcome = OutcomeRetrying
+			}
+			data, err := json.Marshal(res[i])
+			if err != nil {
+				return jobs.Answer{}, fmt.Errorf("lookup: encode answer: %w", err)
+			}
+			return jobs.Answer{Outcome: outcome, Data: data}, nil
+		})
 }
 
 // ErrorAnswer implements jobs.Answerer: a row bulkd could not answer at all
 // is not_found with substatus processing_error.
-func (f *LookupFamily) ErrorAnswer() jobs.Answer {
+func (f *Family) ErrorAnswer() jobs.Answer {
 	data, _ := json.Marshal(finder.Result{Status: OutcomeNotFound, Substatus: "processing_error"})
 	return jobs.Answer{Outcome: OutcomeNotFound, Data: data}
 }
@@ -292,7 +291,7 @@ func (f *LookupFamily) ErrorAnswer() jobs.Answer {
 // finder's result) with the submitted first_name, last_name and domain; a
 // row not answered yet (or waiting for a retry) is status "pending", so
 // pages never shift while the job runs.
-func (f *LookupFamily) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) {
+func (f *Family) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) {
 	var echo [3]string
 	_ = json.Unmarshal([]byte(row.Echo), &echo)
 	var r finder.Result

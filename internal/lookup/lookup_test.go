@@ -14,7 +14,7 @@ import (
 
 func decode(t *testing.T, body string) (*jobs.Builder, int, string) {
 	t.Helper()
-	b := jobs.NewBuilder(Family, 0)
+	b := jobs.NewBuilder(Name, 0)
 	e := New(nil, nil).Decode(strings.NewReader(body), b)
 	if e != nil {
 		out, _ := json.Marshal(e)
@@ -175,7 +175,7 @@ func FuzzLookupBody(f *testing.F) {
 	}
 	fam := New(nil, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		b := jobs.NewBuilder(Family, 0)
+		b := jobs.NewBuilder(Name, 0)
 		e := fam.Decode(bytes.NewReader(body), b)
 		if e == nil {
 			if b.Rows() == 0 || b.Rows() > MaxRows || b.Rows() != b.Distinct() {

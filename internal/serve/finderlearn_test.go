@@ -20,7 +20,7 @@ func TestFinderLearnFromVerificationFlag(t *testing.T) {
 			t.Fatal("the default is off")
 		}
 		cfg.FinderLearnFromVerification = on
-		f, err := buildFamilies(cfg, rdb, slog.Default())
+		f, err := buildFamilies(cfg, rdb, slog.Default(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

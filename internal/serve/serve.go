@@ -18,7 +18,6 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
-	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -55,6 +54,9 @@ type Components struct {
 	// Webhooks sweeps jobs for the events they owe and delivers them
 	// (webhooks.go); Run starts it.
 	Webhooks *webhook.Service
+	// Lists are the verifier's address lists; Run keeps them in step with
+	// what `bulkd admin lists sync` stores (verify.WatchLists).
+	Lists *verify.Lists
 }
 
 // Options are what the modes other than standalone wire differently.
@@ -74,6 +76,22 @@ type Options struct {
 	// MetricsReady, if not nil, receives the bound address of the
 	// metrics listener (--metrics-listen) once it is up.
 	MetricsReady chan<- string
+	// Families are families beyond the built-in ones (a test's): each is
+	// registered, answered by the processor, mounted on the API, and shown
+	// by the dashboard and the webhooks exactly like a built-in one.
+	Families []Extra
+}
+
+// Extra is a family and where the API mounts it: buildFamilies lists the
+// built-in ones this way (adding a family to bulkd is one more entry), and
+// Options.Families takes more (a test's).
+type Extra struct {
+	Family family.Family
+	// Bulk are its bulk mounts (Path and Keys; Family is set from the
+	// entry's).
+	Bulk []apiserver.Bulk
+	// Singles are its single-input mounts, if it has any.
+	Singles []apiserver.Single
 }
 
 // Build assembles the standalone components on rdb. Nothing starts running.
@@ -83,7 +101,7 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 
 // BuildWith assembles the components on rdb with another executor.
 func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+	fams, err := buildFamilies(cfg, rdb, log, o.Families)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +150,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
-		Bulk: fams.bulk, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
+		Bulk: fams.bulk, Singles: fams.singles, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits: cfg.AccountLimits(),
@@ -144,7 +162,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
 	return &Components{API: api, Dashboard: dash, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
-		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)}, nil
+		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry), Lists: fams.lists}, nil
 }
 
 // SpamCheck builds the content spam check: the daily allowances (defaults
@@ -167,14 +185,27 @@ func SpamCheck(cfg config.Config, log *slog.Logger) (*apiserver.SpamCheck, error
 }
 
 // NewProcessor builds the shard processor alone, with every family's
-// answerer: all that `bulkd processor` and the controller need. Its
+// answerer (and the extra families'): all that `bulkd processor` and the
+// controller need. Its
 // completion refunds are dated by the wall clock (no clock is injected in
 // those processes).
-func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*jobs.Processor, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log, extra)
 	if err != nil {
 		return nil, err
 	}
+	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
+}
+
+// NewProcessorWatching is NewProcessor whose verifier's address lists
+// follow `bulkd admin lists sync` until ctx ends (a processor pod may run a
+// shard for a long time).
+func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
+	fams, err := buildFamilies(cfg, rdb, log, extra)
+	if err != nil {
+		return nil, err
+	}
+	go verify.WatchLists(ctx, rdb, fams.lists, log)
 	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
@@ -182,15 +213,18 @@ func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger
 type families struct {
 	registry     *family.Registry
 	bulk         []apiserver.Bulk
+	singles      []apiserver.Single // the extra families' (the built-in ones are Deps fields)
 	company      *enrich.CompanyFamily
 	companies    *company.Store
-	verification *verification.VerificationFamily
+	verification *verification.Family
 	lookup       *apiserver.SingleLookup
+	lists        *verify.Lists
 }
 
 // buildFamilies builds every family once: the registry the processor
-// answers from and the bulk endpoints the API mounts.
-func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*families, error) {
+// answers from and the bulk endpoints the API mounts; extra families come
+// after the built-in ones.
+func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra []Extra) (*families, error) {
 	out, err := outboundConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -208,6 +242,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
+	lists := vs.lists
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, err
@@ -222,19 +257,30 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
 	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver,
+	f := &families{company: co, companies: companies, verification: ver, lists: lists,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
-	f.bulk = []apiserver.Bulk{
-		{Path: "/company-enrichment/bulk", Family: co, Keys: apiserver.Metered},
-		{Path: "/bulk", Family: ver, Keys: apiserver.Metered,
-			Metering: func(*accounts.Principal) (jobs.Metering, *apierr.Error) { return verification.Metering(), nil }},
-		{Path: "/bulk-lookup", Family: lk, Keys: apiserver.Metered},
+	// The families, one entry each (a new family is one more), then the
+	// extra ones (a test's). Their single endpoints are the Deps fields
+	// set from f above.
+	entries := append([]Extra{
+		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}}},
+		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}}},
 		// Unlimited keys pay with the daily bulk search quota (the
 		// apiserver's metering of unlimited mounts).
-		{Path: "/unlimited/bulk-lookup", Family: lk, Keys: apiserver.UnlimitedPlan},
+		{Family: lk, Bulk: []apiserver.Bulk{{Path: "/bulk-lookup", Keys: apiserver.Metered},
+			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}}},
+	}, extra...)
+	var all []family.Family
+	for _, x := range entries {
+		all = append(all, x.Family)
+		for _, b := range x.Bulk {
+			b.Family = x.Family
+			f.bulk = append(f.bulk, b)
+		}
+		f.singles = append(f.singles, x.Singles...)
 	}
-	f.registry = family.NewRegistry(co, ver, lk)
+	f.registry = family.NewRegistry(all...)
 	return f, nil
 }
 
@@ -243,9 +289,12 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 // verifiers are the SMTP verifiers of a process: bulk (no waiting) and
 // single (waits out a short greylist within the request; the bulk one when
 // --verify-single-retry is 0).
-type verifiers struct{ bulk, single *verify.Verifier }
+type verifiers struct {
+	bulk, single *verify.Verifier
+	lists        *verify.Lists // both verifiers'
+}
 
-func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.VerificationFamily, verifiers, error) {
+func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.Family, verifiers, error) {
 	delays, err := cfg.RetryDelays()
 	if err != nil {
 		return nil, verifiers{}, err
@@ -272,7 +321,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
 	fam := verification.New(v, delays)
-	vs := verifiers{bulk: v, single: v}
+	vs := verifiers{bulk: v, single: v, lists: lists}
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
@@ -445,6 +494,7 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	}
 	go janitor(workCtx, c.Engine, log)
 	go c.Webhooks.Run(workCtx) // webhook events: every replica sweeps and delivers
+	go verify.WatchLists(workCtx, rdb, c.Lists, log)
 
 	srv := &http.Server{
 		Handler:           c.API,

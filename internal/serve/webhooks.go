@@ -41,8 +41,8 @@ func outboundConfig(cfg config.Config) (outbound.Config, error) {
 // one build of the families: the shard processor (it answers a failed
 // shard's inputs as errors) and the webhook sweeper and deliverer, with
 // their metrics on reg.
-func NewController(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer) (*jobs.Processor, *webhook.Service, error) {
-	fams, err := buildFamilies(cfg, rdb, log)
+func NewController(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer, extra ...Extra) (*jobs.Processor, *webhook.Service, error) {
+	fams, err := buildFamilies(cfg, rdb, log, extra)
 	if err != nil {
 		return nil, nil, err
 	}

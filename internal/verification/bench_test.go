@@ -25,7 +25,7 @@ func BenchmarkDecode100k(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ResetTimer()
 	for range b.N {
-		bl := jobs.NewBuilder(Family, len(body)/24) // as the handler sizes it
+		bl := jobs.NewBuilder(Name, len(body)/24) // as the handler sizes it
 		if e := fam.Decode(bytes.NewReader(body), bl); e != nil {
 			b.Fatal(e)
 		}

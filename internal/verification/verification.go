@@ -19,12 +19,13 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/verify"
 )
 
-// Family is the engine's name for verification jobs.
-const Family = "email_verification"
+// Name is the engine's name for verification jobs.
+const Name = "email_verification"
 
 // Limits (SPEC 2.8, section 8).
 const (
@@ -48,8 +49,8 @@ type Verifier interface {
 	Verify(ctx context.Context, emails []string) []verify.Result
 }
 
-// VerificationFamily implements family.Family.
-type VerificationFamily struct {
+// Family implements family.Family.
+type Family struct {
 	Verifier Verifier
 	// RetryDelays is the wait before each retry of a temporary answer
 	// (greylisting, other 4xx): len(RetryDelays) retries, after the last
@@ -74,15 +75,15 @@ type Teacher interface {
 	Teach(ctx context.Context, res []verify.Result)
 }
 
-var _ family.Family = (*VerificationFamily)(nil)
+var _ family.Family = (*Family)(nil)
 
 // New returns the family answering with v.
-func New(v Verifier, retryDelays []time.Duration) *VerificationFamily {
-	return &VerificationFamily{Verifier: v, RetryDelays: retryDelays, Now: time.Now, price: Price.String()}
+func New(v Verifier, retryDelays []time.Duration) *Family {
+	return &Family{Verifier: v, RetryDelays: retryDelays, Now: time.Now, price: Price.String()}
 }
 
 // SingleVerifier is the verifier of GET /v1/verify.
-func (f *VerificationFamily) SingleVerifier() Verifier {
+func (f *Family) SingleVerifier() Verifier {
 	if f.Single != nil {
 		return f.Single
 	}
@@ -90,28 +91,35 @@ func (f *VerificationFamily) SingleVerifier() Verifier {
 }
 
 // Name implements family.Family.
-func (f *VerificationFamily) Name() string { return Family }
+func (f *Family) Name() string { return Name }
 
 // MaxRows implements family.Family.
-func (f *VerificationFamily) MaxRows() int { return MaxEmails }
+func (f *Family) MaxRows() int { return MaxEmails }
 
-// Price implements family.Family.
-func (f *VerificationFamily) Price() credits.Amount { return Price }
+// Metering implements family.Family: Price per unique address upfront,
+// the unknown ones refunded when the job completes (unknown is never
+// charged).
+func (f *Family) Metering() family.Metering {
+	return family.Metering{Price: Price, RefundOutcome: verify.StatusUnknown}
+}
+
+// Form implements family.Family.
+func (f *Family) Form() form.Form { return form.Verification }
 
 // Profile implements family.Family: a whole shard per Answer call, so one
 // SMTP session covers all of a mail host's addresses in the shard.
-func (f *VerificationFamily) Profile() family.Profile { return family.Profile{BatchSize: 100_000} }
+func (f *Family) Profile() family.Profile { return family.Profile{BatchSize: 100_000} }
 
 // BadJobID implements family.Family: SPEC 4.4 rule 3 says 400.
 // CSVColumns implements family.Family: the row's own fields, then the
 // verdict's (docs/api.md, "The verdict").
-func (f *VerificationFamily) CSVColumns() []string {
+func (f *Family) CSVColumns() []string {
 	return []string{"input", "credits_consumed", "email", "status", "reason", "retrying", "attempts",
 		"is_valid_syntax", "domain", "mx_host", "provider", "is_catch_all", "is_disposable", "is_role",
 		"is_free", "is_disabled", "has_full_inbox", "suggestion", "score", "smtp_code", "checked_at"}
 }
 
-func (f *VerificationFamily) BadJobID() *apierr.Error {
+func (f *Family) BadJobID() *apierr.Error {
 	return apierr.New(http.StatusBadRequest, "job_id is not a valid UUID.")
 }
 
@@ -129,7 +137,7 @@ func WireStatus(j *jobs.Job) string {
 // ResultsReady implements family.Family: SPEC 4.4 rule 2, 409 before the job
 // is complete, except that partial results may be read while it is
 // partial_complete_retrying.
-func (f *VerificationFamily) ResultsReady(j *jobs.Job) *apierr.Error {
+func (f *Family) ResultsReady(j *jobs.Job) *apierr.Error {
 	if st := WireStatus(j); st == StatusInProgress {
 		return apierr.New(http.StatusConflict, fmt.Sprintf("Job is not complete yet (status: %s; %d of %d emails verified). "+
 			"Results are available when the status is complete or partial_complete_retrying.", st, j.RowsProcessed, j.TotalRows))
@@ -148,17 +156,11 @@ type SubmitResponse struct {
 	CreditsConsumed credits.Amount `json:"credits_consumed"`
 }
 
-// Metering is how a bulk verification is paid for: Price per unique
-// address upfront, the unknown ones refunded when the job completes.
-func Metering() jobs.Metering {
-	return jobs.Metering{Price: Price, RefundOutcome: verify.StatusUnknown}
-}
-
 // EstimatedCost rounds a charge up to whole credits.
 func EstimatedCost(a credits.Amount) int64 { return (int64(a) + credits.Scale - 1) / credits.Scale }
 
 // Submitted implements family.Family.
-func (f *VerificationFamily) Submitted(j *jobs.Job) any {
+func (f *Family) Submitted(j *jobs.Job) any {
 	return SubmitResponse{JobID: j.ID, Status: "submitted", TotalEmails: j.Distinct, EstimatedCost: EstimatedCost(j.Charge), CreditsConsumed: j.Charge}
 }
 
@@ -178,7 +180,7 @@ type StatusResponse struct {
 }
 
 // Status implements family.Family.
-func (f *VerificationFamily) Status(j *jobs.Job) any {
+func (f *Family) Status(j *jobs.Job) any {
 	st := StatusResponse{JobID: j.ID, Status: WireStatus(j), TotalEmails: j.Distinct, TotalProcessed: j.RowsProcessed,
 		TotalRetrying: j.Retrying, CreditsConsumed: j.Charge - j.Refunded, CreditsRefunded: j.Refunded, CreatedAt: j.CreatedAt, Summary: map[string]int64{}}
 	for _, s := range []string{verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusRisky, verify.StatusUnknown} {
@@ -204,7 +206,7 @@ func (f *VerificationFamily) Status(j *jobs.Job) any {
 // string that is not an address at all is still one input (answered
 // undeliverable/invalid_syntax), deduplicated on its trimmed, lowercased
 // form. Rows are the unique addresses in order of first appearance.
-func (f *VerificationFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
+func (f *Family) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
 	b.DropDuplicates = true
 	var v apierr.Validation
 	tooMany := func() *apierr.Error {
@@ -286,14 +288,14 @@ type stored struct {
 }
 
 // Answer implements jobs.Answerer: the first attempt.
-func (f *VerificationFamily) Answer(ctx context.Context, payloads []string) ([]jobs.Answer, error) {
+func (f *Family) Answer(ctx context.Context, payloads []string) ([]jobs.Answer, error) {
 	return f.Retry(ctx, payloads, nil)
 }
 
 // Retry implements jobs.Retrier. A temporary answer before the last
 // attempt is provisional (retried after the attempt's delay); at the last
 // attempt it is final.
-func (f *VerificationFamily) Retry(ctx context.Context, payloads []string, attempts []int) ([]jobs.Answer, error) {
+func (f *Family) Retry(ctx context.Context, payloads []string, attempts []int) ([]jobs.Answer, error) {
 	res := f.Verifier.Verify(ctx, payloads)
 	if err := ctx.Err(); err != nil {
 		// Answers cut short by our own deadline are not the mail world's
@@ -303,31 +305,20 @@ func (f *VerificationFamily) Retry(ctx context.Context, payloads []string, attem
 	if f.Teacher != nil {
 		f.Teacher.Teach(ctx, res)
 	}
-	now := f.Now()
-	out := make([]jobs.Answer, len(payloads))
-	for i, r := range res {
-		attempt := 1
-		if attempts != nil {
-			attempt = attempts[i]
-		}
-		s := stored{Result: r, Attempts: attempt}
-		var retryAt time.Time
-		if r.Temporary && attempt <= len(f.RetryDelays) {
-			retryAt = now.Add(f.RetryDelays[attempt-1]) // the operator's schedule, not the verifier's guess
-			s.Retrying = true
-		}
-		data, err := json.Marshal(s)
-		if err != nil {
-			return nil, fmt.Errorf("verification: encode answer: %w", err)
-		}
-		out[i] = jobs.Answer{Outcome: r.Status, Data: data, RetryAt: retryAt}
-	}
-	return out, nil
+	sched := family.RetrySchedule{Delays: f.RetryDelays, Now: f.Now}
+	return sched.Answers(len(payloads), attempts, func(i int) bool { return res[i].Temporary },
+		func(i int, a family.Attempt) (jobs.Answer, error) {
+			data, err := json.Marshal(stored{Result: res[i], Attempts: a.N, Retrying: a.Provisional()})
+			if err != nil {
+				return jobs.Answer{}, fmt.Errorf("verification: encode answer: %w", err)
+			}
+			return jobs.Answer{Outcome: res[i].Status, Data: data}, nil
+		})
 }
 
 // ErrorAnswer implements jobs.Answerer: an address whose shard failed for
 // good is unknown (it is never reported as anything we did not see).
-func (f *VerificationFamily) ErrorAnswer() jobs.Answer {
+func (f *Family) ErrorAnswer() jobs.Answer {
 	data, _ := json.Marshal(stored{Result: verify.Result{Status: verify.StatusUnknown, Reason: ReasonProcessingError}})
 	return jobs.Answer{Outcome: verify.StatusUnknown, Data: data}
 }
@@ -339,7 +330,7 @@ const ReasonProcessingError = "processing_error"
 // RenderRow implements family.Family: the stored result with the address
 // as submitted (input), its charge, and, while a row is not answered yet,
 // status "pending".
-func (f *VerificationFamily) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) {
+func (f *Family) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer) {
 	buf.WriteString(`{"input":`)
 	in, _ := json.Marshal(row.Echo)
 	buf.Write(in)

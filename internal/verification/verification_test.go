@@ -15,7 +15,7 @@ import (
 
 func decode(t testing.TB, body string) (*jobs.Builder, int, string) {
 	t.Helper()
-	b := jobs.NewBuilder(Family, 0)
+	b := jobs.NewBuilder(Name, 0)
 	e := New(nil, nil).Decode(strings.NewReader(body), b)
 	if e != nil {
 		raw, _ := json.Marshal(e)
@@ -115,7 +115,7 @@ func FuzzVerificationBody(f *testing.F) {
 	}
 	fam := New(nil, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		b := jobs.NewBuilder(Family, 0)
+		b := jobs.NewBuilder(Name, 0)
 		e := fam.Decode(bytes.NewReader(body), b)
 		if e == nil {
 			if b.Rows() == 0 || b.Rows() > MaxEmails || b.Rows() != b.Distinct() {

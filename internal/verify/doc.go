@@ -47,6 +47,25 @@
 // domain keeps its probe address for a day, because greylisting keys on the
 // recipient: a new random probe would be greylisted on every retry.
 //
+// Verdicts and probe addresses are shared by every process through Redis
+// (Config.CatchAlls; RedisProbes in production): bulkd:smtp:catchall:<domain>
+// holds "1" (the probe was accepted: catch-all) or "0" (refused with a 5xx)
+// for CatchAllTTL (1h), bulkd:smtp:probe:<domain> the probe local part for a
+// day (set once). A Verify call reads what its domains have, in one
+// pipelined round trip per 512 domains while their DNS resolves, and a
+// domain with a verdict gets no probe; a new verdict is written in the
+// background as soon as the probe's reply is read. A probe answered 4xx
+// (greylisting, a temporary failure) or blocked is no verdict: nothing is
+// written and the next call, in any process, probes again. In front of
+// Redis each process keeps what it read or wrote for at most a minute (and
+// never past the Redis TTL), at most 100,000 domains. Each key is one
+// domain's, so the store works on Redis Cluster as is. If Redis fails (or
+// takes longer than 500 ms) the call probes as it would without the store,
+// and the store is left alone for 10 s (one warning per outage).
+// bulkd_smtp_catchall_verdicts_total{source} counts the verdicts used by
+// where they came from: "probe" (this process probed) or "shared" (read
+// from Redis: a probe RCPT saved).
+//
 // Temporary marks answers that may change on a later attempt: greylisted,
 // temporary_failure, rate_limited, a 4xx mailbox_full, and addresses left
 // unanswered because ctx ended (reported timeout). A tarpit's timeout and a
@@ -281,20 +300,19 @@
 //
 // Disposable domains (a listed domain and its subdomains), role local parts
 // (the whole local part, ignoring a +tag), free-provider domains (exact).
-// No Go module with maintained lists could be used: the candidates on the
-// module proxy (github.com/AfterShip/email-verifier,
-// github.com/mehrtat/disposable-email-domain,
-// github.com/lindell/go-burner-email-providers,
-// github.com/FGRibreau/mailchecker, github.com/go-email-validator/...) are
-// not available from it. So the defaults are curated text files embedded in
-// the binary (internal/verify/lists/*.txt: about 650 disposable domains, 130
-// role local parts, 210 free-provider domains), and an operator replaces any
-// of them with `bulkd admin lists load --kind disposable|role|free FILE`,
-// which stores the list in Redis (bulkd:lists:<kind>, a string of lines,
-// plus bulkd:lists:meta); LoadListsFromRedis overlays those on the defaults
-// at process start, and `bulkd admin lists show` prints counts and sources.
+// The embedded lists (151,669 disposable domains, 5,368 free providers,
+// 1,020 role local parts) are bulkd's curated lists merged with maintained
+// packages by hack/listmerge; internal/verify/lists/SOURCES.md names each
+// package, version, licence and count, and docs/lists.md the merge rules
+// (a free provider is never disposable). An operator replaces or extends
+// any of them with `bulkd admin lists sync --list KIND [--mode replace|add]
+// FILE`, which stores the list in Redis (bulkd:{lists}:<kind>, one slot with
+// its metadata and version) and announces it on bulkd:lists:changed;
+// LoadListsFromRedis overlays the stored lists on the defaults at start and
+// WatchLists reloads them in every running process on the announcement, or
+// within 30 s if it was missed.
 //
-// Suggestion: for a domain on no list, a top-level typo that is not a real
+// Suggestion: for a domain that is not a free provider, a top-level typo that is not a real
 // TLD is fixed (.con .cmo .ocm ... -> .com, .nte -> .net), and a domain
 // within Damerau-Levenshtein (OSA) distance 1 of a well-known provider of 4
 // or 5 letters (gmail, yahoo) or 2 of a longer one (hotmail, outlook) is

@@ -12,4 +12,13 @@ var smtpBlocks = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 // Collectors are the verifier's Prometheus collectors (process-wide), for
 // the registry that serves /metrics.
-func Collectors() []prometheus.Collector { return []prometheus.Collector{smtpBlocks} }
+func Collectors() []prometheus.Collector { return []prometheus.Collector{smtpBlocks, catchAllVerdicts} }
+
+// catchAllVerdicts counts the catch-all verdicts this process used, by
+// where they came from: its own probe, or the store shared by every process
+// (a probe RCPT saved). A "shared" count near zero with several replicas
+// means they are not sharing (see the warning the store logs).
+var catchAllVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "bulkd_smtp_catchall_verdicts_total",
+	Help: "Catch-all verdicts used, by source: probe (this process probed the domain) or shared (read from Redis, judged by any process, no probe sent).",
+}, []string{"source"})

@@ -16,7 +16,7 @@ import (
 
 // TestMain lets the Redis tests here run on the shared test cluster
 // (BULKD_TEST_REDIS=cluster, testredis.Universal).
-func TestMain(m *testing.M) { testredis.Main(m) }
+// TestMain is in knowledge_test.go (testredis.Main).
 
 // checkExact fails on every case answered otherwise than the world's truth.
 func checkExact(t *testing.T, cases []mailworld.Case, res []verify.Result) {

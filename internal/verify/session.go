@@ -488,7 +488,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		s.answered++
 		if verdict != 0 {
-			r.v.catchAll.put(j.dom.name, verdict == 1, time.Now().Add(r.v.cfg.CatchAllTTL))
+			r.v.noteVerdict(j.dom.name, verdict == 1)
 			r.mu.Lock()
 			j.dom.verdict = verdict
 			r.mu.Unlock()
@@ -826,24 +826,34 @@ func (r *run) greyRetry(j *job) {
 // and a new random probe would be greylisted on every attempt.
 func (r *run) probeFor(d *domainState) string {
 	r.mu.Lock()
+	p := d.probe
+	r.mu.Unlock()
+	if p != "" {
+		return p
+	}
+	p, cached := r.v.probes.get(d.name, time.Now())
+	if !cached {
+		p = probeLocal()
+		if st := r.v.cfg.Probes; st != nil {
+			// Shared with every process; without the store (Redis down)
+			// the process's own probe still serves its own retries. Not
+			// under r.mu: the round trip must not stall the call's other
+			// sessions.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+			if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
+				p = shared
+			}
+			cancel()
+		}
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	if d.probe == "" {
-		p, ok := r.v.probes.get(d.name, time.Now())
-		if !ok {
-			p = probeLocal()
-			if st := r.v.cfg.Probes; st != nil {
-				// Shared with every process; without the store (Redis
-				// down) the process's own probe still serves its own
-				// retries.
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
-				if shared, err := st.Probe(ctx, d.name, p, probeTTL); err == nil && shared != "" {
-					p = shared
-				}
-				cancel()
-			}
-			r.v.probes.put(d.name, p, time.Now().Add(probeTTL))
-		}
+		// The first of the call's sessions to get here decides.
 		d.probe = p
+		if !cached {
+			r.v.probes.put(d.name, p, time.Now().Add(r.v.localProbeTTL()))
+		}
 	}
 	return d.probe
 }

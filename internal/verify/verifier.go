@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,6 +81,12 @@ type Config struct {
 	// every process (RedisProbes), so a retry made elsewhere passes the
 	// greylist the first attempt started. Nil: per process only.
 	Probes ProbeStore
+	// CatchAlls, when set, shares catch-all verdicts and probe addresses
+	// with every process: a domain one pod judged is not probed again by
+	// another until the verdict's CatchAllTTL ends. Nil: taken from Probes
+	// when that store is also a CatchAllStore (RedisProbes is), else per
+	// process only.
+	CatchAlls CatchAllStore
 	// BlockBackoff is how long a host whose reply blamed the client (our
 	// IP on a block list, no PTR, ...; unknown/blocked) is left alone,
 	// across processes through the limiter, default 30m: asking again soon
@@ -129,6 +136,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.CatchAlls == nil {
+		c.CatchAlls, _ = c.Probes.(CatchAllStore)
+	}
 	if c.MaxRcptsPerSession <= 0 {
 		c.MaxRcptsPerSession = 100
 	}
@@ -146,7 +156,7 @@ type Lists = lists.Lists
 func DefaultLists() *Lists { return lists.Default() }
 
 // LoadListsFromRedis returns the embedded lists overlaid with the lists an
-// operator stored with `bulkd admin lists load`.
+// operator stored with `bulkd admin lists sync`.
 func LoadListsFromRedis(ctx context.Context, rdb redis.UniversalClient) (*Lists, error) {
 	return lists.LoadFromRedis(ctx, rdb)
 }
@@ -179,6 +189,10 @@ type Verifier struct {
 	drops *ttlCache[string, dropSeen]
 	log   *slog.Logger
 	pool  *connPool // sessions parked between calls
+	// storeDown is when the shared catch-all store may be asked again
+	// (unix ns) after it failed: a Redis outage costs one timeout per
+	// storeRetry, not one per call.
+	storeDown atomic.Int64
 }
 
 // dropSeen is a host's unconfirmed drop: after k answered RCPTs, at at.
@@ -186,6 +200,21 @@ type dropSeen struct {
 	k  int
 	at time.Time
 }
+
+// localKnowledgeTTL is how long this process trusts a verdict or probe
+// address it read from (or wrote to) the shared store before asking again:
+// short, so a verdict that expired or was replaced in Redis is not served
+// from here for long, and long enough that a busy process reads a domain at
+// most once a minute.
+const localKnowledgeTTL = time.Minute
+
+// storeTimeout bounds one round trip to the shared catch-all store; the
+// store is an optimisation, so on a timeout the call probes as it would
+// without it.
+const storeTimeout = 500 * time.Millisecond
+
+// storeRetry is how long a failed store is left alone.
+const storeRetry = 10 * time.Second
 
 // limitTTL is how long a learned per-host limit is remembered.
 const limitTTL = time.Hour
@@ -279,6 +308,15 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 
 	sem := make(chan struct{}, dnsConcurrency)
 	var wg sync.WaitGroup
+	if v.cfg.CatchAlls != nil && len(order) > 0 {
+		// What other processes learned, read while DNS resolves (sessions
+		// wait for both, up to dnsGrace).
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v.loadKnowledge(ctx, order)
+		}()
+	}
 	for _, d := range order {
 		wg.Add(1)
 		go func() {
@@ -416,4 +454,11 @@ func serverOf(egress string, ip netip.Addr, rule rules.Rule) server {
 		s.rcptKey = ProviderKey(AnyEgress, rule.Provider)
 	}
 	return s
+}
+
+// WatchLists reloads l whenever an operator stores a list (`bulkd admin
+// lists sync`), until ctx ends: announced through Redis pub/sub, checked
+// every 30 s in case an announcement was missed (lists.Watch).
+func WatchLists(ctx context.Context, rdb redis.UniversalClient, l *Lists, log *slog.Logger) {
+	lists.Watch(ctx, rdb, l, lists.WatchOptions{Log: log})
 }

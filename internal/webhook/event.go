@@ -18,20 +18,12 @@ import (
 // Event types.
 const (
 	TypeCompleted = "job.completed"
-	// A family whose users see a retrying state (RetryingAnnouncer) also
-	// announces entering it: "job." + that status, e.g.
-	// job.partial_complete_retrying for email verification.
+	// A family whose users see a retrying state
+	// (family.RetryingAnnouncer) also announces entering it: "job." +
+	// that status, e.g. job.partial_complete_retrying for email
+	// verification.
 	typePrefix = "job."
 )
-
-// RetryingAnnouncer is a family whose jobs announce entering the retrying
-// state (every input answered, some answers provisional), with the status
-// its status endpoint shows then (verification: partial_complete_retrying).
-// Families without it (lookup shows such a job as running) announce only
-// completion.
-type RetryingAnnouncer interface {
-	RetryingStatus() string
-}
 
 // Event is the JSON body POSTed to a webhook (docs/webhooks.md).
 type Event struct {
@@ -108,12 +100,12 @@ func (ev *Events) Build(j *jobs.Job, retrying bool, at time.Time) (*Event, bool,
 		return nil, false, fmt.Errorf("webhook: no mount for family %q", j.Family)
 	}
 	typ := TypeCompleted
-	var ra RetryingAnnouncer
+	var retryingStatus string
 	if retrying {
-		if ra, ok = m.Family.(RetryingAnnouncer); !ok {
+		if retryingStatus, ok = family.RetryingStatus(m.Family); !ok {
 			return nil, false, nil
 		}
-		typ = typePrefix + ra.RetryingStatus()
+		typ = typePrefix + retryingStatus
 	}
 	raw, err := json.Marshal(m.Family.Status(j))
 	if err != nil {
@@ -126,8 +118,8 @@ func (ev *Events) Build(j *jobs.Job, retrying bool, at time.Time) (*Event, bool,
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, false, err
 	}
-	if ra != nil {
-		st.Status = ra.RetryingStatus()
+	if retrying {
+		st.Status = retryingStatus
 	}
 	if st.Summary == nil {
 		st.Summary = map[string]int64{}

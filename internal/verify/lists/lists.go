@@ -2,16 +2,16 @@
 // with: disposable domains, role local parts and free-mail providers, plus
 // the typo suggestions that use the well-known providers.
 //
-// The defaults are curated text files embedded in the binary (no module on
-// the Go module proxy ships maintained lists under a permissive licence that
-// we can reach; see internal/verify/doc.go). An operator replaces any of the
-// three with `bulkd admin lists load`, which stores the list in Redis; every
-// process overlays those on the defaults at start (LoadFromRedis).
+// The defaults are embedded in the binary: bulkd's curated lists merged
+// with maintained public lists (hack/listmerge; SOURCES.md names each
+// package, version, licence and count). An operator replaces or extends any
+// of the three with `bulkd admin lists sync`, which stores the list in
+// Redis and announces it; every process overlays the stored lists on the
+// defaults at start (LoadFromRedis) and again whenever they change (Watch).
 package lists
 
 import (
-	"bufio"
-	"embed"
+	_ "embed"
 	"fmt"
 	"io"
 	"sort"
@@ -19,14 +19,30 @@ import (
 	"sync"
 )
 
-//go:embed disposable.txt role.txt free.txt
-var files embed.FS
+// The embedded lists, as strings: parsed entries are substrings of them, so
+// the 150,000 default domains cost a map entry each and no copy.
+var (
+	//go:embed disposable.txt
+	disposableTxt string
+	//go:embed role.txt
+	roleTxt string
+	//go:embed free.txt
+	freeTxt string
+)
 
 // The kinds of list.
 const (
 	Disposable = "disposable"
 	Role       = "role"
 	Free       = "free"
+)
+
+// Modes of an operator's list.
+const (
+	// Replace: the operator's list is the list of its kind.
+	Replace = "replace"
+	// Add: the operator's list is added to the embedded one.
+	Add = "add"
 )
 
 // Kinds are the list kinds, in display order.
@@ -36,36 +52,56 @@ var Kinds = []string{Disposable, Role, Free}
 type Info struct {
 	Kind   string `json:"kind"`
 	Count  int    `json:"count"`
-	Source string `json:"source"` // "embedded" or what the operator loaded it from
+	Source string `json:"source"`         // "embedded" or what the operator loaded it from
+	Mode   string `json:"mode,omitempty"` // an operator list's mode (replace or add)
 }
 
+type set = map[string]struct{}
+
 // Lists is a set of the three lists. It is safe for concurrent use, and
-// Load may replace a list while others read.
+// Load (or a reload by Watch) may replace a list while others read: a set,
+// once built, is never modified, only replaced.
 type Lists struct {
-	mu   sync.RWMutex
-	sets map[string]map[string]struct{}
-	info map[string]Info
+	mu      sync.RWMutex
+	sets    map[string]set
+	info    map[string]Info
+	version int64 // the stored lists' version this holds (0: none read)
 }
 
 // MaxEntries bounds one list, so a wrong file (a whole mailbox export)
 // cannot take the process's memory.
 const MaxEntries = 1 << 20
 
-// Default returns a new Lists holding the embedded lists.
-func Default() *Lists {
-	l := &Lists{sets: map[string]map[string]struct{}{}, info: map[string]Info{}}
-	for _, k := range Kinds {
-		f, err := files.Open(k + ".txt")
+// MaxBytes bounds the text of one list (about 64 octets an entry at
+// MaxEntries).
+const MaxBytes = 64 << 20
+
+// embedded parses the embedded lists once per process; every Lists shares
+// the sets.
+var embedded = sync.OnceValue(func() map[string]set {
+	out := map[string]set{}
+	for k, txt := range map[string]string{Disposable: disposableTxt, Role: roleTxt, Free: freeTxt} {
+		s, err := parseString(k, txt)
 		if err != nil {
 			panic(fmt.Sprintf("lists: embedded %s list: %v", k, err))
 		}
-		if _, err := l.load(k, f, "embedded"); err != nil {
-			panic(fmt.Sprintf("lists: embedded %s list: %v", k, err))
-		}
-		f.Close()
+		out[k] = s
+	}
+	return out
+})
+
+// Default returns a new Lists holding the embedded lists.
+func Default() *Lists {
+	l := &Lists{sets: map[string]set{}, info: map[string]Info{}}
+	for k, s := range embedded() {
+		l.sets[k] = s
+		l.info[k] = Info{Kind: k, Count: len(s), Source: "embedded"}
 	}
 	return l
 }
+
+// EmbeddedCount is the entry count of the embedded list of kind.
+func EmbeddedCount(kind string) int { return len(embedded()[kind]) }
 
 // Load replaces the list of kind with the entries read from r (one a line,
 // '#' starts a comment, blank lines ignored) and returns how many it holds.
@@ -81,36 +117,59 @@ func (l *Lists) LoadSource(kind string, r io.Reader, source string) (int, error)
 }
 
 func (l *Lists) load(kind string, r io.Reader, source string) (int, error) {
-	set, err := Parse(kind, r)
+	s, err := Parse(kind, r)
 	if err != nil {
 		return 0, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.sets[kind] = set
-	l.info[kind] = Info{Kind: kind, Count: len(set), Source: source}
-	return len(set), nil
+	l.sets[kind] = s
+	l.info[kind] = Info{Kind: kind, Count: len(s), Source: source}
+	return len(s), nil
 }
 
 // Parse reads one list and validates its entries: domains must be
 // lowercase-able host names (ASCII; convert IDNs to A-labels first), role
 // entries dot-atom local parts. The first bad line is an error, so an
-// operator who loads the wrong file hears about it.
+// operator who loads the wrong file hears about it; so is a list of more
+// than MaxEntries entries or MaxBytes octets.
 func Parse(kind string, r io.Reader) (map[string]struct{}, error) {
 	if !ValidKind(kind) {
 		return nil, fmt.Errorf("unknown list kind %q (want disposable, role or free)", kind)
 	}
-	set := map[string]struct{}{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
+	b, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s list: %w", kind, err)
+	}
+	if len(b) > MaxBytes {
+		return nil, fmt.Errorf("%s list: larger than %d MiB", kind, MaxBytes>>20)
+	}
+	return parseString(kind, string(b))
+}
+
+// parseString parses a list held in s; entries already in canonical form
+// are substrings of s (no copy).
+func parseString(kind string, s string) (set, error) {
+	if !ValidKind(kind) {
+		return nil, fmt.Errorf("unknown list kind %q (want disposable, role or free)", kind)
+	}
+	out := set{}
+	for n := 1; s != ""; n++ {
+		line := s
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			line, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
 		}
 		e := strings.ToLower(strings.TrimSpace(line))
 		if e == "" {
 			continue
+		}
+		if len(line) > 1024 {
+			return nil, fmt.Errorf("%s list line %d: longer than 1024 octets", kind, n)
 		}
 		if kind == Role {
 			if !validLocal(e) {
@@ -122,15 +181,12 @@ func Parse(kind string, r io.Reader) (map[string]struct{}, error) {
 				return nil, fmt.Errorf("%s list line %d: %q is not a domain", kind, n, e)
 			}
 		}
-		set[e] = struct{}{}
-		if len(set) > MaxEntries {
+		out[e] = struct{}{}
+		if len(out) > MaxEntries {
 			return nil, fmt.Errorf("%s list: more than %d entries", kind, MaxEntries)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s list: %w", kind, err)
-	}
-	return set, nil
+	return out, nil
 }
 
 // ValidKind reports a known list kind.
@@ -142,16 +198,22 @@ func validDomain(s string) bool {
 	if len(s) == 0 || len(s) > 253 || !strings.Contains(s, ".") {
 		return false
 	}
-	for _, lab := range strings.Split(s, ".") {
-		if lab == "" || len(lab) > 63 {
-			return false
-		}
-		for i := 0; i < len(lab); i++ {
-			c := lab[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+	// Label by label without strings.Split: the embedded lists are 150,000
+	// domains, parsed at every start.
+	lab := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '.' {
+			if lab == 0 || lab > 63 {
 				return false
 			}
+			lab = 0
+			continue
 		}
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+		lab++
 	}
 	return true
 }
@@ -166,6 +228,41 @@ func validLocal(s string) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// union returns a new set with a's and b's entries.
+func union(a, b set) set {
+	out := make(set, len(a)+len(b))
+	for e := range a {
+		out[e] = struct{}{}
+	}
+	for e := range b {
+		out[e] = struct{}{}
+	}
+	return out
+}
+
+// Version is the version of the stored lists l holds (0: none read).
+func (l *Lists) Version() int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.version
+}
+
+// adopt takes o's lists when their version differs from l's (a lower
+// version is Redis restored from an older snapshot, or emptied: what Redis
+// holds is what counts); it reports whether it did.
+func (l *Lists) adopt(o *Lists) bool {
+	o.mu.RLock()
+	sets, info, v := o.sets, o.info, o.version
+	o.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v == l.version {
+		return false
+	}
+	l.sets, l.info, l.version = sets, info, v
 	return true
 }
 

@@ -26,8 +26,11 @@ var tldTypos = map[string]string{
 }
 
 // Suggest returns the domain the user probably meant, or "" when domain
-// does not look like a typo. It answers only for a domain on no list (a
-// listed domain is real by definition), and:
+// does not look like a typo. It answers only for a domain that is not a
+// free provider (a listed provider is real by definition); a domain on the
+// disposable list is still corrected, because the big disposable lists
+// carry the typo domains of the big providers (gmial.com, hotmial.com are
+// registered to catch misaddressed mail), and:
 //   - a top-level label typo is fixed (acme.con -> acme.com);
 //   - a domain within a small Damerau-Levenshtein distance of a well-known
 //     provider is corrected to it: distance 1 for providers whose name is 5
@@ -37,7 +40,7 @@ var tldTypos = map[string]string{
 //     one-letter neighbours are real companies (aon.com, gmc.com).
 func (l *Lists) Suggest(domain string) string {
 	d := strings.ToLower(domain)
-	if d == "" || l.IsFree(d) || l.IsDisposable(d) {
+	if d == "" || l.IsFree(d) {
 		return ""
 	}
 	for _, w := range wellKnown {

@@ -1,0 +1,59 @@
+package form
+
+import "strings"
+
+// The built-in families' forms (see the package comment for why they are
+// declared here). The aliases are the dashboard's and bulkctl's former
+// tables merged, normalized, best first.
+var (
+	// Company is company enrichment's form (internal/enrich).
+	Company = Form{
+		Label: "Company enrichment",
+		Hint:  "Companies by professional-network company URL or website domain. 1 credit per distinct company.",
+		Fields: []Field{
+			{Name: "network_url", Label: "Company network URL", MaxLen: 2048, Looks: LooksLikeNetworkURL,
+				Aliases: []string{"networkurl", "linkedinurl", "linkedin", "companylinkedinurl", "linkedincompanyurl", "companylinkedin",
+					"companyurl", "profileurl", "url"}},
+			{Name: "domain", Label: "Website or domain", MaxLen: 2048, Looks: looksLikeDomain,
+				Aliases: []string{"domain", "companydomain", "website", "companywebsite", "websiteurl", "site", "homepage", "web"}},
+		},
+		ListField: "input",
+		Default:   "domain",
+	}
+	// Verification is email verification's form (internal/verification).
+	Verification = Form{
+		Label: "Email verification",
+		Hint:  "Verify addresses. 0.2 credits per distinct address; unknown results are refunded when the job completes.",
+		Fields: []Field{
+			{Name: "email", Label: "Email address", MaxLen: 320, Looks: func(v string) bool { return strings.Contains(v, "@") },
+				Aliases: []string{"email", "emailaddress", "mail", "address", "email1", "workemail", "value"}},
+		},
+		ListField: "emails",
+		Scalar:    true,
+		Default:   "email",
+	}
+	// Lookup is email lookup's form (internal/lookup).
+	Lookup = Form{
+		Label: "Email lookup",
+		Hint:  "Find addresses from first name, last name and company domain. 1 credit, or one daily search, per distinct person.",
+		Fields: []Field{
+			{Name: "first_name", Label: "First name", MaxLen: 255,
+				Aliases: []string{"firstname", "first", "givenname", "fname", "forename"}},
+			{Name: "last_name", Label: "Last name", MaxLen: 255,
+				Aliases: []string{"lastname", "last", "surname", "familyname", "lname"}},
+			{Name: "domain", Label: "Domain", MaxLen: 255,
+				Aliases: []string{"domain", "companydomain", "website", "companywebsite", "websiteurl", "url", "companyurl", "emaildomain", "site"}},
+		},
+		AllRequired: true,
+		ListField:   "input",
+	}
+)
+
+// LooksLikeNetworkURL: a professional-network company URL rather than a
+// website.
+func LooksLikeNetworkURL(v string) bool {
+	lc := strings.ToLower(v)
+	return strings.Contains(lc, "/company/") || strings.Contains(lc, "linkedin.")
+}
+
+func looksLikeDomain(v string) bool { return strings.Contains(v, ".") && !strings.Contains(v, " ") }

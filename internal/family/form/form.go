@@ -1,0 +1,167 @@
+// Package form is how a family's rows are gathered from a table a person
+// has (a CSV upload, a pasted list, a JSON Lines file) and built into the
+// family's submission body: its label, its input fields with the column
+// names that mean them, and its body's shape. The dashboard's new-job pages
+// and bulkctl read the same Form, so a column name is recognised the same
+// way by both (one alias table).
+//
+// The package is a leaf (the standard library only): bulkctl, a client
+// binary, links it without linking the server. The built-in families'
+// forms are declared here for that reason (Company, Verification, Lookup);
+// each family returns its own from family.Family.Form, and a family added
+// later declares its Form in its own package.
+package form
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"unicode"
+)
+
+// Field is one input field of a family's rows.
+type Field struct {
+	// Name is the field's property in the body's row objects.
+	Name  string
+	Label string
+	// Aliases are the column names that mean this field, normalized (Norm),
+	// best first. The field's own name always matches too.
+	Aliases []string
+	// MaxLen is the most characters a value may have (the API's limit);
+	// 0: no limit of its own.
+	MaxLen int
+	// Looks, when set, says whether a value looks like this field's: how a
+	// table without a header is mapped, and how a value of a column that
+	// may hold either of two fields is placed (company: a network URL or a
+	// website).
+	Looks func(v string) bool
+}
+
+// Form is a family's form.
+type Form struct {
+	Label string // e.g. "Email verification"
+	Hint  string // one sentence: what it takes and what it costs
+	// Fields in the order of the body's row objects.
+	Fields []Field
+	// AllRequired: every field must be mapped; otherwise at least one.
+	AllRequired bool
+	// ListField is the body's list property ({"input": [...]}).
+	ListField string
+	// Scalar: the list's items are the only field's values, not objects
+	// ({"emails": ["a@b.example"]}).
+	Scalar bool
+	// Default is the field a table without a header maps its first column
+	// to when no value looks like any field ("": fields by position).
+	Default string
+}
+
+// Norm is a column name as aliases are compared: lower case, letters and
+// digits only ("First Name", "first_name" and "first-name" are one name).
+func Norm(s string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(s) {
+		if unicode.IsLetter(c) || unicode.IsDigit(c) {
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// GuessHeader maps fields to the columns of a header row by name: field ->
+// column index, each field its first matching column, best alias first.
+// Empty when no column name is recognised (the row is likely data).
+func (fm Form) GuessHeader(head []string) map[string]int {
+	m := map[string]int{}
+	for _, f := range fm.Fields {
+		names := append([]string{Norm(f.Name)}, f.Aliases...)
+	alias:
+		for _, a := range names {
+			for i, h := range head {
+				if Norm(h) == a {
+					m[f.Name] = i
+					break alias
+				}
+			}
+		}
+	}
+	return m
+}
+
+// GuessValues maps fields to the columns of a table without a header from
+// its first row's values: each cell goes to the first field not mapped yet
+// whose Looks it satisfies; with no field that Looks, fields go by
+// position; when nothing matched, Default takes the first column.
+func (fm Form) GuessValues(row []string) map[string]int {
+	m := map[string]int{}
+	looks := false
+	for _, f := range fm.Fields {
+		looks = looks || f.Looks != nil
+	}
+	if !looks {
+		for i, f := range fm.Fields {
+			if i < len(row) {
+				m[f.Name] = i
+			}
+		}
+		return m
+	}
+	for i, c := range row {
+		for _, f := range fm.Fields {
+			if _, taken := m[f.Name]; !taken && f.Looks != nil && f.Looks(c) {
+				m[f.Name] = i
+				break
+			}
+		}
+	}
+	if len(m) == 0 && fm.Default != "" {
+		m[fm.Default] = 0
+	}
+	return m
+}
+
+// Item is one row of the body from cells, one per field in the form's
+// order: the value itself for a Scalar form, else an object of the fields;
+// an empty cell is left out of the object unless keep says otherwise (the
+// API then says what is wrong with it).
+func (fm Form) Item(cells []string, keep func(field string) bool) json.RawMessage {
+	if fm.Scalar {
+		b, _ := json.Marshal(cells[0])
+		return b
+	}
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	n := 0
+	for k, f := range fm.Fields {
+		if cells[k] == "" && (keep == nil || !keep(f.Name)) {
+			continue
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		n++
+		name, _ := json.Marshal(f.Name)
+		val, _ := json.Marshal(cells[k])
+		buf.Write(name)
+		buf.WriteByte(':')
+		buf.Write(val)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes()
+}
+
+// Body is the submission body of items: {"<ListField>": [items...]}.
+func (fm Form) Body(items []json.RawMessage) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{`)
+	name, _ := json.Marshal(fm.ListField)
+	b.Write(name)
+	b.WriteString(`:[`)
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}

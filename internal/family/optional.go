@@ -1,0 +1,106 @@
+package family
+
+import (
+	"time"
+
+	"github.com/bulkd/bulkd/internal/jobs"
+)
+
+// The optional parts of the contract: a family has them or not, and every
+// part of bulkd that cares asks through these declarations.
+
+// Retrier is a family whose answers may be provisional (an Answer with
+// RetryAt set, a greylisting mail server say): the processor answers those
+// inputs again when they are due. It is jobs.Retrier, named here because
+// it is part of the contract (the processor, which cannot import this
+// package, asserts the same interface).
+type Retrier = jobs.Retrier
+
+// ProcessedCounter is a family whose total_processed is not the engine's
+// rows with an answer (email lookup: rows with their final answer, a row
+// waiting for a retry is not processed), so that the status and results
+// answers agree.
+type ProcessedCounter interface {
+	Processed(j *jobs.Job) int64
+}
+
+// RetryingAnnouncer is a family whose jobs announce entering the retrying
+// state (every input answered, some answers provisional), with the status
+// its status endpoint shows then (email verification:
+// partial_complete_retrying): a webhook hears of it as well as of
+// completion. Families without it (lookup shows such a job as running)
+// announce only completion.
+type RetryingAnnouncer interface {
+	RetryingStatus() string
+}
+
+// Processed is j's total_processed as f counts it (ProcessedCounter), or
+// the engine's rows with an answer.
+func Processed(f Family, j *jobs.Job) int64 {
+	if pc, ok := f.(ProcessedCounter); ok {
+		return pc.Processed(j)
+	}
+	return j.RowsProcessed
+}
+
+// RetryingStatus is the status f's jobs announce on entering the retrying
+// state; false when f announces none.
+func RetryingStatus(f Family) (string, bool) {
+	if ra, ok := f.(RetryingAnnouncer); ok {
+		return ra.RetryingStatus(), true
+	}
+	return "", false
+}
+
+// RetrySchedule is when a Retrier family answers again an input whose
+// answer was temporary: the provisional-retry rule every such family
+// shares (email verification, email lookup).
+type RetrySchedule struct {
+	// Delays is the wait before each retry: len(Delays) retries, after the
+	// last the answer is final. The operator's schedule, not the remote
+	// server's guess.
+	Delays []time.Duration
+	Now    func() time.Time // nil: time.Now
+}
+
+// Attempt is one input's attempt in a batch.
+type Attempt struct {
+	N int // 1 for the first answer
+	// RetryAt is when the input is answered again; zero when this answer
+	// is final.
+	RetryAt time.Time
+}
+
+// Provisional reports whether the answer of this attempt will be retried.
+func (a Attempt) Provisional() bool { return !a.RetryAt.IsZero() }
+
+// Answers builds a batch's n answers: input i's attempt is attempts[i] (1
+// for all when attempts is nil, a first answer); when temporary(i) and
+// retries are left, the attempt is provisional and its answer is retried
+// after the attempt's delay. answer makes input i's answer for its attempt
+// (its RetryAt is set from the attempt).
+func (s RetrySchedule) Answers(n int, attempts []int, temporary func(i int) bool,
+	answer func(i int, a Attempt) (jobs.Answer, error)) ([]jobs.Answer, error) {
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	at := now()
+	out := make([]jobs.Answer, n)
+	for i := range out {
+		a := Attempt{N: 1}
+		if attempts != nil {
+			a.N = max(attempts[i], 1)
+		}
+		if temporary(i) && a.N <= len(s.Delays) {
+			a.RetryAt = at.Add(s.Delays[a.N-1])
+		}
+		ans, err := answer(i, a)
+		if err != nil {
+			return nil, err
+		}
+		ans.RetryAt = a.RetryAt
+		out[i] = ans
+	}
+	return out, nil
+}
