@@ -31,14 +31,11 @@ run: build ## serve on 127.0.0.1:8080 with a private Redis and a demo account
 # The packages whose Redis scripts and keys must work on Redis Cluster run a
 # second time against a real three-master cluster the tests start
 # (internal/testredis, BULKD_TEST_REDIS=cluster).
-# The verifier's limiter (its other tests use a private redis-server each).
-CLUSTER_TEST_VERIFY := TestRedisLimiterByServer|TestRedisLimiterSlot
 CLUSTER_TEST_PKGS := ./internal/accounts/ ./internal/billing/ ./internal/company/ ./internal/jobs/ ./internal/dashboard/users/ ./internal/webhook/ ./internal/ratelimit/ ./internal/idempotency/ ./internal/verify/ ./internal/verify/lists/
 
 test: deps ## run all tests (each starts its own redis-server on a free loopback port; envtest for the controller), then the Redis-facing packages on a 3-master Redis Cluster
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 ./...
 	BULKD_TEST_REDIS=cluster $(GO) test -count=1 $(CLUSTER_TEST_PKGS)
-	BULKD_TEST_REDIS=cluster $(GO) test -count=1 -run '$(CLUSTER_TEST_VERIFY)' ./internal/verify/
 
 test-race: deps ## all tests under the race detector
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" $(GO) test -count=1 -race ./...

@@ -30,7 +30,7 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "demo", "demo, classes or bench")
+	scenario := flag.String("scenario", "demo", "demo, classes, bench or shared (30 tenants' MX names on 3 servers of one provider, mailworld.SharedServers)")
 	envFile := flag.String("env-file", "", "also write the settings to this file")
 	rtt := flag.Duration("rtt", -1, "simulated round trip per SMTP reply (default: the scenario's)")
 	seed := flag.Int64("seed", 1, "seed of the bench scenario")
@@ -51,8 +51,10 @@ func run(scenario, envFile string, rtt time.Duration, seed int64, printCases boo
 		spec = mailworld.Classes(mailworld.ClassOptions{})
 	case "bench":
 		spec = mailworld.Bench(mailworld.BenchOptions{Seed: seed})
+	case "shared":
+		spec = mailworld.SharedServers(mailworld.SharedServersOptions{Seed: seed, MaxConnsPerServer: 3})
 	default:
-		return fmt.Errorf("unknown scenario %q (demo, classes or bench)", scenario)
+		return fmt.Errorf("unknown scenario %q (demo, classes, bench or shared)", scenario)
 	}
 	if rtt >= 0 {
 		spec.RTT = rtt

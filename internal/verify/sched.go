@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -422,6 +423,12 @@ func (r *run) session(h *hostQ) {
 			return
 		case unreachable:
 			failed++
+			r.mu.Lock()
+			if len(h.ips) > 1 {
+				// Later sessions of this call start at the others.
+				h.ips = slices.DeleteFunc(slices.Clone(h.ips), func(a netip.Addr) bool { return a == ips[(first+i)%len(ips)] })
+			}
+			r.mu.Unlock()
 		}
 	}
 	if failed == len(ips) && r.ctx.Err() == nil {
@@ -445,7 +452,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 	ctx := r.ctx
 	srv := serverOf(DefaultEgress, ip, h.rule)
 	r.mu.Lock()
-	if len(h.queue) == 0 || h.down != "" {
+	if h.down != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0) {
 		r.mu.Unlock()
 		return served // nothing left
 	}
@@ -508,7 +515,10 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 		return served
 	}
 	defer func() { <-r.v.sem }()
-	if r.idle(h) {
+	r.mu.Lock()
+	idle := h.down != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0)
+	r.mu.Unlock()
+	if idle {
 		if ic != nil {
 			parked = r.v.pool.park(srv.key, ic) // not needed after all: back it goes
 		}

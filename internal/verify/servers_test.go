@@ -14,10 +14,6 @@ import (
 	"github.com/bulkd/bulkd/internal/verify/rules"
 )
 
-// TestMain lets the Redis tests here run on the shared test cluster
-// (BULKD_TEST_REDIS=cluster, testredis.Universal).
-// TestMain is in knowledge_test.go (testredis.Main).
-
 // checkExact fails on every case answered otherwise than the world's truth.
 func checkExact(t *testing.T, cases []mailworld.Case, res []verify.Result) {
 	t.Helper()
@@ -344,5 +340,32 @@ func TestRuleTimeout(t *testing.T) {
 	cfg.Rules = rules.NewHolder(rules.NewTable(nil, []rules.Rule{mustRule(t, "slow.test timeout=1s")}))
 	if r := mustNew(t, cfg, nil).VerifyOne(context.Background(), "alice@slow.test"); r.Status != verify.StatusDeliverable {
 		t.Fatalf("with timeout=1s: %s/%s", r.Status, r.Reason)
+	}
+}
+
+// TestPoolWithDeadServer: a name resolving to a server that refuses
+// connections and one that works: every answer comes from the live one.
+func TestPoolWithDeadServer(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{
+			{Name: "dead.pool.test", Refuse: true, Aliases: []string{"mx.pool.test"}},
+			{Name: "live.pool.test", Aliases: []string{"mx.pool.test"}},
+		},
+		Domains: []mailworld.Domain{{Name: "pool.test", MX: []string{"mx.pool.test"}, Users: []string{"a", "b", "c"}}},
+	}
+	w := startWorld(t, spec)
+	cfg := worldConfig(w)
+	cfg.MaxRcptsPerSession = 2 // one address per session: several sessions
+	v := mustNew(t, cfg, nil)
+	emails := []string{"a@pool.test", "b@pool.test", "c@pool.test", "nobody@pool.test"}
+	res := v.Verify(context.Background(), emails)
+	for i, r := range res {
+		want := verify.StatusDeliverable
+		if i == 3 {
+			want = verify.StatusUndeliverable
+		}
+		if r.Status != want {
+			t.Errorf("%s: %s/%s", emails[i], r.Status, r.Reason)
+		}
 	}
 }

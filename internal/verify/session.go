@@ -692,6 +692,14 @@ func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 // address and, when the rules table names the provider, the whole
 // provider are backed off for that egress.
 func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) {
+	// The block's reply code is this call's before the back-off is
+	// visible: another session of the call that finds the host backed off
+	// marks it down as blocked at once, and its addresses carry this code.
+	r.mu.Lock()
+	if h.down != ReasonBlocked && h.downCode == 0 {
+		h.downCode = rep.code
+	}
+	r.mu.Unlock()
 	d := r.v.cfg.BlockBackoff
 	keys := []string{srv.key}
 	if srv.provKey != "" {
