@@ -657,6 +657,14 @@ func (r *run) learnRcptLimit(h *hostQ, n int) {
 // ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
 // log line. rest are the addresses of the transaction not yet answered.
 func (r *run) blocked(h *hostQ, rep reply, stage string, rest *job) {
+	// The block's reply code is this call's before the back-off is
+	// visible: another session of the call that finds the host backed off
+	// marks it down as blocked at once, and its addresses carry this code.
+	r.mu.Lock()
+	if h.down != ReasonBlocked && h.downCode == 0 {
+		h.downCode = rep.code
+	}
+	r.mu.Unlock()
 	d := r.v.cfg.BlockBackoff
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
 	_ = r.v.limiter.Backoff(bctx, h.name, d)
