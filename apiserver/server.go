@@ -90,6 +90,10 @@ type Deps struct {
 	// enforces RequestRate across an account's keys; the engine, the
 	// account store and the dashboard the others. Zero: no limit.
 	Limits accounts.Limits
+	// ReadyDetails, when set, adds its map as "details" to /readyz's 200
+	// answer: warnings an operator should see that do not make the
+	// process unready (the SMTP egresses' HELO check, docs/egress.md).
+	ReadyDetails func() map[string]any
 }
 
 // Server holds the API's state.
@@ -280,5 +284,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, apierr.New(http.StatusServiceUnavailable, "Redis is unreachable"))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	body := map[string]any{"status": "ready"}
+	if s.ReadyDetails != nil {
+		body["details"] = s.ReadyDetails()
+	}
+	writeJSON(w, http.StatusOK, body)
 }

@@ -41,6 +41,11 @@ type Options struct {
 	// into the pods' environment (company-enrichment settings: network
 	// hosts, redirect checks, proxy, batch size...).
 	ConfigMapName string
+	// SecretName, when set, is a Secret of BULKD_* settings loaded into
+	// the pods' environment after the ConfigMaps (optional, like them):
+	// settings that carry credentials, such as BULKD_SMTP_EGRESS with a
+	// SOCKS5 proxy's password.
+	SecretName string
 	// Families are per-family processor settings (--family-profiles); a
 	// family without one gets the settings above.
 	Families map[v1alpha1.Family]FamilyProfile
@@ -123,6 +128,7 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 		RedisSecretName:      kc.RedisSecretName,
 		RedisSecretKey:       kc.RedisSecretKey,
 		ConfigMapName:        kc.ProcessorConfigMap,
+		SecretName:           kc.ProcessorSecret,
 		MaxParallelism:       int32(kc.ParallelismCap),
 		BackoffLimitPerIndex: int32(kc.BackoffLimitPerShard),
 		MaxFailedShards:      int32(kc.MaxFailedShards),
@@ -357,6 +363,10 @@ func processorPod(labels map[string]string, args []string, first []corev1.EnvVar
 	for _, cm := range ps.configMaps {
 		envFrom = append(envFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Optional: ptr.To(true)}})
+	}
+	if o.SecretName != "" {
+		envFrom = append(envFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: o.SecretName}, Optional: ptr.To(true)}})
 	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels)},

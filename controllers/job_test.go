@@ -71,6 +71,13 @@ func TestDesiredJob(t *testing.T) {
 		!reflect.DeepEqual(job.Labels, s.Template.Labels) {
 		t.Fatalf("labels: %v / %v", job.Labels, s.Template.Labels)
 	}
+	// The processor Secret (settings with credentials: an SMTP egress's
+	// proxy) comes after the ConfigMaps, optional like them.
+	o.SecretName = "bulkd-processor-secret"
+	sc := desiredJob(bj, o.withDefaults()).Spec.Template.Spec.Containers[0]
+	if len(sc.EnvFrom) != 2 || sc.EnvFrom[1].SecretRef == nil || sc.EnvFrom[1].SecretRef.Name != "bulkd-processor-secret" || !*sc.EnvFrom[1].SecretRef.Optional {
+		t.Fatalf("envFrom with the processor Secret: %+v", sc.EnvFrom)
+	}
 	if *c.SecurityContext.AllowPrivilegeEscalation || !*pod.SecurityContext.RunAsNonRoot {
 		t.Fatal("processor pods must meet the restricted pod security standard")
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/outbound"
 )
 
@@ -99,6 +100,11 @@ type Config struct {
 	VerifyRetryDelays   string        // waits before the retries of a greylisted address, e.g. "2m,5m,15m"
 	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
 	SMTPDenyPrivate     bool          // deprecated, no effect: non-public addresses are always refused (OutboundAllowCIDRs opens ranges)
+	// SMTP egress (internal/egress, docs/egress.md): at most one of the
+	// three; none is the host's own route greeting with SMTPHelo.
+	SMTPEgress    string // "name=a,source=IP,helo=NAME,public_ip=IP;name=b,proxy=socks5://...,helo=NAME"
+	SMTPProxy     string // socks5://[user:pass@]host:port (a secret: never logged)
+	SMTPSourceIPs string // "ip[=helo],ip[=helo]"
 
 	// Email lookup.
 	LookupTimeout time.Duration // one single email lookup, end to end
@@ -281,6 +287,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SpamdMaxConns, "spamd-max-conns", "content spam checks sent to spamd at once per process (match spamd --max-children; more wait, up to 4x this many)")
 	str(fs, &c.SpamCheckAllowances, "spam-check-allowances", "daily content spam checks per account by plan, e.g. payg=100,starter=250,standard=500,professional=1000 (payg: no active unlimited plan)")
 	dur(fs, &c.VerifySingleRetry, "verify-single-retry", "GET /v1/verify: retry a greylisted address once after this wait, within the request's timeout (0: never)")
+	secretStr(fs, &c.SMTPEgress, "smtp-egress", "SMTP egresses, ';'-separated, each comma-separated key=value: name, helo, source (local address to bind), proxy (socks5://[user:pass@]host:port), public_ip (the address mail servers see, for the HELO check), mail_from; e.g. name=a,source=203.0.113.5,helo=a.example.com;name=b,proxy=socks5://10.0.0.9:1080,helo=b.example.com,public_ip=198.51.100.7 (docs/egress.md)")
+	secretStr(fs, &c.SMTPProxy, "smtp-proxy", "send SMTP checks through this SOCKS5 proxy, socks5://[user:pass@]host:port, greeting with --smtp-helo (one egress; credentials are never logged)")
+	str(fs, &c.SMTPSourceIPs, "smtp-source-ips", "send SMTP checks from these local addresses, comma-separated, each ip or ip=helo-name (default HELO --smtp-helo); one egress per address")
 	boolean(fs, &c.SMTPDenyPrivate, "smtp-deny-private", "deprecated, no effect: addresses that are not public are always refused (open ranges with --outbound-allow-cidrs)")
 	c.registerWebhooks(fs)
 	boolean(fs, &c.Demo, "demo", "create a demo account and keys on first start")
@@ -314,6 +323,16 @@ func str(fs *flag.FlagSet, p *string, name, u string) {
 		*p = v
 	}
 	fs.StringVar(p, name, *p, usage(u, name))
+}
+
+// secretStr is str for a setting that may carry a password (a proxy URL):
+// the value from the environment is used but not shown as the default in
+// --help output.
+func secretStr(fs *flag.FlagSet, p *string, name, u string) {
+	fs.StringVar(p, name, "", usage(u, name))
+	if v, ok := env(name); ok {
+		*p = v
+	}
 }
 
 func num(fs *flag.FlagSet, p *int, name, u string) {
@@ -455,6 +474,9 @@ func (c *Config) Validate() error {
 	if c.SMTPCommandTimeout < 100*time.Millisecond {
 		return fmt.Errorf("--smtp-command-timeout must be at least 100ms")
 	}
+	if _, err := c.SMTPEgresses(); err != nil {
+		return err
+	}
 	if _, err := c.RetryDelays(); err != nil {
 		return err
 	}
@@ -582,6 +604,7 @@ type Kube struct {
 	RedisSecretName      string
 	RedisSecretKey       string
 	ProcessorConfigMap   string
+	ProcessorSecret      string // Secret of BULKD_* settings for the processor pods (SMTP egress with proxy credentials)
 	FamilyProfiles       string // JSON of per-family processor settings by family name (controllers.ParseFamilyProfiles)
 	BackoffLimitPerShard int
 	MaxFailedShards      int
@@ -661,6 +684,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	str(fs, &k.RedisSecretName, "redis-secret-name", "Secret holding the Redis URL the processor pods use")
 	str(fs, &k.RedisSecretKey, "redis-secret-key", "key of the Redis URL in --redis-secret-name")
 	str(fs, &k.ProcessorConfigMap, "processor-config-map", "ConfigMap of BULKD_* settings for the processor pods (optional)")
+	str(fs, &k.ProcessorSecret, "processor-secret", "Secret of BULKD_* settings for the processor pods, loaded after the ConfigMaps (optional; e.g. BULKD_SMTP_EGRESS with proxy credentials)")
 	str(fs, &k.FamilyProfiles, "family-profiles", `per-family processor settings, JSON by family, every field optional: {"email_verification":{"parallelismCap":4,"resources":{"requests":{"cpu":"100m"}},"configMap":"NAME","env":{"K":"V"},"nodeSelector":{"K":"V"},"tolerations":[...],"hostNetwork":true}}`)
 	num(fs, &k.BackoffLimitPerShard, "backoff-limit-per-shard", "retries of a failed shard before its unanswered rows are answered as the family's error outcome")
 	num(fs, &k.MaxFailedShards, "max-failed-shards", "shards of one job that may fail for good before the rest are stopped and answered as the family's error outcome (0: never stop early)")
@@ -721,4 +745,11 @@ func (k *Kube) Validate() error {
 		return fmt.Errorf("--max-running-shards and --max-running-shards-per-account must be 0..100000")
 	}
 	return nil
+}
+
+// SMTPEgresses parses the SMTP egress flags (--smtp-egress, --smtp-proxy,
+// --smtp-source-ips; none: the single default egress with --smtp-helo).
+func (c *Config) SMTPEgresses() ([]egress.Egress, error) {
+	return egress.Parse(egress.Flags{Helo: c.SMTPHelo, MailFrom: c.SMTPMailFrom, Egress: c.SMTPEgress,
+		Proxy: c.SMTPProxy, SourceIPs: c.SMTPSourceIPs})
 }

@@ -66,3 +66,28 @@ func TestFairAccountWorkersBounds(t *testing.T) {
 		}
 	}
 }
+
+// A proxy URL from the environment is used, and --help does not show it
+// (it may carry a password); a flag still wins over it.
+func TestSMTPProxyFromEnvironmentNotShown(t *testing.T) {
+	t.Setenv("BULKD_SMTP_PROXY", "socks5://bulkd:hunter2@10.0.0.9:1080")
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c := Default()
+	c.Register(fs)
+	var help strings.Builder
+	fs.SetOutput(&help)
+	fs.PrintDefaults()
+	if strings.Contains(help.String(), "hunter2") {
+		t.Errorf("--help shows the proxy password:\n%s", help.String())
+	}
+	egs, err := c.SMTPEgresses()
+	if err != nil || len(egs) != 1 || egs[0].ProxyAddr() != "10.0.0.9:1080" {
+		t.Fatalf("egresses %v, %v", egs, err)
+	}
+	if err := fs.Parse([]string{"--smtp-proxy", "socks5://10.0.0.10:1080"}); err != nil {
+		t.Fatal(err)
+	}
+	if egs, _ := c.SMTPEgresses(); egs[0].ProxyAddr() != "10.0.0.10:1080" {
+		t.Errorf("the flag did not win: %v", egs)
+	}
+}

@@ -73,6 +73,10 @@
 //     client's IP ("554 5.7.1 Service unavailable; Client host [ip] blocked
 //     using zen.spamhaus.org; ...", Postfix's reject_rbl_client wording);
 //     the truth of its addresses is unknown/blocked, knowable (HostStats.Blocks).
+//     Host.BlockClientIPs blocks only clients connecting from those
+//     addresses (a DNSBL lists addresses), so a verifier with several
+//     egresses sees one blocked and the others answered. World.Clients
+//     tells which addresses greeted each host with which HELO name.
 //   - Host.AcceptThenBounce: every RCPT for a domain the host serves is
 //     "250 2.1.5 Ok", mailbox or not (full and disabled ones too), as a
 //     gateway without a recipient directory answers; mail to a mailbox that

@@ -219,6 +219,7 @@ func (s *session) handle(line string) action {
 	switch verb {
 	case "EHLO":
 		s.greeted, s.mail, s.okRcpts = true, false, 0
+		s.h.clients.note(s.c, arg)
 		s.reply("250-" + s.h.name)
 		if !s.h.NoPipelining {
 			s.reply("250-PIPELINING")
@@ -228,6 +229,7 @@ func (s *session) handle(line string) action {
 		s.reply("250 8BITMIME")
 	case "HELO":
 		s.greeted, s.mail, s.okRcpts = true, false, 0
+		s.h.clients.note(s.c, arg)
 		s.reply("250 " + s.h.name)
 	case "MAIL":
 		switch {
@@ -306,11 +308,7 @@ func (s *session) rcpt(path string) action {
 		s.release()
 		return actDrop
 	}
-	if h.BlockClient {
-		ip := "unknown"
-		if ta, ok := s.c.RemoteAddr().(*net.TCPAddr); ok {
-			ip = ta.IP.String()
-		}
+	if ip := clientIP(s.c); h.blocksClient(ip) {
 		h.blocks.Add(1)
 		s.reply("554 5.7.1 Service unavailable; Client host [" + ip + "] blocked using zen.spamhaus.org; https://www.spamhaus.org/query/ip/" + ip)
 		return actContinue

@@ -60,6 +60,11 @@ type Host struct {
 	// unavailable; Client host [ip] blocked using zen.spamhaus.org; ...".
 	// The truth of its addresses is unknown/blocked whatever the mailbox.
 	BlockClient bool
+	// BlockClientIPs blocks, as BlockClient does, only the clients
+	// connecting from these addresses (a DNSBL lists addresses, not
+	// senders): a verifier with several egresses sees one blocked and the
+	// others answered. BlockClient without it blocks every client.
+	BlockClientIPs []string
 	// Aliases are more names of this server: each resolves (A) to the
 	// host's IP too, and a domain's MX may name it. SMTP has no way to say
 	// which name the client dialled, so the server behaves the same
@@ -229,6 +234,7 @@ type host struct {
 	sessions, rejected421, rcpts, replies452, greylisted atomic.Int64
 	maxConcurrent                                        atomic.Int64
 	drops, blocks                                        atomic.Int64
+	clients                                              clientLog // who greeted (clients.go)
 	bounces                                              atomic.Int64
 	prov                                                 *provider // nil without Provider
 }

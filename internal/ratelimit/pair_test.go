@@ -115,3 +115,46 @@ func TestKeyAndAccount(t *testing.T) {
 		}
 	}
 }
+
+// A key hammered past its limit: the first refusals say 1 s, and once the
+// second's requests reach three times the limit (2/s: 2 allowed + 4
+// refused) Retry-After is 5 s; each refusal is counted by the pair script
+// itself (one round trip a request), for the key and for the account's
+// ceiling alike.
+func TestKeyAndAccountHammered(t *testing.T) {
+	rdb := testredis.Universal(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name        string
+		keyRate     int
+		accountRate int
+		byAccount   bool
+	}{{"key", 2, 0, false}, {"account", 100, 2, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			l := New(rdb, c.keyRate)
+			// Start at the beginning of a second so the burst stays in one.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+			var got []int
+			for i := 0; i < 8; i++ {
+				p, err := l.KeyAndAccount(ctx, "k-"+c.name, "acct_"+c.name, c.accountRate)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Key.Allowed {
+					got = append(got, 0)
+					continue
+				}
+				if p.ByAccount != c.byAccount {
+					t.Fatalf("request %d: %+v", i, p)
+				}
+				got = append(got, p.Key.RetryAfter)
+			}
+			want := []int{0, 0, 1, 1, 1, 5, 5, 5}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("Retry-After per request %v, want %v", got, want)
+				}
+			}
+		})
+	}
+}

@@ -67,22 +67,7 @@ func (l *Limiter) allow(ctx context.Context, key string, limit redis_rate.Limit,
 // towards the longer Retry-After.
 func (l *Limiter) result(ctx context.Context, allowed bool, resetAfter time.Duration, perSecond int, key string) Result {
 	now := time.Now()
-	out := Result{
-		Allowed: allowed,
-		Limit:   perSecond,
-		Reset:   now.Add(resetAfter),
-	}
-	// redis_rate floors a float for Remaining and loses one to rounding
-	// (19.999 -> 19); the budget in use is ResetAfter / emission interval,
-	// so derive Remaining from that, rounded to the nearest request.
-	interval := time.Second / time.Duration(perSecond)
-	used := int((resetAfter + interval/2) / interval)
-	if out.Allowed && used <= perSecond {
-		out.Remaining = perSecond - used
-	}
-	// X-RateLimit-Reset is whole Unix seconds; round up so a client that
-	// waits until then finds the budget restored.
-	out.Reset = time.Unix(ceilSeconds(out.Reset), 0)
+	out := l.figures(allowed, resetAfter, perSecond)
 	if out.Allowed {
 		return out
 	}
@@ -96,9 +81,49 @@ func (l *Limiter) result(ctx context.Context, allowed bool, resetAfter time.Dura
 	pipe := l.rdb.Pipeline()
 	incr := pipe.Incr(ctx, k)
 	pipe.Expire(ctx, k, 2*time.Second)
-	if _, err := pipe.Exec(ctx); err == nil && int(incr.Val())+perSecond >= 3*perSecond {
+	if _, err := pipe.Exec(ctx); err == nil {
+		overRetryAfter(&out, int(incr.Val()), perSecond)
+	}
+	return out
+}
+
+// figures are a check's X-RateLimit-* figures: allowed or not, with
+// resetAfter until its budget is full again.
+func (l *Limiter) figures(allowed bool, resetAfter time.Duration, perSecond int) Result {
+	out := Result{
+		Allowed: allowed,
+		Limit:   perSecond,
+		Reset:   time.Now().Add(resetAfter),
+	}
+	// redis_rate floors a float for Remaining and loses one to rounding
+	// (19.999 -> 19); the budget in use is ResetAfter / emission interval,
+	// so derive Remaining from that, rounded to the nearest request.
+	interval := time.Second / time.Duration(perSecond)
+	used := int((resetAfter + interval/2) / interval)
+	if out.Allowed && used <= perSecond {
+		out.Remaining = perSecond - used
+	}
+	// X-RateLimit-Reset is whole Unix seconds; round up so a client that
+	// waits until then finds the budget restored.
+	out.Reset = time.Unix(ceilSeconds(out.Reset), 0)
+	return out
+}
+
+// overRetryAfter sets a refusal's Retry-After from the refusals counted in
+// the current second: 5 s instead of 1 s once the second's requests
+// (about perSecond allowed plus the refused) reach three times the limit.
+func overRetryAfter(out *Result, refused, perSecond int) {
+	if refused+perSecond >= 3*perSecond {
 		out.RetryAfter = 5
 	}
+}
+
+// refusal is the Result of a refusal whose second's refusals the pair
+// script has already counted (no second round trip).
+func (l *Limiter) refusal(resetAfter time.Duration, perSecond, refused int) Result {
+	out := l.figures(false, resetAfter, perSecond)
+	out.RetryAfter = 1
+	overRetryAfter(&out, refused, perSecond)
 	return out
 }
 
@@ -108,10 +133,15 @@ func (l *Limiter) result(ctx context.Context, allowed bool, resetAfter time.Dura
 // one round trip for both on the hottest path (every authenticated
 // request). A request the key refuses does not count against the account,
 // and one the account refuses does not spend the key's budget.
-// KEYS = key's state, account's state (one hash slot: the account's tag).
+// A refusal is also counted in the refusing limit's count of the current
+// second (its longer Retry-After), in the same step: a client hammering
+// past its limit costs one round trip a request, not two.
+// KEYS = key's state, account's state, key's refusals, account's refusals
+// (one hash slot: the account's tag).
 // ARGV = key rate per second, account rate per second (0: no ceiling).
 // Returns {refused by: 0 none, 1 key, 2 account; the key's reset after
-// (s); the refusing limit's reset after (s)} as strings.
+// (s); the refusing limit's reset after (s); refusals of this second by
+// the refusing limit, this one included (0 when allowed)} as strings.
 var pairScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -123,21 +153,32 @@ local function gcra(k, rate)
   if now - (new_tat - interval * rate) < 0 then return nil, tat - now end
   return new_tat, new_tat - now
 end
+-- "second:count", kept 2 s: the refusals of the current second.
+local function refused(k)
+  local n = 1
+  local v = redis.call('GET', k)
+  if v then
+    local sec, c = string.match(v, '^(%d+):(%d+)$')
+    if sec == t[1] then n = tonumber(c) + 1 end
+  end
+  redis.call('SET', k, t[1] .. ':' .. n, 'EX', 2)
+  return tostring(n)
+end
 local kt, kreset = gcra(KEYS[1], tonumber(ARGV[1]))
-if not kt then return {'1', tostring(kreset), tostring(kreset)} end
+if not kt then return {'1', tostring(kreset), tostring(kreset), refused(KEYS[3])} end
 local arate = tonumber(ARGV[2])
 if arate > 0 then
   local at, areset = gcra(KEYS[2], arate)
   if not at then
     local cur = math.max(tonumber(redis.call('GET', KEYS[1]) or now), now)
-    return {'2', tostring(cur - now), tostring(areset)}
+    return {'2', tostring(cur - now), tostring(areset), refused(KEYS[4])}
   end
   -- As redis_rate: at a rate so high that one request's interval is
   -- lost in the float, there is nothing to keep.
   if areset > 0 then redis.call('SET', KEYS[2], at, 'EX', math.ceil(areset)) end
 end
 if kreset > 0 then redis.call('SET', KEYS[1], kt, 'EX', math.ceil(kreset)) end
-return {'0', tostring(kreset), tostring(kreset)}
+return {'0', tostring(kreset), tostring(kreset), '0'}
 `)
 
 // Pair is the outcome of KeyAndAccount.
@@ -157,23 +198,25 @@ type Pair struct {
 // round trip. Both states live on the account's hash slot.
 func (l *Limiter) KeyAndAccount(ctx context.Context, keyID, accountID string, accountRate int) (Pair, error) {
 	tag := "bulkd:rl:{" + accountID + "}:"
-	v, err := pairScript.Run(ctx, l.rdb, []string{tag + "k:" + keyID, tag + "a"}, l.perSecond, max(accountRate, 0)).StringSlice()
-	if err != nil || len(v) != 3 {
+	v, err := pairScript.Run(ctx, l.rdb, []string{tag + "k:" + keyID, tag + "a", tag + "over:k:" + keyID, tag + "over:a"},
+		l.perSecond, max(accountRate, 0)).StringSlice()
+	if err != nil || len(v) != 4 {
 		return Pair{}, fmt.Errorf("rate limit: %v %w", v, err)
 	}
 	secs := func(s string) time.Duration {
 		f, _ := strconv.ParseFloat(s, 64)
 		return time.Duration(f * float64(time.Second))
 	}
+	refusals, _ := strconv.Atoi(v[3])
 	switch v[0] {
 	case "0":
-		return Pair{Key: l.result(ctx, true, secs(v[1]), l.perSecond, keyID)}, nil
+		return Pair{Key: l.figures(true, secs(v[1]), l.perSecond)}, nil
 	case "1":
-		return Pair{Key: l.result(ctx, false, secs(v[1]), l.perSecond, keyID)}, nil
+		return Pair{Key: l.refusal(secs(v[1]), l.perSecond, refusals)}, nil
 	}
-	key := l.result(ctx, true, secs(v[1]), l.perSecond, keyID)
+	key := l.figures(true, secs(v[1]), l.perSecond)
 	key.Allowed, key.Remaining = false, 0
-	acct := l.result(ctx, false, secs(v[2]), accountRate, "acct:"+accountID)
+	acct := l.refusal(secs(v[2]), accountRate, refusals)
 	if acct.Reset.After(key.Reset) {
 		key.Reset = acct.Reset
 	}

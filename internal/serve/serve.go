@@ -24,6 +24,7 @@ import (
 	"github.com/bulkd/bulkd/internal/company/redirect"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/dashboard"
+	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/finder"
@@ -153,7 +154,8 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Bulk: fams.bulk, Singles: fams.singles, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
-		Limits: cfg.AccountLimits(),
+		Limits:       cfg.AccountLimits(),
+		ReadyDetails: func() map[string]any { return map[string]any{"smtp_egress": fams.helo.Results()} },
 		Dashboard: func(api *apiserver.Server) http.Handler {
 			dash = newDashboard(cfg, api, log)
 			return dash
@@ -161,6 +163,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	})
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
+	api.Metrics.Registry.MustRegister(egress.Collectors()...) // bulkd_smtp_egress_helo_check
 	return &Components{API: api, Dashboard: dash, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
 		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry), Lists: fams.lists}, nil
 }
@@ -218,6 +221,7 @@ type families struct {
 	companies    *company.Store
 	verification *verification.Family
 	lookup       *apiserver.SingleLookup
+	helo         *egress.Checker // the egresses' HELO check (/readyz)
 	lists        *verify.Lists
 }
 
@@ -257,7 +261,7 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
 	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver, lists: lists,
+	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo,
 		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
 			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
 	// The families, one entry each (a new family is one more), then the
@@ -292,6 +296,9 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 type verifiers struct {
 	bulk, single *verify.Verifier
 	lists        *verify.Lists // both verifiers'
+	// helo is the start-up check of each egress's HELO name (its A and
+	// PTR records against the egress's public address), shown on /readyz.
+	helo *egress.Checker
 }
 
 func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.Family, verifiers, error) {
@@ -315,25 +322,47 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 	if err != nil {
 		return nil, verifiers{}, err
 	}
+	egs, err := cfg.SMTPEgresses()
+	if err != nil {
+		return nil, verifiers{}, err
+	}
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes, Rules: smtpRules}, lists, lim)
+		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
 	if err != nil {
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
 	fam := verification.New(v, delays)
-	vs := verifiers{bulk: v, single: v, lists: lists}
+	vs := verifiers{bulk: v, single: v, lists: lists, helo: startHeloCheck(cfg, egs, log)}
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
 		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
 			CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
-			Probes: probes, Rules: smtpRules}, lists, lim)
+			Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
 		if err != nil {
 			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 		}
 		fam.Single, vs.single = sv, sv
 	}
 	return fam, vs, nil
+}
+
+// heloCheckTimeout bounds the start-up HELO check of all egresses.
+const heloCheckTimeout = 30 * time.Second
+
+// startHeloCheck checks each egress's HELO name in the background (DNS may
+// be slow at start; serving does not wait for it) and logs the outcome: a
+// mismatch is a warning, not a reason to refuse to start or to be
+// unready, since verification still works, only with more refusals and
+// blocks from the servers that check (docs/egress.md).
+func startHeloCheck(cfg config.Config, egs []egress.Egress, log *slog.Logger) *egress.Checker {
+	chk := egress.NewChecker(cfg.DNSServer, 2*time.Second, egs)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), heloCheckTimeout)
+		defer cancel()
+		chk.Run(ctx, egs, log)
+	}()
+	return chk
 }
 
 // newProcessor builds the shard processor; bl pays the refunds of the jobs

@@ -218,8 +218,8 @@
 // ("<tenant>.mail.protection.outlook.com" for every Microsoft 365 tenant).
 // So politeness is counted per server ADDRESS and per provider, never per
 // MX name. Every key is built by one function, limitKey(egress, server),
-// with server "ip:<address>" or "provider:<name>" and egress "default"
-// until sessions can leave from chosen addresses:
+// with server "ip:<address>" or "provider:<name>" and egress the name of
+// the egress the session goes through ("default" without --smtp-egress):
 //
 //	what                                   keyed by
 //	open sessions (cap), new sessions/s    egress + server address dialled
@@ -279,6 +279,29 @@
 // defaults use it only for consumer Gmail and Outlook.com, which refuse
 // unknown recipients at RCPT and have no catch-all) trusts a 250 without a
 // probe; everything else is probed.
+//
+// # Egresses (Config.Egresses, package egress, docs/egress.md)
+//
+// A session goes through one egress: the host's route, a source address or
+// a SOCKS5 proxy, each greeting with its own HELO name. Its keys are
+// serverOf(egress name, address, rule): the cap, the rate, back-offs and
+// blocks hold per egress and server address (and provider), since a server
+// counts clients by address; the RCPTs per session learned are the
+// server's, for any egress. The call's own count of sessions per server
+// address is kept per address and egress too. A new session takes the
+// usable egress with the fewest of the call's sessions to that host, below
+// the caps, skipping an egress whose every address of the host has its cap
+// of the call's sessions through it; the session then starts at the
+// host's next address that egress can reach (a source address reaches
+// only its own family). A block (or a 421 back-off) through one egress
+// sets that egress aside for the host (setAside) and the others carry its
+// queue; only when every egress is set aside is the host down, with the
+// most informative reason (blocked before rate_limited) and the soonest
+// back-off as RetryAfter. A session carrying another MX name's work on a
+// shared server only borrows from names that have not set its egress
+// aside. A failing proxy, or an egress that reaches none of the host's
+// addresses, sets its egress aside for the host in the call. A proxy is
+// asked to CONNECT to the checked address literal only.
 //
 // # The outbound policy (Config.Policy, internal/outbound)
 //

@@ -11,6 +11,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/outbound"
 )
 
@@ -223,4 +224,13 @@ func TestDialSMTPControl(t *testing.T) {
 	if n := srv.sessions.Load(); n != 1 {
 		t.Fatalf("%d sessions, want 1 (the allowed dial)", n)
 	}
+}
+
+// dialSMTP connects to ip:port directly (the default egress) within
+// timeout (and ctx). ip was checked against pol before; pol's Control
+// refuses anything else as a last line. Sessions dial through their egress
+// (egress.Egress.Dial); this is that dial for the host's own route.
+func dialSMTP(ctx context.Context, ip netip.Addr, port int, timeout time.Duration, pol *outbound.Policy) (net.Conn, error) {
+	e := egress.Egress{Name: egress.DefaultName}
+	return e.Dial(ctx, ip, port, timeout, pol)
 }

@@ -3,12 +3,14 @@ package verify
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/verify/rules"
 )
 
@@ -104,6 +106,26 @@ type hostQ struct {
 	next        int  // sessions started: the next one starts at address next mod len(ips)
 	// rule is the rules table's entry for the host's name (zero: none).
 	rule rules.Rule
+	// eg is the host's state per egress (Verifier.egs, same order).
+	eg []egState
+}
+
+// egState is one egress's use of a host in a call.
+type egState struct {
+	sessions int
+	// aside is why the egress is not used for this host any more in this
+	// call ("" usable): a block, a back-off, a broken proxy. When every
+	// egress is set aside the host is down (setAside).
+	aside string
+	retry time.Duration
+	code  int
+}
+
+// ipEgress keys this call's sessions per server address and egress: a
+// server counts sessions by client address.
+type ipEgress struct {
+	ip netip.Addr
+	e  int
 }
 
 // run is the state of one Verify call.
@@ -125,7 +147,7 @@ type run struct {
 	// already has its cap of this call's sessions starts none (they could
 	// only wait for the limiter, each taking a slot and a rate token to
 	// find its work carried by the others); it is woken when one ends.
-	ipActive map[netip.Addr]int
+	ipActive map[ipEgress]int
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -196,7 +218,7 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 func (r *run) host(name string) *hostQ {
 	h := r.hosts[name]
 	if h == nil {
-		h = &hostQ{name: name}
+		h = &hostQ{name: name, eg: make([]egState, len(r.v.egs))}
 		h.rule, _ = r.rules.Match(name)
 		r.hosts[name] = h
 	}
@@ -260,10 +282,8 @@ func (r *run) spawn(h *hostQ) {
 	if r.hold || h.down != "" || len(h.queue) == 0 || r.ctx.Err() != nil {
 		return
 	}
-	if h.resolved && r.allAtCap(h) {
-		return // woken by serve when a session of one of its servers ends
-	}
 	per := r.budget(h)
+	// The caps are per egress: a server counts sessions by client address.
 	most := r.serverCap(h)
 	if h.rule.ProviderSessions > 0 {
 		most = min(most, h.rule.ProviderSessions)
@@ -271,12 +291,81 @@ func (r *run) spawn(h *hostQ) {
 	if h.sessionLimit > 0 {
 		most = min(most, h.sessionLimit)
 	}
-	want := min(most, max((h.pending+per-1)/per, 1))
+	want := max((h.pending+per-1)/per, 1)
 	for h.sessions < want {
+		// -1 when every usable egress has its cap of sessions to h, or its
+		// server has its cap of this call's sessions through it (woken by
+		// serve when a session of that server ends).
+		e := r.pickEgress(h, most)
+		if e < 0 {
+			return
+		}
 		h.sessions++
+		h.eg[e].sessions++
 		r.wg.Add(1)
-		go r.session(h)
+		go r.session(h, e)
 	}
+}
+
+// pickEgress returns the usable egress with the fewest of this call's
+// sessions to h, below most each (and below the server's cap of the call's
+// sessions through it), or -1. Ties go to the first egress from the one
+// h's name hashes to, so that a call's hosts spread over the egresses
+// rather than all starting on the first. Caller holds r.mu.
+func (r *run) pickEgress(h *hostQ, most int) int {
+	n := len(h.eg)
+	start := 0
+	if n > 1 {
+		f := fnv.New32a()
+		f.Write([]byte(h.name))
+		start = int(f.Sum32() % uint32(n))
+	}
+	best := -1
+	for k := range n {
+		i := (start + k) % n
+		s := &h.eg[i]
+		if s.aside != "" || s.sessions >= most {
+			continue
+		}
+		if h.resolved && r.allAtCap(h, i) {
+			continue // woken by serve when a session of one of its servers ends
+		}
+		if best < 0 || s.sessions < h.eg[best].sessions {
+			best = i
+		}
+	}
+	return best
+}
+
+// setAside stops using egress e for h in this call, for reason (a block,
+// a back-off of that egress, a proxy that failed). Sessions through the
+// other egresses carry h's queue; when none is left h is down, with the
+// most informative of the egresses' reasons and the soonest of their
+// back-offs as RetryAfter. Caller holds r.mu.
+func (r *run) setAside(h *hostQ, e int, reason string, retry time.Duration, code int) {
+	s := &h.eg[e]
+	if s.aside == "" || failRank[reason] > failRank[s.aside] {
+		s.aside, s.retry, s.code = reason, retry, code
+	}
+	best := -1
+	var soonest time.Duration
+	for i := range h.eg {
+		g := &h.eg[i]
+		if g.aside == "" {
+			r.spawn(h)
+			return
+		}
+		if best < 0 || failRank[g.aside] > failRank[h.eg[best].aside] {
+			best = i
+		}
+		if g.retry > 0 && (soonest == 0 || g.retry < soonest) {
+			soonest = g.retry
+		}
+	}
+	if h.down == "" {
+		h.downCode = h.eg[best].code
+	}
+	r.markDown(h, h.eg[best].aside, soonest)
 }
 
 // serverCap is the sessions per server address of h's servers: its rule's,
@@ -288,15 +377,33 @@ func (r *run) serverCap(h *hostQ) int {
 	return r.v.perHost
 }
 
-// allAtCap reports whether every address h's sessions may dial has its
-// cap of this call's sessions. Caller holds r.mu.
-func (r *run) allAtCap(h *hostQ) bool {
-	for _, ip := range h.ips[:min(len(h.ips), maxIPsPerHost)] {
-		if r.ipActive[ip] < r.ipCap(h) {
+// allAtCap reports whether every address h's sessions through egress e
+// may dial has its cap of this call's sessions through e. An egress that
+// reaches none of h's addresses is not at its cap: its session sets it
+// aside. Caller holds r.mu.
+func (r *run) allAtCap(h *hostQ, e int) bool {
+	ips := r.dialable(h.ips, e)
+	for _, ip := range ips {
+		if r.ipActive[ipEgress{ip, e}] < r.ipCap(h) {
 			return false
 		}
 	}
-	return true
+	return len(ips) > 0
+}
+
+// dialable are the first maxIPsPerHost of ips that egress e can reach (a
+// source address reaches only its own family).
+func (r *run) dialable(ips []netip.Addr, e int) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		if len(out) == maxIPsPerHost {
+			break
+		}
+		if r.v.egs[e].Reaches(ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // ipCap is how many of this call's sessions h's server may have: its cap,
@@ -390,11 +497,14 @@ func (r *run) needProbe(d *domainState, h *hostQ) bool {
 // politeness slot is taken for the server address it dials (and the
 // host's provider): when an address cannot be dialled, the slot is given
 // back and the next address gets its own.
-func (r *run) session(h *hostQ) {
+//
+// The session goes through egress e.
+func (r *run) session(h *hostQ, e int) {
 	defer r.wg.Done()
 	defer func() {
 		r.mu.Lock()
 		h.sessions--
+		h.eg[e].sessions--
 		r.spawn(h)
 		r.mu.Unlock()
 	}()
@@ -408,17 +518,27 @@ func (r *run) session(h *hostQ) {
 	if r.idle(h) {
 		return
 	}
-	// The host's addresses (at most maxIPsPerHost), starting at a
-	// different one for each session: a name with several servers spreads
-	// its sessions over them, each within its own cap.
-	ips = ips[:min(len(ips), maxIPsPerHost)]
+	// The host's addresses this egress can reach (at most maxIPsPerHost),
+	// starting at a different one for each session: a name with several
+	// servers spreads its sessions over them, each within its own cap.
+	ips = r.dialable(ips, e)
+	if len(ips) == 0 {
+		// The egress cannot reach any of the host's addresses (their
+		// family): another egress may.
+		if r.ctx.Err() == nil {
+			r.mu.Lock()
+			r.setAside(h, e, ReasonConnectionFailed, 0, 0)
+			r.mu.Unlock()
+		}
+		return
+	}
 	r.mu.Lock()
 	first := h.next % len(ips)
 	h.next++
 	r.mu.Unlock()
 	failed := 0
 	for i := range ips {
-		switch r.serve(h, ips[(first+i)%len(ips)]) {
+		switch r.serve(h, e, ips[(first+i)%len(ips)]) {
 		case served:
 			return
 		case unreachable:
@@ -447,27 +567,31 @@ const (
 	atCap                      // the address has its cap of this call's sessions; spawn starts the host again when one ends
 )
 
-// serve runs the session on ip, and says what became of it.
-func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
+// serve runs the session on ip through egress e, and says what became
+// of it.
+func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
 	ctx := r.ctx
-	srv := serverOf(DefaultEgress, ip, h.rule)
+	eg := &r.v.egs[e]
+	srv := serverOf(eg.Name, ip, h.rule)
+	srv.egress = e
+	ie := ipEgress{ip, e}
 	r.mu.Lock()
-	if h.down != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0) {
+	if h.down != "" || h.eg[e].aside != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0) {
 		r.mu.Unlock()
 		return served // nothing left
 	}
-	if r.ipActive[ip] >= r.ipCap(h) {
+	if r.ipActive[ie] >= r.ipCap(h) {
 		r.mu.Unlock()
 		return atCap
 	}
 	if r.ipActive == nil {
-		r.ipActive = map[netip.Addr]int{}
+		r.ipActive = map[ipEgress]int{}
 	}
-	r.ipActive[ip]++
+	r.ipActive[ie]++
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		r.ipActive[ip]--
+		r.ipActive[ie]--
 		for _, p := range r.byIP[ip] {
 			if p != h {
 				r.spawn(p)
@@ -481,7 +605,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 		var we *WaitError
 		if errors.As(err, &we) {
 			r.mu.Lock()
-			r.markDown(h, ReasonRateLimited, we.RetryAfter)
+			r.setAside(h, e, ReasonRateLimited, we.RetryAfter, 0)
 			r.mu.Unlock()
 		}
 		return served // ctx ended: what is left stays unanswered
@@ -492,7 +616,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 			reason = ReasonBlocked
 		}
 		r.mu.Lock()
-		r.markDown(h, reason, backoff)
+		r.setAside(h, e, reason, backoff, 0)
 		r.mu.Unlock()
 		return served
 	}
@@ -516,7 +640,7 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 	}
 	defer func() { <-r.v.sem }()
 	r.mu.Lock()
-	idle := h.down != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0)
+	idle := h.down != "" || h.eg[e].aside != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0)
 	r.mu.Unlock()
 	if idle {
 		if ic != nil {
@@ -530,8 +654,16 @@ func (r *run) serve(h *hostQ, ip netip.Addr) outcome {
 	}
 	cfg := &r.v.cfg
 	start := time.Now()
-	nc, err := dialSMTP(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
+	nc, err := eg.Dial(ctx, ip, cfg.SMTPPort, cfg.DialTimeout, cfg.Policy)
 	if err != nil {
+		if egress.IsProxyFailure(err) && ctx.Err() == nil {
+			// The egress failed, not the server: another egress may do.
+			r.mu.Lock()
+			r.setAside(h, e, ReasonConnectionFailed, 0, 0)
+			r.mu.Unlock()
+			r.v.warnProxy(eg, err)
+			return served
+		}
 		if ctx.Err() != nil {
 			return served
 		}

@@ -6,8 +6,11 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/egress"
 )
 
 // maxIPsPerHost is how many addresses of one MX host are dialled before
@@ -82,7 +85,6 @@ func (g *group) skipTo(end int) error {
 // (release) with it.
 func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *idleConn, release func()) (parked bool) {
 	ctx := r.ctx
-	cfg := &r.v.cfg
 	if ic != nil {
 		return r.transactions(h, ic.c, &sess{srv: srv, sent: ic.sent, answered: ic.answered, txs: ic.txs, reused: true,
 			answeredBefore: ic.answered, client: ic.client, started: ic.started}, release)
@@ -96,7 +98,8 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	client := clientOf(c.nc, cfg.HeloName)
+	eg := &r.v.egs[srv.egress]
+	client := egressClient(c.nc, eg)
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
@@ -119,7 +122,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 		r.mu.Unlock()
 		return false
 	}
-	hello, err := c.hello(cfg.HeloName)
+	hello, err := c.hello(eg.Helo)
 	if err != nil {
 		r.sessionFailed(h, err, false)
 		return false
@@ -150,7 +153,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 // QUIT. It reports whether it was parked.
 func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (parked bool) {
 	ctx := r.ctx
-	cfg := &r.v.cfg
+	eg := &r.v.egs[s.srv.egress]
 	defer func() {
 		if !parked {
 			c.nc.Close()
@@ -171,7 +174,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 				g.cmds = append(g.cmds, "RSET")
 			}
 			s.txs++
-			g.cmds = append(g.cmds, "MAIL FROM:<"+cfg.MailFrom+">")
+			g.cmds = append(g.cmds, "MAIL FROM:<"+eg.MailFrom+">")
 			if t.probe {
 				g.cmds = append(g.cmds, "RCPT TO:<"+r.probeFor(t.j.dom)+"@"+t.j.dom.name+">")
 			}
@@ -220,6 +223,22 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 	return false
 }
 
+// egressClient is how a server may name us through eg (isClientBlock):
+// the HELO name, and the address it sees: the egress's public address when
+// configured, else the session's local address on a direct route; through
+// a proxy without public_ip the address is unknown (the local one is our
+// address towards the proxy, which the server never sees).
+func egressClient(nc net.Conn, eg *egress.Egress) clientID {
+	c := clientOf(nc, eg.Helo)
+	switch {
+	case eg.PublicIP.IsValid():
+		c.ip = eg.PublicIP.String()
+	case eg.Proxy != nil:
+		c.ip = ""
+	}
+	return c
+}
+
 // nextGroup takes the transactions of the next pipelined group: as many
 // jobs as the session's budget allows (one when the server does not
 // pipeline), and reports whether QUIT can end the group because nothing
@@ -255,13 +274,13 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) 
 }
 
 // peers are the other MX names of this call that may dial srv's address
-// and whose rule is h's: their work may ride h's sessions (SMTP cannot
-// tell which name led to a server, so the server answers the same). Caller
-// holds r.mu.
+// and whose rule is h's, and that have not set srv's egress aside: their
+// work may ride h's sessions (SMTP cannot tell which name led to a server,
+// so the server answers the same). Caller holds r.mu.
 func (r *run) peers(h *hostQ, srv server) []*hostQ {
 	var out []*hostQ
 	for _, p := range r.byIP[srv.ip] {
-		if p != h && p.down == "" && len(p.queue) > 0 && p.rule == h.rule {
+		if p != h && p.down == "" && p.eg[srv.egress].aside == "" && len(p.queue) > 0 && p.rule == h.rule {
 			out = append(out, p)
 		}
 	}
@@ -338,8 +357,9 @@ func (r *run) tarpit(h *hostQ) {
 	h.queue, h.pending = nil, 0
 }
 
-// rateLimited handles a 421: the host is backed off (for every process
-// sharing the limiter) and unanswered addresses move to the next MX or end
+// rateLimited handles a 421: the server is backed off for the session's
+// egress (for every process sharing the limiter), and unanswered addresses
+// go to another egress, or when none is left to the next MX or end
 // rate_limited.
 //
 // A 421 is one server's answer: its address is backed off, not the
@@ -350,7 +370,9 @@ func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	r.v.pool.flush(srv.key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.markDown(h, ReasonRateLimited, d)
+	// The back-off is the egress's (srv.key names it): the host's other
+	// egresses go on (setAside).
+	r.setAside(h, srv.egress, ReasonRateLimited, d, 0)
 	if unanswered != nil {
 		r.route(unanswered)
 	}
@@ -366,7 +388,7 @@ func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 // MX name led there, and the cap learned applies to every name of it.
 func (r *run) banner421(h *hostQ, srv server) {
 	r.mu.Lock()
-	if others := r.ipActive[srv.ip] - 1; others > 0 {
+	if others := r.ipActive[ipEgress{srv.ip, srv.egress}] - 1; others > 0 {
 		h.sessionLimit = others
 		for _, p := range r.byIP[srv.ip] {
 			p.sessionLimit = others
@@ -681,11 +703,13 @@ func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 
 // blocked handles a reply that blames the client (isClientBlock): the
 // addresses are unknown/blocked, never undeliverable, since the server
-// refuses us, whatever the mailbox. The host is backed off for BlockBackoff
-// for every process sharing the limiter (asking again only deepens the
-// block), marked down for this call (its queue moves to the next MX, or
-// ends blocked), and the operator is told: bulkd_smtp_blocks_total and a
-// log line. rest are the addresses of the transaction not yet answered.
+// refuses us, whatever the mailbox. The server is backed off for the
+// session's egress for BlockBackoff, for every process sharing the limiter
+// (asking again only deepens the block), and the egress is set aside for
+// the host in this call: the other egresses carry its queue; when every
+// egress is set aside the host is down (its queue moves to the next MX, or
+// ends blocked). The operator is told: bulkd_smtp_blocks_total and a log
+// line. rest are the addresses of the transaction not yet answered.
 //
 // A block is about our egress's reputation, which a provider judges the
 // same on all its servers (one DNSBL, one reputation system): the server
@@ -715,23 +739,39 @@ func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) 
 	}
 	cancel()
 	r.v.pool.flush(srv.key)
-	smtpBlocks.WithLabelValues(stage).Inc()
+	eg := &r.v.egs[srv.egress]
+	smtpBlocks.WithLabelValues(stage, eg.Name).Inc()
 	text := rep.text
 	if len(text) > 200 {
 		text = text[:200]
 	}
-	r.v.log.Warn("smtp: the mail server blocks this client; backing off", "host", h.name, "server", srv.ip.String(),
-		"provider", srv.provider, "stage", stage,
+	r.v.log.Warn("smtp: the mail server blocks this egress; setting it aside for this server", "host", h.name, "server", srv.ip.String(),
+		"provider", srv.provider, "egress", eg.Name, "helo", eg.Helo, "stage", stage,
 		"code", rep.code, "reply", text, "backoff", d)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h.down != ReasonBlocked {
-		h.downCode = rep.code
-	}
-	r.markDown(h, ReasonBlocked, d)
+	// The egress is set aside for the host; the others carry its queue.
+	r.setAside(h, srv.egress, ReasonBlocked, d, rep.code)
 	if rest != nil {
 		r.route(rest)
 	}
+}
+
+// warnProxy tells the operator that an egress's proxy failed, at most once
+// a minute per egress. The error names the proxy by host:port only.
+func (v *Verifier) warnProxy(eg *egress.Egress, err error) {
+	v.proxyMu.Lock()
+	last := v.proxyWarned[eg.Name]
+	now := time.Now()
+	if now.Sub(last) < time.Minute {
+		v.proxyMu.Unlock()
+		return
+	}
+	v.proxyWarned[eg.Name] = now
+	v.proxyMu.Unlock()
+	smtpProxyFailures.WithLabelValues(eg.Name).Inc()
+	v.log.Warn("smtp: the egress's proxy failed; using the other egresses", "egress", eg.Name,
+		"proxy", eg.ProxyAddr(), "err", err)
 }
 
 // answer records the RCPT reply of one address. It returns true instead

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/publicsuffix"
 
+	"github.com/bulkd/bulkd/internal/egress"
 	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/verify/lists"
 	"github.com/bulkd/bulkd/internal/verify/rules"
@@ -100,6 +102,14 @@ type Config struct {
 	// Logger receives the operator's warnings (a server blocking us);
 	// nil: slog.Default().
 	Logger *slog.Logger
+	// Egresses are the ways out SMTP sessions may take (source addresses,
+	// SOCKS5 proxies), each with its HELO name (package egress). Empty: one
+	// egress, the host's route, greeting with HeloName. Politeness is kept
+	// per egress and server: each egress has its own session cap, back-offs
+	// and blocks (a server counts clients by address), and an egress a
+	// server blocks is set aside for that server for BlockBackoff while the
+	// others go on.
+	Egresses []egress.Egress
 	// Rules is the table of per-server rules by MX name suffix (package
 	// rules: provider, reply timeout, sessions per server and per provider,
 	// RCPTs per session, probe or not), read at every call so a reload
@@ -115,8 +125,28 @@ func (c Config) withDefaults() Config {
 	if c.HeloName == "" {
 		c.HeloName = "bulkd.localhost"
 	}
+	mailFromSet := c.MailFrom != ""
 	if c.MailFrom == "" {
 		c.MailFrom = "verify@" + c.HeloName
+	}
+	if len(c.Egresses) == 0 {
+		c.Egresses = []egress.Egress{{Name: egress.DefaultName, Helo: c.HeloName}}
+	}
+	c.Egresses = slices.Clone(c.Egresses)
+	for i := range c.Egresses {
+		e := &c.Egresses[i]
+		if e.Helo == "" {
+			e.Helo = c.HeloName
+		}
+		if e.MailFrom == "" {
+			// An operator's MAIL FROM is kept for every egress; the
+			// default follows each egress's HELO name, so the sender's
+			// domain matches the name the server was greeted with.
+			e.MailFrom = c.MailFrom
+			if !mailFromSet {
+				e.MailFrom = "verify@" + e.Helo
+			}
+		}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -193,6 +223,12 @@ type Verifier struct {
 	// (unix ns) after it failed: a Redis outage costs one timeout per
 	// storeRetry, not one per call.
 	storeDown atomic.Int64
+	egs       []egress.Egress
+
+	// proxyWarned rate-limits the warning of a failing proxy to one a
+	// minute per egress (every session through it would log one).
+	proxyMu     sync.Mutex
+	proxyWarned map[string]time.Time
 }
 
 // dropSeen is a host's unconfirmed drop: after k answered RCPTs, at at.
@@ -236,12 +272,16 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	if _, err := Normalize(cfg.MailFrom); err != nil {
 		return nil, fmt.Errorf("verify: MailFrom %q: %w", cfg.MailFrom, err)
 	}
-	if strings.HasPrefix(cfg.HeloName, "[") {
-		if _, _, err := parseLiteral(cfg.HeloName); err != nil {
-			return nil, fmt.Errorf("verify: HeloName %q: %w", cfg.HeloName, err)
-		}
-	} else if err := checkHostname(strings.ToLower(cfg.HeloName)); err != nil {
+	if err := checkHelo(cfg.HeloName); err != nil {
 		return nil, fmt.Errorf("verify: HeloName %q: %w", cfg.HeloName, err)
+	}
+	for _, e := range cfg.Egresses {
+		if err := checkHelo(e.Helo); err != nil {
+			return nil, fmt.Errorf("verify: egress %s: HELO name %q: %w", e.Name, e.Helo, err)
+		}
+		if _, err := Normalize(e.MailFrom); err != nil {
+			return nil, fmt.Errorf("verify: egress %s: MAIL FROM %q: %w", e.Name, e.MailFrom, err)
+		}
 	}
 	res, err := newResolver(cfg.DNSServer, cfg.DNSTimeout)
 	if err != nil {
@@ -264,7 +304,17 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
-		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, pool: newConnPool(cfg.SessionIdle)}, nil
+		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
+		pool: newConnPool(cfg.SessionIdle)}, nil
+}
+
+// checkHelo checks a HELO name: a host name, or an address literal.
+func checkHelo(name string) error {
+	if strings.HasPrefix(name, "[") {
+		_, _, err := parseLiteral(name)
+		return err
+	}
+	return checkHostname(strings.ToLower(name))
 }
 
 // VerifyOne checks one address; ctx's deadline bounds the answer.
@@ -441,11 +491,11 @@ type server struct {
 	provKey  string // limitKey(egress, "provider:"+name), "" when no rule names one: provider cap, block back-off
 	rcptKey  string // the RCPTs per session learned: the provider's when known, else the server's; any egress
 	provider string
+	egress   int // the index of the egress (Verifier.egs) the session goes through
 }
 
 // serverOf builds the keys of a session to ip for an MX host under rule.
-// The egress part is DefaultEgress until sessions can leave from chosen
-// addresses.
+// egress is the egress's name (Egress.Name; "" is DefaultEgress).
 func serverOf(egress string, ip netip.Addr, rule rules.Rule) server {
 	s := server{ip: ip, key: ServerKey(egress, ip.String()), provider: rule.Provider}
 	s.rcptKey = ServerKey(AnyEgress, ip.String())

@@ -154,14 +154,19 @@ func isLoopbackHost(host string) bool {
 	return h == "localhost" || strings.HasSuffix(h, ".localhost")
 }
 
+// resolveTimeout bounds one resolution of a webhook host: ResolveTimeout,
+// or outbound's default when unset.
+func (p *Policy) resolveTimeout() time.Duration {
+	if p.ResolveTimeout > 0 {
+		return p.ResolveTimeout
+	}
+	return outbound.DefaultTimeout
+}
+
 // resolve returns host's addresses (host without brackets), every one of
 // them allowed, or a *Problem saying which is not (or a resolution error).
 func (p *Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	to := p.ResolveTimeout
-	if to <= 0 {
-		to = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, to)
+	ctx, cancel := context.WithTimeout(ctx, p.resolveTimeout())
 	defer cancel()
 	d := &outbound.Dialer{Policy: p.rules(), Resolver: p.Resolver}
 	addrs, err := d.Resolve(ctx, host)
@@ -203,11 +208,7 @@ func (p *Policy) DialContext(timeout time.Duration) func(ctx context.Context, ne
 		if a, err := netip.ParseAddr(host); err == nil && !(p.AllowLoopback && a.Unmap().IsLoopback()) && !p.opened(a) {
 			return nil, fmt.Errorf("%w: %s is an IP address", ErrRefused, host)
 		}
-		to := p.ResolveTimeout
-		if to <= 0 {
-			to = 5 * time.Second
-		}
-		d := &outbound.Dialer{Policy: p.rules(), Resolver: p.Resolver, Timeout: to + timeout}
+		d := &outbound.Dialer{Policy: p.rules(), Resolver: p.Resolver, Timeout: p.resolveTimeout() + timeout}
 		c, err := d.DialContext(ctx, network, addr)
 		if errors.Is(err, outbound.ErrRefused) {
 			return nil, fmt.Errorf("%w: %w", ErrRefused, err)

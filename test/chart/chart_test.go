@@ -467,7 +467,9 @@ func checkCommon(t *testing.T, r *rendered, s scenario) {
 			}
 			var fromCM string
 			for _, ef := range asSlice(c["envFrom"]) {
-				fromCM, _ = asMap(asMap(ef)["configMapRef"])["name"].(string)
+				if n, ok := asMap(asMap(ef)["configMapRef"])["name"].(string); ok {
+					fromCM = n
+				}
 			}
 			if r.find("ConfigMap", fromCM) == nil {
 				t.Errorf("%s: envFrom ConfigMap %q is not rendered", name, fromCM)

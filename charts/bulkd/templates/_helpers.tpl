@@ -162,4 +162,33 @@ checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha
 {{- if not .Values.redis.existingSecret }}
 checksum/redis: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
+{{- if not .Values.smtpEgress.existingSecret }}
+checksum/smtp-egress: {{ include (print .Template.BasePath "/smtp-egress-secret.yaml") . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding BULKD_SMTP_EGRESS: smtpEgress.existingSecret, or the
+chart's own when smtpEgress.egresses is set; empty: none. */}}
+{{- define "bulkd.smtpEgressSecretName" -}}
+{{- if .Values.smtpEgress.existingSecret -}}
+{{- .Values.smtpEgress.existingSecret -}}
+{{- else if .Values.smtpEgress.egresses -}}
+{{- printf "%s-smtp-egress" (include "bulkd.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end }}
+
+{{/* smtpEgress.egresses in the --smtp-egress form:
+name=a,helo=h,source=ip;name=b,proxy=socks5://...,public_ip=ip */}}
+{{- define "bulkd.smtpEgressSpec" -}}
+{{- $parts := list -}}
+{{- range .Values.smtpEgress.egresses -}}
+{{- $kv := list (printf "name=%s" .name) -}}
+{{- with .helo }}{{ $kv = append $kv (printf "helo=%s" .) }}{{ end -}}
+{{- with .source }}{{ $kv = append $kv (printf "source=%s" .) }}{{ end -}}
+{{- with .proxy }}{{ $kv = append $kv (printf "proxy=%s" .) }}{{ end -}}
+{{- with .publicIP }}{{ $kv = append $kv (printf "public_ip=%s" .) }}{{ end -}}
+{{- with .mailFrom }}{{ $kv = append $kv (printf "mail_from=%s" .) }}{{ end -}}
+{{- $parts = append $parts (join "," $kv) -}}
+{{- end -}}
+{{- join ";" $parts -}}
 {{- end }}
