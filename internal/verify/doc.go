@@ -167,8 +167,9 @@
 //
 // A session whose call has nothing more for its host, with RCPT budget
 // left, is not ended but parked for SessionIdle (2 s) with its politeness
-// slot, and the next call that needs the host (the job engine's next
-// batch, the finder's next round) goes on with it after an RSET (pool.go).
+// slot, and the next call that needs its server (the job engine's next
+// batch, the finder's next round; any MX name leading to that server
+// address through the same egress) goes on with it after an RSET (pool.go).
 // The server sees no more sessions than the cap, and fewer new ones.
 //
 // Replies are classified by RFC 3463 enhanced status code first (x.1.1,

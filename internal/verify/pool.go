@@ -40,8 +40,9 @@ type idleConn struct {
 	timer    *time.Timer
 }
 
-// connPool holds parked sessions by host. Its methods are safe for
-// concurrent use.
+// connPool holds parked sessions by server key (server address and
+// egress, server.key: any MX name that leads to the server may use them).
+// Its methods are safe for concurrent use.
 type connPool struct {
 	ttl time.Duration
 	max int // parked sessions at most (each holds a socket and a slot)
