@@ -47,6 +47,11 @@ bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.
 	bin/loadgen company --bin bin/bulkd
 	bin/loadgen verify --bin bin/bulkd
 	bin/loadgen lookup --bin bin/bulkd
+	@# Issue 20's speed targets (docs/benchmarks.md, "Verification speed"): bulkd serve with its
+	@# defaults, 20,000 addresses / 4,000 people over 1,000 domains at 50 ms, with drop-after-K
+	@# servers and a blocking server; first pass and sessions per server against the cap.
+	bin/loadgen verify --bin bin/bulkd --domains 1000 --per-domain 20 --drops 40 --blocked 10 --shared 100 --retry-delays 16s,30s --rounds 1 --big 0 --target 1500
+	bin/loadgen lookup --bin bin/bulkd --domains 1000 --per-domain 4 --drops 40 --blocked 10 --shared 100 --retry-delays 16s,30s --rounds 1 --submit-rows 0 --target 500
 	bin/loadgen spam --bin bin/bulkd
 
 # The load and fault suite (test/soak, docs/reliability.md): two `bulkd serve`

@@ -42,18 +42,28 @@ func lookupMain(args []string) error {
 	greylist := fs.Duration("greylist", 2*time.Second, "greylisting period of the greylisting domains (shorter than the first retry delay)")
 	retryDelays := fs.String("retry-delays", "3s,5s", "bulkd --verify-retry-delays")
 	rounds := fs.Int("rounds", 2, "lookup jobs of the same rows (the first cold, the next with learned patterns in Redis)")
-	workers := fs.Int("workers", 4, "bulkd --workers")
+	workers := fs.Int("workers", 0, "bulkd --workers (0: bulkd's default)")
 	extra := fs.String("bulkd-flags", "", "more bulkd serve flags for the lookup runs, space separated (e.g. \"--smtp-session-rate 20 --shard-size 2500\")")
 	subRows := fs.Int("submit-rows", 10_000, "rows of the measured submissions (0 to skip)")
 	subJobs := fs.Int("submit-jobs", 30, "submissions measured")
 	subWarm := fs.Int("submit-warmup", 2, "unmeasured submissions first")
 	timeout := fs.Duration("timeout", 5*time.Minute, "the longest a job may take")
+	drops := fs.Int("drops", 0, "domains whose MX drops the session after K RCPTs (K = 1..3; mailworld.Harden)")
+	blocked := fs.Int("blocked", 0, "domains on a server that blocks the client (their people are right only when not verified)")
+	shared := fs.Int("shared", 0, "domains with an MX name of their own on a few shared servers (many names, one server address)")
+	target := fs.Float64("target", 0, "first-answer rows/s to report as met or not (0: none)")
 	_ = fs.Parse(args)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	spec, cases := mailworld.People(mailworld.PeopleOptions{Domains: *domains, PerDomain: *perDomain, RTT: *rtt,
 		Seed: *seed, Greylist: *greylist, MaxConnsPerHost: *capHost})
+	spec, hy := mailworld.Harden(spec, mailworld.HardenOptions{DropDomains: *drops, BlockDomains: *blocked, SharedDomains: *shared, Seed: *seed})
+	for i := range spec.Hosts {
+		if spec.Hosts[i].Name == mailworld.BlockHost || spec.Hosts[i].Provider == mailworld.SharedProvider {
+			spec.Hosts[i].MaxConns = *capHost // counted and capped as every server
+		}
+	}
 	w, err := mailworld.Start(ctx, spec)
 	if err != nil {
 		return err
@@ -70,9 +80,12 @@ func lookupMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	flags := []string{"--workers", strconv.Itoa(*workers), "--dns-server", w.DNSAddr(),
+	flags := []string{"--dns-server", w.DNSAddr(),
 		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs,
 		"--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", *retryDelays}
+	if *workers > 0 {
+		flags = append(flags, "--workers", strconv.Itoa(*workers))
+	}
 	flags = append(flags, strings.Fields(*extra)...)
 	b, err := startBulkd(*bin, srv.URL, flags...)
 	if err != nil {
@@ -98,6 +111,9 @@ func lookupMain(args []string) error {
 	}
 	fmt.Printf("lookup: %d rows (%d domains x %d people) of the People world (seed %d), SMTP round trip %v, %d sessions per MX host, %d MX hosts, greylist %v\n",
 		len(rows), *domains, *perDomain, *seed, *rtt, *capHost, len(spec.Hosts), *greylist)
+	if len(hy.Drops)+len(hy.Blocks)+len(hy.Shared) > 0 {
+		fmt.Printf("hostile domains: %d whose MX drops the session after K RCPTs, %d on a blocking server, %d behind MX names of shared servers\n", len(hy.Drops), len(hy.Blocks), len(hy.Shared))
+	}
 	fmt.Printf("bulkd serve %s\n", strings.Join(flags, " "))
 
 	for round := 1; round <= *rounds; round++ {
@@ -152,7 +168,50 @@ func lookupMain(args []string) error {
 			fmt.Printf("  RCPTs per row on domains with a learned pattern (catch-all probes included): %.3f exact on the %d rows of learned domains with their own MX host; at most %.3f over all %d rows of learned domains (shared provider hosts' RCPTs all counted against them)\n",
 				float64(exact)/float64(max(exactRows, 1)), exactRows, float64(bound)/float64(max(boundRows, 1)), boundRows)
 		}
-		evaluateLookup(cases, res)
+		fmt.Printf("  first pass: %.0f rows/s; most sessions at once on one server over the job %d (cap %d; servers over it %d)\n",
+			n/tl.firstAnswers.Seconds(), maxConcurrent(final), *capHost, overCap(final, *capHost))
+		if *target > 0 && round == 1 {
+			verdict := "met"
+			if n/tl.firstAnswers.Seconds() < *target {
+				verdict = "NOT met"
+			}
+			fmt.Printf("  target %.0f rows/s in the first pass (cold): %s\n", *target, verdict)
+		}
+		evalCases, evalRes := cases, res
+		if len(hy.Blocks) > 0 {
+			// People of blocked domains: no verifier can see their
+			// mailboxes; right is anything but a verified address.
+			evalCases, evalRes = nil, nil
+			bn, bright := 0, 0
+			for i, c := range cases {
+				if !hy.Blocks[c.Domain] {
+					evalCases, evalRes = append(evalCases, c), append(evalRes, res[i])
+					continue
+				}
+				bn++
+				if res[i].Substatus == nil || *res[i].Substatus != "verified" {
+					bright++
+				}
+			}
+			fmt.Printf("  blocked domains: %d/%d rows not verified (right)\n", bright, bn)
+		}
+		if len(hy.Drops) > 0 {
+			dn, dfound, dfindable := 0, 0, 0
+			for i, c := range cases {
+				if _, ok := hy.Drops[c.Domain]; !ok {
+					continue
+				}
+				dn++
+				if c.Findable {
+					dfindable++
+					if res[i].Email != nil && strings.EqualFold(*res[i].Email, c.Email) {
+						dfound++
+					}
+				}
+			}
+			fmt.Printf("  drop domains: %d rows, %d/%d findable found with the true address\n", dn, dfound, dfindable)
+		}
+		evaluateLookup(evalCases, evalRes)
 	}
 	b.stop()
 
@@ -165,7 +224,11 @@ func lookupMain(args []string) error {
 			return err
 		}
 		defer dead.Close()
-		big, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--dns-server", dead.LocalAddr().String())
+		bigFlags := []string{"--dns-server", dead.LocalAddr().String()}
+		if *workers > 0 {
+			bigFlags = append(bigFlags, "--workers", strconv.Itoa(*workers))
+		}
+		big, err := startBulkd(*bin, srv.URL, bigFlags...)
 		if err != nil {
 			return err
 		}

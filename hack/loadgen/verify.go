@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/accounts"
@@ -34,12 +35,25 @@ func verifyMain(args []string) error {
 	rounds := fs.Int("rounds", 2, "verification jobs of the same addresses (the first with cold caches)")
 	bigRows := fs.Int("big", 100_000, "addresses of the large submissions (0 to skip)")
 	bigJobs := fs.Int("big-jobs", 5, "large submissions measured")
-	workers := fs.Int("workers", 4, "bulkd --workers")
+	workers := fs.Int("workers", 0, "bulkd --workers (0: bulkd's default)")
+	drops := fs.Int("drops", 0, "domains whose MX drops the session after K RCPTs (K = 1..3; mailworld.Harden)")
+	blocked := fs.Int("blocked", 0, "domains on a server that blocks the client (DNSBL reply; truth unknown/blocked)")
+	shared := fs.Int("shared", 0, "domains with an MX name of their own on a few shared servers (many names, one server address)")
+	retryDelays := fs.String("retry-delays", "3s,3s", "bulkd --verify-retry-delays")
+	extra := fs.String("bulkd-flags", "", "more bulkd serve flags, space separated")
+	target := fs.Float64("target", 0, "first-pass addresses/s to report as met or not (0: none)")
 	_ = fs.Parse(args)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w, err := mailworld.Start(ctx, mailworld.Bench(mailworld.BenchOptions{Domains: *domains, PerDomain: *perDomain, RTT: *rtt, MaxConnsPerHost: *capHost, Seed: 1}))
+	spec := mailworld.Bench(mailworld.BenchOptions{Domains: *domains, PerDomain: *perDomain, RTT: *rtt, MaxConnsPerHost: *capHost, Seed: 1})
+	spec, hy := mailworld.Harden(spec, mailworld.HardenOptions{DropDomains: *drops, BlockDomains: *blocked, SharedDomains: *shared, Seed: 1})
+	for i := range spec.Hosts {
+		// Every server counts (and caps) sessions the same way, the
+		// hostile ones too.
+		spec.Hosts[i].MaxConns = *capHost
+	}
+	w, err := mailworld.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -54,8 +68,13 @@ func verifyMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--dns-server", w.DNSAddr(),
-		"--smtp-port", strconv.Itoa(w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs, "--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", "3s,3s")
+	flags := []string{"--dns-server", w.DNSAddr(), "--smtp-port", strconv.Itoa(w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs,
+		"--smtp-sessions-per-host", strconv.Itoa(*capHost), "--verify-retry-delays", *retryDelays}
+	if *workers > 0 {
+		flags = append(flags, "--workers", strconv.Itoa(*workers))
+	}
+	flags = append(flags, strings.Fields(*extra)...)
+	b, err := startBulkd(*bin, srv.URL, flags...)
 	if err != nil {
 		return err
 	}
@@ -67,7 +86,9 @@ func verifyMain(args []string) error {
 		emails = append(emails, c.Email)
 	}
 	body, _ := json.Marshal(map[string]any{"emails": emails})
-	fmt.Printf("verify: %d addresses over %d domains, SMTP round trip %v, %d sessions per MX host\n", len(emails), *domains, *rtt, *capHost)
+	fmt.Printf("verify: %d addresses over %d domains (%d with drops after K RCPTs, %d on a blocking server, %d behind MX names of shared servers), %d servers, SMTP round trip %v, %d sessions per server\n",
+		len(emails), *domains, len(hy.Drops), len(hy.Blocks), len(hy.Shared), len(spec.Hosts), *rtt, *capHost)
+	fmt.Printf("bulkd serve %s\n", strings.Join(flags, " "))
 	for round := 1; round <= *rounds; round++ {
 		w.ResetStats()
 		t0 := time.Now()
@@ -91,6 +112,7 @@ func verifyMain(args []string) error {
 			return err
 		}
 		knowable, right, falseDeliverable, greyFirst := 0, 0, 0, 0
+		dropN, dropRight, blockN, blockRight := 0, 0, 0, 0
 		for _, r := range rows {
 			c, ok := w.Expect(r.Input)
 			if !ok {
@@ -108,6 +130,19 @@ func verifyMain(args []string) error {
 					right++
 				}
 			}
+			dom := r.Input[strings.LastIndexByte(r.Input, '@')+1:]
+			if _, ok := hy.Drops[dom]; ok {
+				dropN++
+				if r.Status == c.Status && r.Reason == c.Reason {
+					dropRight++
+				}
+			}
+			if hy.Blocks[dom] {
+				blockN++
+				if r.Status == c.Status && r.Reason == c.Reason {
+					blockRight++
+				}
+			}
 		}
 		n := float64(len(emails))
 		label := "cold caches"
@@ -116,10 +151,21 @@ func verifyMain(args []string) error {
 		}
 		fmt.Printf("round %d (%s): first pass %s = %.0f addresses/s (status %s); all final after %s (%d addresses retried after greylisting)\n",
 			round, label, firstPass.Round(time.Millisecond), n/firstPass.Seconds(), first, all.Round(time.Millisecond), greyFirst)
-		fmt.Printf("  first pass: %d SMTP sessions (%.3f per address), %d RCPTs (%.3f per address), 421 answers %d, 452 answers %d, most sessions on one host %d\n",
-			s.Sessions, float64(s.Sessions)/n, s.Rcpts, float64(s.Rcpts)/n, s.Rejected421, s.Replies452, maxConcurrent(s))
+		fmt.Printf("  first pass: %d SMTP sessions (%.3f per address), %d RCPTs (%.3f per address), 421 answers %d, 452 answers %d, most sessions on one server %d (cap %d; servers over it %d), drops %d, blocks %d\n",
+			s.Sessions, float64(s.Sessions)/n, s.Rcpts, float64(s.Rcpts)/n, s.Rejected421, s.Replies452, maxConcurrent(s), *capHost, overCap(s, *capHost), dropCount(s), blockCount(s))
+		if *target > 0 && round == 1 {
+			verdict := "met"
+			if n/firstPass.Seconds() < *target {
+				verdict = "NOT met"
+			}
+			fmt.Printf("  target %.0f addresses/s in the first pass (cold): %s\n", *target, verdict)
+		}
 		fmt.Printf("  whole job:  %d sessions, %d RCPTs, 421 answers %d; accuracy %d/%d knowable (%.1f%%), false deliverable %d\n",
 			final.Sessions, final.Rcpts, final.Rejected421, right, knowable, 100*float64(right)/float64(max(knowable, 1)), falseDeliverable)
+		if dropN+blockN > 0 {
+			fmt.Printf("  drop servers: %d/%d right; blocking server: %d/%d unknown/blocked; most sessions on one server over the job %d (servers over the cap %d)\n",
+				dropRight, dropN, blockRight, blockN, maxConcurrent(final), overCap(final, *capHost))
+		}
 	}
 	b.stop()
 
@@ -132,7 +178,11 @@ func verifyMain(args []string) error {
 			return err
 		}
 		defer dead.Close()
-		big, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--dns-server", dead.LocalAddr().String())
+		bigFlags := []string{"--dns-server", dead.LocalAddr().String()}
+		if *workers > 0 {
+			bigFlags = append(bigFlags, "--workers", strconv.Itoa(*workers))
+		}
+		big, err := startBulkd(*bin, srv.URL, bigFlags...)
 		if err != nil {
 			return err
 		}
@@ -159,6 +209,31 @@ func verifyMain(args []string) error {
 			pct(lat, 0.5).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), big.peakRSS())
 	}
 	return nil
+}
+
+// overCap counts the servers that saw more concurrent sessions than cap.
+func overCap(s mailworld.Stats, cap int) int {
+	n := 0
+	for _, v := range s.MaxConcurrent {
+		if v > cap {
+			n++
+		}
+	}
+	return n
+}
+
+func dropCount(s mailworld.Stats) (n int64) {
+	for _, h := range s.PerHost {
+		n += h.Drops
+	}
+	return n
+}
+
+func blockCount(s mailworld.Stats) (n int64) {
+	for _, h := range s.PerHost {
+		n += h.Blocks
+	}
+	return n
 }
 
 func maxConcurrent(s mailworld.Stats) int {

@@ -202,7 +202,7 @@ func Default() Config {
 		RateLimit:         20,
 		DemoKeysFile:      "var/demo-keys.env",
 		ShardSize:         1000,
-		Workers:           4,
+		Workers:           16, // shards mostly wait on mail servers (docs/benchmarks.md, "Verification speed")
 		BatchSize:         500,
 		Retention:         30 * 24 * time.Hour,
 		ResultsCacheBytes: 256 << 20,

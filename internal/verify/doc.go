@@ -165,6 +165,13 @@
 // hosts are checked concurrently, at most MaxSessions sessions in the
 // process.
 //
+// A session whose call has nothing more for its host, with RCPT budget
+// left, is not ended but parked for SessionIdle (2 s) with its politeness
+// slot, and the next call that needs its server (the job engine's next
+// batch, the finder's next round; any MX name leading to that server
+// address through the same egress) goes on with it after an RSET (pool.go).
+// The server sees no more sessions than the cap, and fewer new ones.
+//
 // Replies are classified by RFC 3463 enhanced status code first (x.1.1,
 // x.1.6 not found; x.2.1 disabled; x.2.2 full; x.5.3 too many recipients;
 // 4.7.x on 450/451 greylisted), then the basic code (452 too many

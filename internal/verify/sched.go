@@ -600,7 +600,7 @@ func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
 		r.mu.Unlock()
 	}()
 	r.sharedLimit(h, srv)
-	release, backoff, err := r.v.acquire(ctx, h, srv, r.serverCap(h))
+	ic, release, backoff, err := r.slot(h, srv)
 	if err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {
@@ -620,7 +620,19 @@ func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
 		r.mu.Unlock()
 		return served
 	}
-	defer release()
+	parked := false // the slot went to the pool with the connection
+	defer func() {
+		if !parked {
+			release()
+		}
+	}()
+	if ic != nil {
+		defer func() {
+			if !parked {
+				_ = ic.c.nc.Close()
+			}
+		}()
+	}
 	select {
 	case r.v.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -631,6 +643,13 @@ func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
 	idle := h.down != "" || h.eg[e].aside != "" || (len(h.queue) == 0 && len(r.peers(h, srv)) == 0)
 	r.mu.Unlock()
 	if idle {
+		if ic != nil {
+			parked = r.v.pool.park(srv.key, ic) // not needed after all: back it goes
+		}
+		return served
+	}
+	if ic != nil {
+		parked = r.converse(h, srv, nil, time.Time{}, ic, release)
 		return served
 	}
 	cfg := &r.v.cfg
@@ -654,7 +673,7 @@ func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
 	if h.rule.Timeout > 0 {
 		timeout = h.rule.Timeout
 	}
-	r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)), start)
+	parked = r.converse(h, srv, newSMTPConn(nc, timeout, start.Add(cfg.SessionTimeout)), start, nil, release)
 	return served
 }
 

@@ -26,6 +26,13 @@ type sess struct {
 	tooMany  bool   // a "too many recipients" ended the session's usefulness
 	client   clientID
 	started  time.Time // when the session was dialled
+	// reused: a parked session taken again (connPool); answeredBefore its
+	// answered count when it was taken. A reused session lost before any
+	// RCPT of this call was answered was most likely closed by the server
+	// while parked (its idle timeout): that is no drop of ours and says
+	// nothing about a limit.
+	reused         bool
+	answeredBefore int
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -72,10 +79,21 @@ func (g *group) skipTo(end int) error {
 }
 
 // converse runs transactions on c, a connection to srv for h dialled at
-// start, until h's queue is empty or the session's RCPT budget is spent.
-func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
+// start (or on ic, a session parked by an earlier call: c is nil), until
+// h's queue is empty or the session's RCPT budget is spent. It reports
+// whether the session was parked for the next call (connPool), its slot
+// (release) with it.
+func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *idleConn, release func()) (parked bool) {
 	ctx := r.ctx
-	defer c.nc.Close()
+	if ic != nil {
+		return r.transactions(h, ic.c, &sess{srv: srv, sent: ic.sent, answered: ic.answered, txs: ic.txs, reused: true,
+			answeredBefore: ic.answered, client: ic.client, started: ic.started}, release)
+	}
+	defer func() {
+		if !parked {
+			c.nc.Close()
+		}
+	}()
 	// Ending ctx unblocks any read or write at once.
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -85,50 +103,66 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
 	banner, err := c.read()
 	if err != nil {
 		r.sessionFailed(h, err, true)
-		return
+		return false
 	}
 	switch {
 	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
 		_ = c.send("QUIT")
 		r.blocked(h, srv, banner, "banner", nil)
-		return
+		return false
 	case banner.code == 421:
 		r.banner421(h, srv)
-		return
+		return false
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
 		_ = c.send("QUIT")
 		r.mu.Lock()
 		r.markDown(h, ReasonConnectionFailed, 0)
 		r.mu.Unlock()
-		return
+		return false
 	}
 	hello, err := c.hello(eg.Helo)
 	if err != nil {
 		r.sessionFailed(h, err, false)
-		return
+		return false
 	}
 	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
 		r.blocked(h, srv, hello, "helo", nil)
-		return
+		return false
 	}
 	if hello.code == 421 {
 		r.rateLimited(h, srv, nil)
-		return
+		return false
 	}
 	if hello.code != 250 {
 		_ = c.send("QUIT")
 		r.mu.Lock()
 		r.markDown(h, ReasonSMTPError, 0)
 		r.mu.Unlock()
-		return
+		return false
 	}
 
-	s := &sess{srv: srv, client: client, started: start}
+	stop()
+	return r.transactions(h, c, &sess{srv: srv, client: client, started: start}, release)
+}
+
+// transactions runs the session's transactions on c (after EHLO, or on a
+// parked session taken again) and, when its work is done, parks it or says
+// QUIT. It reports whether it was parked.
+func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (parked bool) {
+	ctx := r.ctx
+	eg := &r.v.egs[s.srv.egress]
+	defer func() {
+		if !parked {
+			c.nc.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	for s.txs == 0 || time.Until(c.deadline) >= c.cmdTimeout {
-		txs, quit := r.nextGroup(h, s, c.pipelining)
+		txs, quit := r.nextGroup(h, s, c.pipelining, c.deadline)
 		if len(txs) == 0 {
 			break
 		}
@@ -178,7 +212,15 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time) {
 			break
 		}
 	}
+	r.mu.Lock()
+	may := r.mayPark(h, s, c.deadline)
+	r.mu.Unlock()
+	if may && stop() && r.v.pool.park(s.srv.key, &idleConn{c: c, release: release, sent: s.sent, answered: s.answered, txs: s.txs,
+		client: s.client, started: s.started}) {
+		return true
+	}
 	c.quit()
+	return false
 }
 
 // egressClient is how a server may name us through eg (isClientBlock):
@@ -201,7 +243,8 @@ func egressClient(nc net.Conn, eg *egress.Egress) clientID {
 // jobs as the session's budget allows (one when the server does not
 // pipeline), and reports whether QUIT can end the group because nothing
 // is left for this session. Without PIPELINING, QUIT is sent on its own.
-func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
+// A session that will be parked (mayPark) does not say QUIT.
+func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) ([]tx, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var txs []tx
@@ -227,7 +270,7 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool) ([]tx, bool) {
 		}
 	}
 	last := h.down != "" || (len(h.queue) == 0 && !r.peerWork(h, s)) || r.budget(h)-s.sent < 1
-	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s)
+	return txs, last && pipelining && len(txs) > 0 && r.quitSafe(h, s) && !r.mayPark(h, s, deadline)
 }
 
 // peers are the other MX names of this call that may dial srv's address
@@ -324,6 +367,7 @@ func (r *run) tarpit(h *hostQ) {
 func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	d := r.v.cfg.RateLimitBackoff
 	_ = r.v.limiter.Backoff(context.WithoutCancel(r.ctx), srv.key, d)
+	r.v.pool.flush(srv.key)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The back-off is the egress's (srv.key names it): the host's other
@@ -575,10 +619,12 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 		return
 	}
 	answered := 0
+	stale := false
 	if s != nil {
 		answered = s.answered
+		stale = s.reused && s.answered == s.answeredBefore
 	}
-	if answered > 0 {
+	if answered > 0 && !stale {
 		r.dropLimit(h, s.srv, answered, s.started)
 	}
 	var retry []*item
@@ -587,7 +633,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 			continue
 		}
 		it.dropsAll++
-		if answered == 0 {
+		if answered == 0 && !stale {
 			it.drops++
 		}
 		if it.drops >= 2 || it.dropsAll >= maxDrops {
@@ -670,6 +716,14 @@ func (r *run) learnRcptLimit(h *hostQ, srv server, n int) {
 // address and, when the rules table names the provider, the whole
 // provider are backed off for that egress.
 func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) {
+	// The block's reply code is this call's before the back-off is
+	// visible: another session of the call that finds the host backed off
+	// marks it down as blocked at once, and its addresses carry this code.
+	r.mu.Lock()
+	if h.down != ReasonBlocked && h.downCode == 0 {
+		h.downCode = rep.code
+	}
+	r.mu.Unlock()
 	d := r.v.cfg.BlockBackoff
 	keys := []string{srv.key}
 	if srv.provKey != "" {
@@ -684,6 +738,7 @@ func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) 
 		r.v.blocks.put(k, true, time.Now().Add(d))
 	}
 	cancel()
+	r.v.pool.flush(srv.key)
 	eg := &r.v.egs[srv.egress]
 	smtpBlocks.WithLabelValues(stage, eg.Name).Inc()
 	text := rep.text

@@ -45,7 +45,12 @@ type Config struct {
 	// SessionTimeout bounds a whole SMTP session, default 60s.
 	SessionTimeout time.Duration
 	// MaxRcptsPerSession is how many RCPTs (catch-all probes included) one
-	// session sends before it quits and a new one continues, default 50.
+	// session sends before it quits and a new one continues, default 100:
+	// RFC 5321 (4.5.3.1.8) makes every server take at least 100 recipients
+	// per message, and a server that takes fewer per session says so with
+	// 452 or by dropping the connection, which is learned per host. With
+	// the per-host new-session rate, this is what bounds the addresses per
+	// second a provider's host can be asked (docs/benchmarks.md).
 	MaxRcptsPerSession int
 	// MaxSessions caps concurrent SMTP sessions in this process, default 64.
 	MaxSessions int
@@ -89,6 +94,11 @@ type Config struct {
 	// across processes through the limiter, default 30m: asking again soon
 	// only deepens a block.
 	BlockBackoff time.Duration
+	// SessionIdle is how long a session whose work ran out, with RCPT
+	// budget left, stays open (holding its politeness slot) for the next
+	// Verify call to the same host (connPool in pool.go), default 2s;
+	// negative: every session says QUIT when its call has nothing more.
+	SessionIdle time.Duration
 	// Logger receives the operator's warnings (a server blocking us);
 	// nil: slog.Default().
 	Logger *slog.Logger
@@ -150,6 +160,9 @@ func (c Config) withDefaults() Config {
 	def(&c.CatchAllTTL, time.Hour)
 	def(&c.RateLimitBackoff, 30*time.Second)
 	def(&c.BlockBackoff, 30*time.Minute)
+	if c.SessionIdle == 0 {
+		c.SessionIdle = 2 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -157,7 +170,7 @@ func (c Config) withDefaults() Config {
 		c.CatchAlls, _ = c.Probes.(CatchAllStore)
 	}
 	if c.MaxRcptsPerSession <= 0 {
-		c.MaxRcptsPerSession = 50
+		c.MaxRcptsPerSession = 100
 	}
 	c.MaxRcptsPerSession = max(c.MaxRcptsPerSession, 2) // room for a probe and an address
 	if c.MaxSessions <= 0 {
@@ -205,6 +218,7 @@ type Verifier struct {
 	// same K confirms it as the host's limit (dropLimit).
 	drops *ttlCache[string, dropSeen]
 	log   *slog.Logger
+	pool  *connPool // sessions parked between calls
 	// storeDown is when the shared catch-all store may be asked again
 	// (unix ns) after it failed: a Redis outage costs one timeout per
 	// storeRetry, not one per call.
@@ -290,7 +304,8 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
-		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{}}, nil
+		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
+		pool: newConnPool(cfg.SessionIdle)}, nil
 }
 
 // checkHelo checks a HELO name: a host name, or an address literal.
