@@ -95,8 +95,13 @@ func hostileRound(t *testing.T, label string, w *mailworld.World, spec mailworld
 		DialTimeout:    time.Second,
 		CommandTimeout: time.Second, // the stuck- hosts (3 s) time out, the tarpit- ones (200 ms) are waited out
 		SessionTimeout: 20 * time.Second,
-		Policy:         &outbound.Policy{Allow: outbound.LoopbackPrefixes},
-		Probes:         verify.NewRedisProbes(rdb),
+		// Scaled down with the retry schedule: in production the 30 s
+		// back-off after a 421 ends before the last retry (16 s + 30 s);
+		// so it must here (1.2 s + 1.5 s). Without it a 421 drawn by
+		// another pod's parked sessions outlasts every retry.
+		RateLimitBackoff: 1500 * time.Millisecond,
+		Policy:           &outbound.Policy{Allow: outbound.LoopbackPrefixes},
+		Probes:           verify.NewRedisProbes(rdb),
 	}, nil, verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 3}))
 	if err != nil {
 		t.Fatal(err)
