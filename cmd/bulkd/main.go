@@ -219,6 +219,7 @@ func runProcessor(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rdb.Close()
+	defer proc.Close() // before rdb.Close: parked SMTP sessions give their slots back
 	proc.Owner = kube.ShardOwner(*jobID, shard)
 	if err := kube.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
 		return &exitError{kube.ExitCode(err), err}
@@ -241,6 +242,7 @@ func runRetries(ctx context.Context, cfg config.Config, jobID string, timeout ti
 		return err
 	}
 	defer rdb.Close()
+	defer proc.Close() // before rdb.Close: parked SMTP sessions give their slots back
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	next, err := proc.RetryDue(ctx, jobID)

@@ -64,6 +64,23 @@ func NewProcessor(st *Store, families map[string]Answerer, log *slog.Logger) *Pr
 		RetryHold: 5 * time.Minute, LeaseTTL: 30 * time.Second, Owner: hex.EncodeToString(b[:])}
 }
 
+// Closer is what an Answerer may also implement: it holds something a
+// process must give back before it exits (the verifier's parked SMTP
+// sessions and their politeness slots, shared with other pods).
+type Closer interface {
+	Close()
+}
+
+// Close gives back what the families' answerers hold (Closer); a
+// processor pod calls it when its shard is done, before it exits.
+func (p *Processor) Close() {
+	for _, a := range p.Families {
+		if c, ok := a.(Closer); ok {
+			c.Close()
+		}
+	}
+}
+
 // ErrShardBusy means another worker holds the shard's lease.
 var ErrShardBusy = errors.New("shard is being processed elsewhere")
 

@@ -574,6 +574,11 @@ func RunWith(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	// Parked SMTP sessions give their politeness slots back now, not when
+	// their leases expire (other replicas share them through Redis).
+	if c.Processor != nil {
+		c.Processor.Close()
+	}
 	return nil
 }
 

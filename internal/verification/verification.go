@@ -77,6 +77,16 @@ type Teacher interface {
 
 var _ family.Family = (*Family)(nil)
 
+// Close ends the verifiers' parked SMTP sessions (jobs.Closer): their
+// politeness slots are shared with other pods through Redis.
+func (f *Family) Close() {
+	for _, v := range []Verifier{f.Verifier, f.Single} {
+		if c, ok := v.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+}
+
 // New returns the family answering with v.
 func New(v Verifier, retryDelays []time.Duration) *Family {
 	return &Family{Verifier: v, RetryDelays: retryDelays, Now: time.Now, price: Price.String()}

@@ -48,6 +48,7 @@ type connPool struct {
 	max int // parked sessions at most (each holds a socket and a slot)
 
 	mu       sync.Mutex
+	closed   bool // closeAll ran: nothing is parked any more
 	hosts    map[string][]*idleConn
 	n        int
 	watchers map[string]*watch
@@ -76,7 +77,7 @@ func (p *connPool) park(host string, ic *idleConn) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.n >= p.max {
+	if p.closed || p.n >= p.max {
 		return false
 	}
 	p.hosts[host] = append(p.hosts[host], ic)
@@ -138,6 +139,36 @@ func (p *connPool) take(host string) *idleConn {
 		}
 		ic.close()
 	}
+}
+
+// closeAll ends every parked session and parks no more: QUIT, and each
+// politeness slot given back at once. A process that exits with sessions
+// parked would otherwise keep their slots in the shared limiter until
+// their leases expire (LeaseTTL, 2 minutes), holding every other pod off
+// those servers: a processor pod exits as soon as its shard is done.
+func (p *connPool) closeAll() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.closed = true
+	var all []*idleConn
+	for _, l := range p.hosts {
+		all = append(all, l...)
+	}
+	p.hosts = map[string][]*idleConn{}
+	p.n = 0
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ic := range all {
+		ic.timer.Stop()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ic.close() // QUIT waits up to 2s for its reply
+		}()
+	}
+	wg.Wait()
 }
 
 // flush ends every session parked for host: it answered 421 or blocked

@@ -132,3 +132,38 @@ func TestPooledSessionsKeepTheCap(t *testing.T) {
 	}
 	t.Logf("10 concurrent calls: %d sessions, %v", s.Sessions, took.Round(time.Millisecond))
 }
+
+// TestCloseGivesSlotsBack: a processor pod exits as soon as its shard is
+// done; the sessions it parked must give their slots in the shared limiter
+// back then (Verifier.Close), or every other pod waits out their leases
+// (2 minutes) before it may talk to those servers. Before Close, the slot
+// stayed held after the process was done with it.
+func TestCloseGivesSlotsBack(t *testing.T) {
+	srv := testredis.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := startWorld(t, poolWorld(mailworld.Host{Name: "mx.pool.test", MaxConns: 1}))
+	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 1})
+	cfg := worldConfig(w)
+	cfg.SessionIdle = 5 * time.Second // would hold the slot 5 s (the call's 20 s deadline leaves room to park)
+	v, err := verify.New(cfg, nil, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, v, "u1@pool.test")
+	ctx := context.Background()
+	key := verify.ServerKey("", w.Stats().PerHost["mx.pool.test"].IP)
+	if n, err := lim.Holders(ctx, key); err != nil || n != 1 {
+		t.Fatalf("parked: %d holders (%v), want 1", n, err)
+	}
+	v.Close()
+	if n, err := lim.Holders(ctx, key); err != nil || n != 0 {
+		t.Fatalf("after Close: %d holders (%v), want 0", n, err)
+	}
+	// Still verifies after Close, without parking.
+	mustVerify(t, v, "u2@pool.test")
+	if n, _ := lim.Holders(ctx, key); n != 0 {
+		t.Fatalf("after a call past Close: %d holders, want 0 (nothing parked)", n)
+	}
+	v.Close()
+}

@@ -317,6 +317,14 @@ func checkHelo(name string) error {
 	return checkHostname(strings.ToLower(name))
 }
 
+// Close ends the sessions the verifier keeps parked between calls
+// (Config.SessionIdle) and gives their politeness slots back; a process
+// calls it before it exits. Verify still works afterwards, without
+// parking. It is safe to call more than once.
+func (v *Verifier) Close() {
+	v.pool.closeAll()
+}
+
 // VerifyOne checks one address; ctx's deadline bounds the answer.
 func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
 	return v.Verify(ctx, []string{email})[0]
