@@ -151,7 +151,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
-		Bulk: fams.bulk, Singles: fams.singles, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
+		Bulk: fams.bulk, Singles: fams.singles,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits:       cfg.AccountLimits(),
@@ -216,11 +216,10 @@ func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.Univ
 type families struct {
 	registry     *family.Registry
 	bulk         []apiserver.Bulk
-	singles      []apiserver.Single // the extra families' (the built-in ones are Deps fields)
+	singles      []apiserver.Single
 	company      *enrich.CompanyFamily
 	companies    *company.Store
 	verification *verification.Family
-	lookup       *apiserver.SingleLookup
 	helo         *egress.Checker // the egresses' HELO check (/readyz)
 	lists        *verify.Lists
 }
@@ -261,19 +260,20 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
 	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo,
-		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
-			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
+	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo}
 	// The families, one entry each (a new family is one more), then the
-	// extra ones (a test's). Their single endpoints are the Deps fields
-	// set from f above.
+	// extra ones (a test's).
 	entries := append([]Extra{
-		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}}},
-		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}}},
+		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}},
+			Singles: []apiserver.Single{{Method: "GET", Path: "/company-enrichment", Family: co, Keys: apiserver.Metered, ChargePrefix: "single-"}}},
+		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}},
+			Singles: []apiserver.Single{{Method: "GET", Path: "/verify", Family: ver, Keys: apiserver.Metered, ChargePrefix: "verify-"}}},
 		// Unlimited keys pay with the daily bulk search quota (the
 		// apiserver's metering of unlimited mounts).
 		{Family: lk, Bulk: []apiserver.Bulk{{Path: "/bulk-lookup", Keys: apiserver.Metered},
-			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}}},
+			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}},
+			Singles: LookupSingles(&lookup.Single{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout},
+				ratelimit.New(rdb, cfg.UnlimitedLookupRPS))},
 	}, extra...)
 	var all []family.Family
 	for _, x := range entries {
@@ -286,6 +286,22 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	}
 	f.registry = family.NewRegistry(all...)
 	return f, nil
+}
+
+// LookupSingles are the single email lookup mounts (POST /v1/email-lookup
+// and /v1/unlimited/email-lookup, docs/api.md) of one lookup.Single; the
+// single lookup's Timeout bounds one lookup (DNS, the catch-all probe and
+// every candidate's RCPT), past it the answer is 502 and nothing is
+// charged. perAccount is the per-account requests-per-second limit of the
+// unlimited one (SPEC section 8, quota rule 6), on top of the per-key
+// limit every endpoint has. Exported for the apiserver tests, which mount
+// the lookups as bulkd does.
+func LookupSingles(one *lookup.Single, perAccount *ratelimit.Limiter) []apiserver.Single {
+	return []apiserver.Single{
+		{Method: "POST", Path: "/email-lookup", Family: one, Keys: apiserver.Metered, ChargePrefix: "lookup-", MaxBody: lookup.MaxSingleBody},
+		{Method: "POST", Path: "/unlimited/email-lookup", Family: one, Keys: apiserver.UnlimitedPlan, ChargePrefix: "ulookup-", MaxBody: lookup.MaxSingleBody,
+			AccountLimiter: perAccount, AccountLimitKey: "lookup-acct:", AccountLimitWhat: "single lookups per second per account"},
+	}
 }
 
 // verificationFamily builds the SMTP verifier (politeness shared through
