@@ -83,14 +83,13 @@ type Options struct {
 	Families []Extra
 }
 
-// Extra is a family and where the API mounts it: buildFamilies lists the
+// Extra is a family and its single-input mounts: buildFamilies lists the
 // built-in ones this way (adding a family to bulkd is one more entry), and
-// Options.Families takes more (a test's).
+// Options.Families takes more (a test's). The API mounts the bulk
+// endpoints the family's form lists (form.Form.Bulk, bulkMounts): the
+// paths bulkctl submits to are the same declaration.
 type Extra struct {
 	Family family.Family
-	// Bulk are its bulk mounts (Path and Keys; Family is set from the
-	// entry's).
-	Bulk []apiserver.Bulk
 	// Singles are its single-input mounts, if it has any.
 	Singles []apiserver.Single
 }
@@ -264,28 +263,50 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 	// The families, one entry each (a new family is one more), then the
 	// extra ones (a test's).
 	entries := append([]Extra{
-		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}},
+		{Family: co,
 			Singles: []apiserver.Single{{Method: "GET", Path: "/company-enrichment", Family: co, Keys: apiserver.Metered, ChargePrefix: "single-"}}},
-		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}},
+		{Family: ver,
 			Singles: []apiserver.Single{{Method: "GET", Path: "/verify", Family: ver, Keys: apiserver.Metered, ChargePrefix: "verify-"}}},
-		// Unlimited keys pay with the daily bulk search quota (the
-		// apiserver's metering of unlimited mounts).
-		{Family: lk, Bulk: []apiserver.Bulk{{Path: "/bulk-lookup", Keys: apiserver.Metered},
-			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}},
+		{Family: lk,
 			Singles: LookupSingles(&lookup.Single{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout},
 				ratelimit.New(rdb, cfg.UnlimitedLookupRPS))},
 	}, extra...)
 	var all []family.Family
 	for _, x := range entries {
 		all = append(all, x.Family)
-		for _, b := range x.Bulk {
-			b.Family = x.Family
-			f.bulk = append(f.bulk, b)
+		b, err := bulkMounts(x.Family)
+		if err != nil {
+			return nil, err
 		}
+		f.bulk = append(f.bulk, b...)
 		f.singles = append(f.singles, x.Singles...)
 	}
 	f.registry = family.NewRegistry(all...)
 	return f, nil
+}
+
+// bulkMounts are the API's mounts of the bulk endpoints fam's form lists:
+// its paths, under /v1, and its keys (an Unlimited endpoint takes
+// unlimited-plan keys and is paid for with the daily bulk search quota,
+// the apiserver's metering of unlimited mounts).
+func bulkMounts(fam family.Family) ([]apiserver.Bulk, error) {
+	fm := fam.Form()
+	if len(fm.Bulk) == 0 {
+		return nil, fmt.Errorf("family %s: its form lists no bulk endpoint", fam.Name())
+	}
+	var out []apiserver.Bulk
+	for _, m := range fm.Bulk {
+		path, ok := strings.CutPrefix(m.Path, "/v1/")
+		if !ok {
+			return nil, fmt.Errorf("family %s: bulk endpoint %q is not under /v1/", fam.Name(), m.Path)
+		}
+		keys := apiserver.Metered
+		if m.Unlimited {
+			keys = apiserver.UnlimitedPlan
+		}
+		out = append(out, apiserver.Bulk{Path: "/" + path, Family: fam, Keys: keys})
+	}
+	return out, nil
 }
 
 // LookupSingles are the single email lookup mounts (POST /v1/email-lookup
