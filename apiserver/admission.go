@@ -292,7 +292,7 @@ func safeAfter(bodies map[*meteredBody]struct{}, free int64, b *meteredBody, r i
 // it a declared length is refused at once. It must agree with the limits
 // the handlers read with.
 func (s *Server) bodyLimit(pattern string) int64 {
-	for _, m := range s.singles {
+	for _, m := range s.Singles {
 		if "/v1"+m.Path == pattern {
 			return s.singleMaxBody(m)
 		}

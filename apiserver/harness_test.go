@@ -61,11 +61,13 @@ func newTestAPI(t *testing.T, opts ...option) *testAPI {
 		Limiter:  ratelimit.New(rdb, 1000), // high unless a test is about rate limits
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:      clk.Now,
-		// The company family's routes with no store behind them: enough
-		// for the answers that come before any work (405, 422, 429).
-		Company: enrich.NewFamily(normalize.New(normalize.DefaultHosts), &enrich.Answerer{}),
 	}
-	d.Bulk = []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered, Family: d.Company}}
+	// The company family's routes, mounted as internal/serve does, with no
+	// store behind them: enough for the answers that come before any work
+	// (405, 422, 429).
+	co := enrich.NewFamily(normalize.New(normalize.DefaultHosts), &enrich.Answerer{})
+	d.Bulk = []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered, Family: co}}
+	d.Singles = []apiserver.Single{{Method: "GET", Path: "/company-enrichment", Family: co, Keys: apiserver.Metered, ChargePrefix: "single-"}}
 	for _, o := range opts {
 		o(&d)
 	}

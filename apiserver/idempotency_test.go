@@ -78,7 +78,9 @@ func (f *fakeVerifier) Verify(_ context.Context, emails []string) []verify.Resul
 }
 
 func withVerifier(v *fakeVerifier) option {
-	return func(d *apiserver.Deps) { d.Verification = verification.New(v, nil) }
+	return func(d *apiserver.Deps) {
+		d.Singles = append(d.Singles, apiserver.Single{Method: "GET", Path: "/verify", Family: verification.New(v, nil), Keys: apiserver.Metered, ChargePrefix: "verify-"})
+	}
 }
 
 // postIdem POSTs body to path with an API key and an Idempotency-Key.
@@ -252,7 +254,7 @@ func (a *testAPI) newKey(acct string) string {
 // it is done they get its answer. One charge.
 func TestIdempotentConcurrentSingleLookup(t *testing.T) {
 	g := &gatedFinder{entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	api := newTestAPI(t, withLookup(1000), func(d *apiserver.Deps) { d.Lookup.Finder = g })
+	api := newTestAPI(t, withLookupFinder(1000, g))
 	oc := newOpenAPIChecker(t, api)
 	acct, key := api.account(credits.Whole(5), accounts.PayAsYouGo)
 	const path = "/v1/email-lookup"
@@ -667,8 +669,7 @@ func TestSingleLookupLateChargeIsNoOp(t *testing.T) {
 // keeps living for the TTL meanwhile.
 func TestIdempotencyLeaseRenewedWhileRunning(t *testing.T) {
 	g := &gatedFinder{entered: make(chan struct{}, 1), gate: make(chan struct{})}
-	api := newTestAPI(t, withLookup(1000), func(d *apiserver.Deps) {
-		d.Lookup.Finder = g
+	api := newTestAPI(t, withLookupFinder(1000, g), func(d *apiserver.Deps) {
 		d.Idempotency.Lease = 300 * time.Millisecond
 	})
 	release := sync.OnceFunc(func() { close(g.gate) })

@@ -16,6 +16,7 @@ import (
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/lookup"
 	"github.com/bulkd/bulkd/internal/ratelimit"
+	"github.com/bulkd/bulkd/internal/serve"
 )
 
 // fakeFinder answers by domain: found.example is found (verified, every
@@ -48,14 +49,17 @@ func (fakeFinder) Find(_ context.Context, people []finder.Person) []finder.Resul
 // fakeFinder behind them, no job engine (enough for the bulk answers that
 // come before any work), an account limit of rps single lookups per second
 // and a monthly single-lookup cap of 2 on the starter plan.
-func withLookup(rps int) option {
+func withLookup(rps int) option { return withLookupFinder(rps, fakeFinder{}) }
+
+// withLookupFinder is withLookup with f behind the single lookups.
+func withLookupFinder(rps int, f lookup.Finder) option {
 	return func(d *apiserver.Deps) {
 		fam := lookup.New(fakeFinder{}, nil)
 		d.Bulk = append(d.Bulk,
 			apiserver.Bulk{Path: "/bulk-lookup", Family: fam, Keys: apiserver.Metered},
 			apiserver.Bulk{Path: "/unlimited/bulk-lookup", Family: fam, Keys: apiserver.UnlimitedPlan})
-		d.Lookup = &apiserver.SingleLookup{Finder: fakeFinder{}, Timeout: 5 * time.Second,
-			AccountLimiter: ratelimit.New(d.Redis, rps)}
+		d.Singles = append(d.Singles, serve.LookupSingles(&lookup.Single{Finder: f, Timeout: 5 * time.Second},
+			ratelimit.New(d.Redis, rps))...)
 		plans := billing.DefaultPlans()
 		starter := plans[accounts.PlanStarter]
 		starter.MonthlySingleLookups = 2

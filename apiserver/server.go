@@ -19,8 +19,6 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/billing"
-	"github.com/bulkd/bulkd/internal/enrich"
-	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/ratelimit"
@@ -58,18 +56,10 @@ type Deps struct {
 	Jobs *jobs.Engine
 	// Bulk are the families' bulk endpoints, mounted in order.
 	Bulk []Bulk
-	// Singles are the families' single-input endpoints (single.go),
-	// mounted after the three below.
+	// Singles are the families' single-input endpoints (single.go), in
+	// order: the API names no family, so internal/serve lists every
+	// family's single mounts here as it lists their bulk ones above.
 	Singles []Single
-	// Company answers the single company lookup (GET
-	// /v1/company-enrichment): a Single mount of the family.
-	Company *enrich.CompanyFamily
-	// Verification answers the single check (GET /v1/verify): a Single
-	// mount of the family (verification.Family).
-	Verification family.Single
-	// Lookup answers the single email lookups (POST /v1/email-lookup and
-	// /v1/unlimited/email-lookup): two Single mounts of a lookup.Single.
-	Lookup *SingleLookup
 	// Spam answers POST /v1/content-spam-check (spamcheck.go); without it
 	// (or without its engine) the route answers 503 engine_unavailable.
 	Spam *SpamCheck
@@ -100,7 +90,6 @@ type Deps struct {
 type Server struct {
 	Deps
 	router    chi.Router
-	singles   []Single // the built-in families' single mounts, then Deps.Singles
 	admission *admission
 	idem      *idemMetrics
 	idemStore *idempotency.Store
@@ -157,7 +146,6 @@ func New(d Deps) *Server {
 			"give --max-decoding-bytes more than --max-decoding-bytes-per-account",
 			"max_decoding_bytes", d.MaxDecodingBytes, "max_decoding_bytes_per_account", d.MaxDecodingBytesPerAccount)
 	}
-	s.singles = append(builtinSingles(d), d.Singles...)
 	s.router = s.routes()
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -41,25 +42,9 @@ type Single struct {
 	AccountLimitWhat string
 }
 
-// builtinSingles are the single endpoints of the Deps' own fields
-// (Company, Verification, Lookup), before Deps.Singles.
-func builtinSingles(d Deps) []Single {
-	var out []Single
-	if d.Company != nil {
-		out = append(out, Single{Method: "GET", Path: "/company-enrichment", Family: d.Company, Keys: Metered, ChargePrefix: "single-"})
-	}
-	if d.Verification != nil {
-		out = append(out, Single{Method: "GET", Path: "/verify", Family: d.Verification, Keys: Metered, ChargePrefix: "verify-"})
-	}
-	if d.Lookup != nil {
-		out = append(out, d.Lookup.mounts()...)
-	}
-	return out
-}
-
 // mountSingles mounts the single endpoints that take keys of kind k.
 func (s *Server) mountSingles(g chi.Router, k KeyKind) {
-	for _, m := range s.singles {
+	for _, m := range s.Singles {
 		if m.Keys == k {
 			g.With(s.idempotent).Method(m.Method, m.Path, s.single(m))
 		}
@@ -191,4 +176,17 @@ func writeSingleBytes(w http.ResponseWriter, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// SingleLookupWindow is the window the monthly single-lookup cap counts
+// in (the cap every UnlimitedPlan single mount draws on): the account's
+// billing period, or the UTC calendar month for an account whose plan has
+// no period end.
+func SingleLookupWindow(a *accounts.Account, now time.Time) billing.Window {
+	end := a.PeriodEnd
+	if end.IsZero() {
+		n := now.UTC()
+		end = time.Date(n.Year(), n.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return billing.PeriodWindow(billing.SingleLookups, end)
 }

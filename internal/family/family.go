@@ -12,6 +12,7 @@ package family
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"regexp"
 	"unicode/utf8"
@@ -122,6 +123,11 @@ func NewRegistry(fams ...Family) *Registry {
 		}
 		if _, dup := r.byName[f.Name()]; dup {
 			panic("family: " + f.Name() + " registered twice")
+		}
+		// Clients (bulkctl) split files by the form's limit, the API
+		// refuses by MaxRows: the two must agree.
+		if f.Form().MaxRows != f.MaxRows() {
+			panic(fmt.Sprintf("family: %s's form says %d rows a submission, its MaxRows %d", f.Name(), f.Form().MaxRows, f.MaxRows()))
 		}
 		r.byName[f.Name()] = f
 		r.order = append(r.order, f)

@@ -83,14 +83,13 @@ type Options struct {
 	Families []Extra
 }
 
-// Extra is a family and where the API mounts it: buildFamilies lists the
+// Extra is a family and its single-input mounts: buildFamilies lists the
 // built-in ones this way (adding a family to bulkd is one more entry), and
-// Options.Families takes more (a test's).
+// Options.Families takes more (a test's). The API mounts the bulk
+// endpoints the family's form lists (form.Form.Bulk, bulkMounts): the
+// paths bulkctl submits to are the same declaration.
 type Extra struct {
 	Family family.Family
-	// Bulk are its bulk mounts (Path and Keys; Family is set from the
-	// entry's).
-	Bulk []apiserver.Bulk
 	// Singles are its single-input mounts, if it has any.
 	Singles []apiserver.Single
 }
@@ -151,7 +150,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
-		Bulk: fams.bulk, Singles: fams.singles, Company: fams.company, Verification: fams.verification, Lookup: fams.lookup,
+		Bulk: fams.bulk, Singles: fams.singles,
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits:       cfg.AccountLimits(),
@@ -216,11 +215,10 @@ func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.Univ
 type families struct {
 	registry     *family.Registry
 	bulk         []apiserver.Bulk
-	singles      []apiserver.Single // the extra families' (the built-in ones are Deps fields)
+	singles      []apiserver.Single
 	company      *enrich.CompanyFamily
 	companies    *company.Store
 	verification *verification.Family
-	lookup       *apiserver.SingleLookup
 	helo         *egress.Checker // the egresses' HELO check (/readyz)
 	lists        *verify.Lists
 }
@@ -261,31 +259,70 @@ func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logge
 		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
 	}
 	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo,
-		lookup: &apiserver.SingleLookup{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout,
-			AccountLimiter: ratelimit.New(rdb, cfg.UnlimitedLookupRPS)}}
+	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo}
 	// The families, one entry each (a new family is one more), then the
-	// extra ones (a test's). Their single endpoints are the Deps fields
-	// set from f above.
+	// extra ones (a test's).
 	entries := append([]Extra{
-		{Family: co, Bulk: []apiserver.Bulk{{Path: "/company-enrichment/bulk", Keys: apiserver.Metered}}},
-		{Family: ver, Bulk: []apiserver.Bulk{{Path: "/bulk", Keys: apiserver.Metered}}},
-		// Unlimited keys pay with the daily bulk search quota (the
-		// apiserver's metering of unlimited mounts).
-		{Family: lk, Bulk: []apiserver.Bulk{{Path: "/bulk-lookup", Keys: apiserver.Metered},
-			{Path: "/unlimited/bulk-lookup", Keys: apiserver.UnlimitedPlan}}},
+		{Family: co,
+			Singles: []apiserver.Single{{Method: "GET", Path: "/company-enrichment", Family: co, Keys: apiserver.Metered, ChargePrefix: "single-"}}},
+		{Family: ver,
+			Singles: []apiserver.Single{{Method: "GET", Path: "/verify", Family: ver, Keys: apiserver.Metered, ChargePrefix: "verify-"}}},
+		{Family: lk,
+			Singles: LookupSingles(&lookup.Single{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout},
+				ratelimit.New(rdb, cfg.UnlimitedLookupRPS))},
 	}, extra...)
 	var all []family.Family
 	for _, x := range entries {
 		all = append(all, x.Family)
-		for _, b := range x.Bulk {
-			b.Family = x.Family
-			f.bulk = append(f.bulk, b)
+		b, err := bulkMounts(x.Family)
+		if err != nil {
+			return nil, err
 		}
+		f.bulk = append(f.bulk, b...)
 		f.singles = append(f.singles, x.Singles...)
 	}
 	f.registry = family.NewRegistry(all...)
 	return f, nil
+}
+
+// bulkMounts are the API's mounts of the bulk endpoints fam's form lists:
+// its paths, under /v1, and its keys (an Unlimited endpoint takes
+// unlimited-plan keys and is paid for with the daily bulk search quota,
+// the apiserver's metering of unlimited mounts).
+func bulkMounts(fam family.Family) ([]apiserver.Bulk, error) {
+	fm := fam.Form()
+	if len(fm.Bulk) == 0 {
+		return nil, fmt.Errorf("family %s: its form lists no bulk endpoint", fam.Name())
+	}
+	var out []apiserver.Bulk
+	for _, m := range fm.Bulk {
+		path, ok := strings.CutPrefix(m.Path, "/v1/")
+		if !ok {
+			return nil, fmt.Errorf("family %s: bulk endpoint %q is not under /v1/", fam.Name(), m.Path)
+		}
+		keys := apiserver.Metered
+		if m.Unlimited {
+			keys = apiserver.UnlimitedPlan
+		}
+		out = append(out, apiserver.Bulk{Path: "/" + path, Family: fam, Keys: keys})
+	}
+	return out, nil
+}
+
+// LookupSingles are the single email lookup mounts (POST /v1/email-lookup
+// and /v1/unlimited/email-lookup, docs/api.md) of one lookup.Single; the
+// single lookup's Timeout bounds one lookup (DNS, the catch-all probe and
+// every candidate's RCPT), past it the answer is 502 and nothing is
+// charged. perAccount is the per-account requests-per-second limit of the
+// unlimited one (SPEC section 8, quota rule 6), on top of the per-key
+// limit every endpoint has. Exported for the apiserver tests, which mount
+// the lookups as bulkd does.
+func LookupSingles(one *lookup.Single, perAccount *ratelimit.Limiter) []apiserver.Single {
+	return []apiserver.Single{
+		{Method: "POST", Path: "/email-lookup", Family: one, Keys: apiserver.Metered, ChargePrefix: "lookup-", MaxBody: lookup.MaxSingleBody},
+		{Method: "POST", Path: "/unlimited/email-lookup", Family: one, Keys: apiserver.UnlimitedPlan, ChargePrefix: "ulookup-", MaxBody: lookup.MaxSingleBody,
+			AccountLimiter: perAccount, AccountLimitKey: "lookup-acct:", AccountLimitWhat: "single lookups per second per account"},
+	}
 }
 
 // verificationFamily builds the SMTP verifier (politeness shared through

@@ -72,22 +72,28 @@ var (
 	_ family.Single = (*Family)(nil)
 )
 
-// Extra is the family's registration: its bulk mounts and its single
-// request, as serve.Options.Families (and serve.NewProcessor) take it.
+// Extra is the family's registration: the family (the API mounts the bulk
+// endpoint its Form lists) and its single request, as
+// serve.Options.Families (and serve.NewProcessor) take it.
 func Extra(f *Family) serve.Extra {
 	return serve.Extra{Family: f,
-		Bulk:    []apiserver.Bulk{{Path: "/phone-lookup/bulk", Keys: apiserver.Metered}},
 		Singles: []apiserver.Single{{Method: http.MethodGet, Path: "/phone-lookup", Family: f, Keys: apiserver.Metered, ChargePrefix: "phone-"}},
 	}
 }
 
-// Form is the family's form: the dashboard's new-job page offers it.
+// Form is the family's form: the dashboard's new-job page offers it, and
+// the API mounts the bulk endpoint it lists.
 var Form = form.Form{
 	Label: "Phone lookup",
 	Hint:  "Carrier and line type of phone numbers. 0.5 credits per distinct number.",
 	Fields: []form.Field{{Name: "phone", Label: "Phone number", MaxLen: MaxPhone,
 		Aliases: []string{"phone", "phonenumber", "mobile", "tel", "telephone"}}},
-	ListField: "input",
+	ListField:  "input",
+	Bulk:       []form.Mount{{Name: "phone", Path: "/v1/phone-lookup/bulk"}},
+	MaxRows:    MaxRows,
+	Dedupe:     true,
+	TotalField: "total_rows",
+	Final:      "completed",
 }
 
 func (f *Family) Name() string            { return Name }

@@ -4,7 +4,7 @@ import "strings"
 
 // The built-in families' forms (see the package comment for why they are
 // declared here). The aliases are the dashboard's and bulkctl's former
-// tables merged, normalized, best first.
+// tables merged, normalized, best first; the paths are apiserver/openapi.yaml's.
 var (
 	// Company is company enrichment's form (internal/enrich).
 	Company = Form{
@@ -17,8 +17,12 @@ var (
 			{Name: "domain", Label: "Website or domain", MaxLen: 2048, Looks: looksLikeDomain,
 				Aliases: []string{"domain", "companydomain", "website", "companywebsite", "websiteurl", "site", "homepage", "web"}},
 		},
-		ListField: "input",
-		Default:   "domain",
+		ListField:  "input",
+		Default:    "domain",
+		Bulk:       []Mount{{Name: "company", Path: "/v1/company-enrichment/bulk"}},
+		MaxRows:    100_000,
+		TotalField: "total_rows",
+		Final:      "completed",
 	}
 	// Verification is email verification's form (internal/verification).
 	Verification = Form{
@@ -28,9 +32,14 @@ var (
 			{Name: "email", Label: "Email address", MaxLen: 320, Looks: func(v string) bool { return strings.Contains(v, "@") },
 				Aliases: []string{"email", "emailaddress", "mail", "address", "email1", "workemail", "value"}},
 		},
-		ListField: "emails",
-		Scalar:    true,
-		Default:   "email",
+		ListField:  "emails",
+		Scalar:     true,
+		Default:    "email",
+		Bulk:       []Mount{{Name: "verify", Path: "/v1/bulk"}},
+		MaxRows:    100_000,
+		Dedupe:     true,
+		TotalField: "total_emails",
+		Final:      "complete",
 	}
 	// Lookup is email lookup's form (internal/lookup).
 	Lookup = Form{
@@ -46,6 +55,12 @@ var (
 		},
 		AllRequired: true,
 		ListField:   "input",
+		Bulk: []Mount{{Name: "lookup", Path: "/v1/bulk-lookup"},
+			{Name: "unlimited-lookup", Path: "/v1/unlimited/bulk-lookup", Unlimited: true}},
+		MaxRows:    10_000,
+		Dedupe:     true,
+		TotalField: "total_rows",
+		Final:      "completed",
 	}
 )
 
@@ -57,3 +72,7 @@ func LooksLikeNetworkURL(v string) bool {
 }
 
 func looksLikeDomain(v string) bool { return strings.Contains(v, ".") && !strings.Contains(v, " ") }
+
+// Builtin are the built-in families' forms, in the order bulkctl looks a
+// bare job id up in (and the API mounts them).
+var Builtin = []Form{Company, Verification, Lookup}

@@ -1,9 +1,12 @@
 // Package form is how a family's rows are gathered from a table a person
 // has (a CSV upload, a pasted list, a JSON Lines file) and built into the
-// family's submission body: its label, its input fields with the column
-// names that mean them, and its body's shape. The dashboard's new-job pages
-// and bulkctl read the same Form, so a column name is recognised the same
-// way by both (one alias table).
+// family's submission body, and where that body goes: its label, its input
+// fields with the column names that mean them, its body's shape, its bulk
+// endpoints and the job status fields a client follows. The dashboard's
+// new-job pages and bulkctl read the same Form, so a column name is
+// recognised the same way by both (one alias table); the API mounts the
+// bulk endpoints a Form lists (internal/serve), so a family's paths are
+// written once.
 //
 // The package is a leaf (the standard library only): bulkctl, a client
 // binary, links it without linking the server. The built-in families'
@@ -53,6 +56,38 @@ type Form struct {
 	// Default is the field a table without a header maps its first column
 	// to when no value looks like any field ("": fields by position).
 	Default string
+
+	// Bulk are the family's bulk endpoints, at least one: the API mounts
+	// each (internal/serve), and bulkctl submits to and follows jobs
+	// through them.
+	Bulk []Mount
+	// MaxRows is the most rows one submission takes: the family's
+	// MaxRows (family.NewRegistry refuses a Form that says otherwise).
+	MaxRows int
+	// Dedupe: the family answers one result row per distinct input
+	// (bulkctl drops repeats before splitting a file, the same way),
+	// rather than one per submitted row.
+	Dedupe bool
+	// TotalField is the job status's field with the job's number of
+	// result rows ("total_rows"); Final is the status of a finished job
+	// ("completed"). Clients poll with them.
+	TotalField string
+	Final      string
+}
+
+// Mount is one bulk endpoint of a family: POST Path submits, GET
+// Path/{job_id} is the job's status and GET Path/{job_id}/results its
+// results.
+type Mount struct {
+	// Name names the endpoint in bulkctl's job handles and manifests
+	// ("lookup", "unlimited-lookup"): unique across the families.
+	Name string
+	// Path is the endpoint's path, under /v1 ("/v1/bulk-lookup").
+	Path string
+	// Unlimited: the endpoint takes unlimited-plan keys and is paid for
+	// with the plan's daily bulk search quota; the others take
+	// pay-as-you-go keys and are paid for in credits (SPEC 5).
+	Unlimited bool
 }
 
 // Norm is a column name as aliases are compared: lower case, letters and

@@ -68,3 +68,20 @@ func TestBody(t *testing.T) {
 		t.Errorf("body %s, want %s", got, want)
 	}
 }
+
+// The built-in forms' bulk endpoints: each form has one, under /v1/, and
+// no two share a name (bulkctl's handles) or a path (the API's routes).
+func TestBuiltinMounts(t *testing.T) {
+	names, paths := map[string]bool{}, map[string]bool{}
+	for _, fm := range form.Builtin {
+		if len(fm.Bulk) == 0 || fm.MaxRows <= 0 || fm.TotalField == "" || fm.Final == "" {
+			t.Errorf("%s: mounts %v, max rows %d, total field %q, final %q", fm.Label, fm.Bulk, fm.MaxRows, fm.TotalField, fm.Final)
+		}
+		for _, m := range fm.Bulk {
+			if len(m.Path) <= len("/v1/") || m.Path[:len("/v1/")] != "/v1/" || names[m.Name] || paths[m.Path] || m.Name == "" {
+				t.Errorf("%s: mount %+v", fm.Label, m)
+			}
+			names[m.Name], paths[m.Path] = true, true
+		}
+	}
+}
