@@ -258,7 +258,9 @@ func TestColleaguesMailboxesNotAnswered(t *testing.T) {
 // about refuse our sender at their own mailboxes, and Ethan Dunmore and
 // Rebecca Mercer left: their candidates are refused as non-existent, but
 // ethan@ and rebecca@ are colleagues'. Only the other people's refusals at
-// {f}{last} tell (before: both verified, 95). At first.test, a {first} company with no refusal but
+// {f}{last} tell (before: both verified, 95). At solo.test Ronald McDonald
+// is the only person asked: his ronald.mcdonald@, tried before ronald@,
+// refuses our sender. At first.test, a {first} company with no refusal but
 // 5.1.1, the same people are found at ronald@ and emma@.
 func TestSenderBlockedColleagueMailbox(t *testing.T) {
 	spec := mailworld.Spec{
@@ -270,6 +272,8 @@ func TestSenderBlockedColleagueMailbox(t *testing.T) {
 			{Name: "first.test", MX: []string{"mx.first.test"}, Users: []string{"ronald", "emma", "julia", "info"}},
 			{Name: "kestrel.test", MX: []string{"mx.summit.test"}, Users: []string{"ethan", "rebecca", "info"},
 				SenderBlocked: []string{"lhale", "npark", "oreid", "vlawson"}},
+			{Name: "solo.test", MX: []string{"mx.summit.test"}, Users: []string{"ronald", "info"},
+				SenderBlocked: []string{"ronald.mcdonald"}},
 		},
 	}
 	w := startWorld(t, spec)
@@ -280,8 +284,9 @@ func TestSenderBlockedColleagueMailbox(t *testing.T) {
 		{"Ronald", "McDonald", "first.test"}, {"Emma", "Mercer", "first.test"}, {"Julia", "Osborne", "first.test"},
 		{"Ethan", "Dunmore", "kestrel.test"}, {"Lucas", "Hale", "kestrel.test"}, {"Rebecca", "Mercer", "kestrel.test"},
 		{"Nina", "Park", "kestrel.test"}, {"Owen", "Reid", "kestrel.test"}, {"Violet", "Lawson", "kestrel.test"},
+		{"Ronald", "McDonald", "solo.test"},
 	}
-	truth := []string{"", "", "", "ronald@first.test", "emma@first.test", "julia@first.test", "", "", "", "", "", ""}
+	truth := []string{"", "", "", "ronald@first.test", "emma@first.test", "julia@first.test", "", "", "", "", "", "", ""}
 	for i, r := range f.Find(context.Background(), people) {
 		if r.Status == finder.StatusFound && !strings.EqualFold(str(r.Email), truth[i]) {
 			t.Errorf("%s %s@%s: %s, someone else's address", people[i].FirstName, people[i].LastName, people[i].Domain, describe(r))
