@@ -21,7 +21,9 @@
 //	                              rejected)
 //	not_found  ambiguous          the verified address is also another person's          no       null
 //	                              answer in the same call, or 2+ addresses of the
-//	                              domain are written another way (see Wrong persons)
+//	                              domain are written another way, or a candidate
+//	                              ranked before it got a policy refusal (5.7.1) and
+//	                              nothing backs its pattern (see Wrong persons)
 //	not_found  no_such_domain     NXDOMAIN                                               no       null
 //	not_found  null_mx            MX 0 "." (RFC 7505)                                    no       null
 //	not_found  no_mail_server     no MX and no A/AAAA                                    no       null
@@ -43,7 +45,7 @@
 //
 // A verified mailbox is not always the person's: at a {last}{f} domain
 // Thomas Jackson's {first}{l} candidate thomasj@ may be Thomas Jimenez's.
-// Three rules keep such an address from being answered:
+// Four rules keep such an address from being answered:
 //
 //   - Recheck. When the domain's pattern in use (read from the store, or
 //     learned from at least 3 addresses of the call) does not write a
@@ -62,6 +64,42 @@
 //     both people's and the finder cannot tell whose it is. Rows that are one
 //     person written two ways (the same last name, first names equal up to a
 //     nickname: Bob and Robert Smith) are not ambiguous.
+//   - Unknown before it. A verified address is the person's only when
+//     every candidate tried before it (ranked higher: the priors' order,
+//     the learned pattern's forms, a recheck's pattern candidates) was
+//     refused as non-existent (mailbox_not_found, mailbox_disabled,
+//     invalid syntax), or when the domain's pattern backs it: at least one
+//     other address of the domain written with its pattern was verified
+//     without such doubt (in the call, or counted in the store). Anything
+//     else before it (a policy refusal such as "550 5.7.1 Sender blocked",
+//     rejected; a block; greylisting; a timeout or a failed connection)
+//     leaves the existence of the person's likelier mailbox unknown: the
+//     person may be Ronald McDonald, whose ronald.mcdonald@ refuses our
+//     sender, and ronald@ Ronald Smith's. Such an address teaches no
+//     pattern, counts as no evidence (two colleagues' mailboxes cannot back
+//     each other) and, unless backed at the end of the call, is answered
+//     not_found/ambiguous, final, after a policy refusal (the refusal is
+//     permanent: a retry would say the same), or not_found/unknown after
+//     anything else, temporary when that answer was (greylisting: the
+//     retry sends the higher candidate again and it tells). The cost: a
+//     person whose higher-ranked candidate is refused with 5.7.1 although
+//     it does not exist (some servers word "no such user" so) is not
+//     found unless colleagues' addresses show the domain's pattern.
+//   - Others' policy refusals. A departed person's candidates are all
+//     refused as non-existent, and his {first} form may be a colleague's
+//     mailbox (ronald@ for Ronald McDonald, Ronald Smith's); when the
+//     company's people refuse our sender, that is the only address that
+//     accepts. So a verified address is not_found/ambiguous (final) when
+//     more people of the domain speak for another pattern than addresses
+//     for its own: a person counts for the patterns writing their one
+//     policy-refused candidate when all their other sent candidates were
+//     refused as non-existent (their own mailbox refusing us; a server
+//     that refuses every unknown address with 5.7.1 gives a person several
+//     and is not counted); the address's own pattern counts the store's
+//     addresses plus the call's others, these only from 3 on (2 colleagues'
+//     mailboxes do not back each other). Verified addresses of a domain
+//     that gave a policy refusal in the call teach the store only at its
+//     end, once answered.
 //
 // Confidence of a verified address, from the domain's pattern counts (the
 // store's at the start of the call plus the addresses verified in it, the

@@ -137,6 +137,20 @@ type person struct {
 	// hold), as its answer may.
 	unsupported bool
 	lesson      string
+	// unsure is the first answer for one of the person's candidates that
+	// left the mailbox's existence unknown (a policy refusal such as
+	// "5.7.1 Sender blocked", a block, greylisting, a timeout) while the
+	// person was not answered; a lower-ranked candidate verified after it
+	// may be a colleague's mailbox (see settle). doubtful: verified with
+	// unsure set; the address counts for no pattern until settle.
+	unsure   *verify.Result
+	doubtful bool
+	// rejected: the person's candidates answered with a policy refusal
+	// (rejected); refusedOK: those refused as non-existent. One refusal
+	// among definitive ones is likely the person's own mailbox refusing
+	// us, and tells the domain's pattern (see settle).
+	rejected  []string
+	refusedOK int
 
 	firstName, lastName string // normalized (NormalizeName), to tell people apart
 }
@@ -161,6 +175,10 @@ type domain struct {
 	// greylisted: a candidate of this domain was greylisted in this call
 	// (its people are answered across retries, a few at a time).
 	greylisted bool
+	// policy: a candidate of this domain got a policy refusal (rejected)
+	// in this call; verified addresses then teach only at the end of the
+	// call (settle may withdraw them).
+	policy bool
 
 	scoutsFailed int  // scouts that ended while the pattern was unknown
 	mass         bool // everyone searches (see noteScouts)
@@ -266,6 +284,11 @@ func (f *Finder) Find(ctx context.Context, people []Person) []Result {
 	}
 	var late []learnt
 	for _, p := range all {
+		if p.dom.settle(p) {
+			if pats := patternsOf(p.name, p.local); len(pats) == 1 {
+				late = append(late, learnt{p.dom.name, pats[0]})
+			}
+		}
 		p.dom.hold(p)
 		p.dom.confidence(p)
 		if p.unsupported && p.res.Substatus == SubVerified {
@@ -564,6 +587,9 @@ func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
 		if res[i].Reason == verify.ReasonGreylisted {
 			d.greylisted = true
 		}
+		if res[i].Reason == verify.ReasonRejected {
+			d.policy = true
+		}
 	}
 	for _, i := range idx {
 		s, r := sends[i], res[i]
@@ -577,17 +603,28 @@ func (d *domain) absorb(sends []send, res []verify.Result, idx []int) []learnt {
 			p.first, p.firstCand = &rr, s.c
 		}
 		p.sent++
+		switch r.Reason {
+		case verify.ReasonRejected:
+			p.rejected = append(p.rejected, s.c.local)
+		case verify.ReasonMailboxNotFound, verify.ReasonMailboxDisabled:
+			p.refusedOK++
+		}
 		if s.prime {
 			// Priming only starts greylisting periods; an address that
 			// is nevertheless verified is an answer.
-			if r.Reason == verify.ReasonAccepted && (!p.done || p.res.Temporary) {
-				learned = append(learned, d.found(p, r, s.c)...)
+			if !p.done || p.res.Temporary {
+				if r.Reason == verify.ReasonAccepted {
+					learned = append(learned, d.found(p, r, s.c)...)
+				} else {
+					p.noteUnsure(r)
+				}
 			}
 			continue
 		}
 		if p.done {
 			continue
 		}
+		p.noteUnsure(r)
 		switch r.Reason {
 		case verify.ReasonAccepted:
 			verified++
@@ -686,11 +723,19 @@ func (d *domain) found(p *person, r verify.Result, c cand) []learnt {
 		p.held = nil
 	}
 	p.res, p.done, p.local = a, true, c.local
+	if p.unsure != nil {
+		// A candidate ranked before this one may be the person's
+		// mailbox: the address is answered only if the domain's
+		// pattern backs it at the end of the call (settle), and
+		// teaches nothing until then.
+		p.doubtful = true
+		return nil
+	}
 	pats := patternsOf(p.name, c.local)
 	if len(pats) != 1 {
 		return nil
 	}
-	unsupported := d.stored[pats[0]]+d.evidence[pats[0]] == 0
+	unsupported := d.stored[pats[0]]+d.evidence[pats[0]] == 0 || d.policy
 	d.counts[pats[0]]++
 	if d.evidence == nil {
 		d.evidence = map[string]int64{}
@@ -770,6 +815,133 @@ func (d *domain) hold(p *person) {
 			return
 		}
 	}
+}
+
+// noteUnsure records r as the person's first answer that left a
+// candidate's existence unknown: anything but a verified address and a
+// definitive refusal (5.1.1 no such mailbox, 5.2.1 disabled, bad syntax)
+// or a domain without mail. A policy refusal ("550 5.7.1 Sender blocked",
+// rejected) is not definitive: the mailbox may be the person's and refuse
+// only us.
+func (p *person) noteUnsure(r verify.Result) {
+	if p.unsure != nil {
+		return
+	}
+	switch r.Reason {
+	case verify.ReasonAccepted, verify.ReasonDisposable, verify.ReasonCatchAll,
+		verify.ReasonMailboxNotFound, verify.ReasonMailboxDisabled, verify.ReasonInvalidSyntax,
+		verify.ReasonNoSuchDomain, verify.ReasonNullMX, verify.ReasonNoMailServer:
+		return
+	}
+	rr := r
+	p.unsure = &rr
+}
+
+// settle answers a verified person one of whose higher-ranked candidates
+// got no definitive refusal (unsure): the address stands only when the
+// domain's pattern backs it, that is when at least one other address of
+// the domain written with its pattern was verified without such doubt (in
+// this call or in the store). Otherwise the person's own mailbox may be
+// the one that refused us, and the verified one a colleague's (Ronald
+// McDonald's ronald.mcdonald@ answers "5.7.1 Sender blocked"; ronald@ is
+// Ronald Smith's): not_found/ambiguous, final, after a policy refusal;
+// not_found/unknown after anything else (temporary when that answer was,
+// so a retry can tell). It reports whether a doubtful address stood, so
+// that the caller teaches its pattern.
+func (d *domain) settle(p *person) bool {
+	if p.res.Status != StatusFound || p.res.Substatus != SubVerified || p.local == "" {
+		return false
+	}
+	if p.unsure == nil {
+		if d.policyAgainst(p) {
+			a := notFound(SubAmbiguous)
+			a.ProbesUsed = p.res.ProbesUsed
+			p.res = a
+		}
+		return false
+	}
+	for _, pat := range patternsOf(p.name, p.local) {
+		n := d.stored[pat] + d.evidence[pat]
+		if !p.doubtful && len(patternsOf(p.name, p.local)) == 1 {
+			n-- // counted when found (a held answer given back)
+		}
+		if n >= 1 {
+			if d.policyAgainst(p) {
+				a := notFound(SubAmbiguous)
+				a.ProbesUsed = p.res.ProbesUsed
+				p.res = a
+				return false
+			}
+			return p.doubtful
+		}
+	}
+	u := p.unsure
+	a := notFound(SubUnknown)
+	switch {
+	case u.Reason == verify.ReasonRejected:
+		a = notFound(SubAmbiguous)
+	case u.Temporary:
+		a.Temporary, a.RetryAfter = true, u.RetryAfter
+	}
+	a.ProbesUsed = p.res.ProbesUsed
+	p.res = a
+	return false
+}
+
+// policyAgainst reports whether the domain's policy refusals speak for
+// another pattern than p's verified address's more than verified
+// addresses speak for its own: people of the domain each of whose
+// candidates were refused as non-existent but one, refused by policy
+// ("550 5.7.1 Sender blocked": most likely their own mailbox, refusing
+// us), count for the patterns that write that one; the address's own
+// patterns count the addresses verified with them (the store's and the
+// call's, itself left out, and only from provisionalBelow of them). At a company whose people's mailboxes all
+// refuse our sender, a departed person's {first} form, now a colleague's
+// mailbox (ronald@ for Ronald McDonald), is the only address that
+// accepts, and every candidate before it was refused as non-existent:
+// only the other people's refusals tell that the company writes another
+// pattern. Servers that refuse every unknown address with 5.7.1 are not
+// counted (more than one refusal per person).
+func (d *domain) policyAgainst(p *person) bool {
+	if !d.policy || p.res.IsDisposable != nil && *p.res.IsDisposable {
+		return false
+	}
+	own := patternsOf(p.name, p.local)
+	if len(own) == 0 {
+		return false
+	}
+	backing := int64(0)
+	for _, pat := range own {
+		// The call's addresses back the pattern only once it is
+		// established (provisionalBelow others): two or three colleagues'
+		// mailboxes of departed people's {first} forms would otherwise
+		// back each other.
+		n := d.evidence[pat]
+		if !p.doubtful && len(own) == 1 {
+			n-- // the address itself
+		}
+		if n < provisionalBelow {
+			n = 0
+		}
+		backing = max(backing, d.stored[pat]+n)
+	}
+	against := map[string]int64{}
+	for _, q := range d.people {
+		if q == p || len(q.rejected) != 1 || q.refusedOK == 0 {
+			continue
+		}
+		for _, pat := range patternsOf(q.name, q.rejected[0]) {
+			if !slices.Contains(own, pat) {
+				against[pat]++
+			}
+		}
+	}
+	for _, n := range against {
+		if n > backing {
+			return true
+		}
+	}
+	return false
 }
 
 // samePerson reports whether the rows are one person written two ways: the

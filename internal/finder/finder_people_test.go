@@ -247,3 +247,58 @@ func TestColleaguesMailboxesNotAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestSenderBlockedColleagueMailbox: at summit.test every asked person's
+// own mailbox refuses our sender ("550 5.7.1 Sender blocked"), and ronald@
+// and emma@ are colleagues' mailboxes (Ronald McDonald and Emma Mercer left;
+// the company writes {first}.{last}). The colleagues' mailboxes are the
+// only addresses that accept: they must not be answered as the persons'
+// (before the fix both were verified, 95, and backed each other as the
+// {first} pattern). At kestrel.test, a {f}{last} company, the people asked
+// about refuse our sender at their own mailboxes, and Ethan Dunmore and
+// Rebecca Mercer left: their candidates are refused as non-existent, but
+// ethan@ and rebecca@ are colleagues'. Only the other people's refusals at
+// {f}{last} tell (before: both verified, 95). At solo.test Ronald McDonald
+// is the only person asked: his ronald.mcdonald@, tried before ronald@,
+// refuses our sender. At first.test, a {first} company with no refusal but
+// 5.1.1, the same people are found at ronald@ and emma@.
+func TestSenderBlockedColleagueMailbox(t *testing.T) {
+	spec := mailworld.Spec{
+		Hosts: []mailworld.Host{{Name: "mx.summit.test"}, {Name: "mx.first.test"}},
+		Domains: []mailworld.Domain{
+			{Name: "summit.test", MX: []string{"mx.summit.test"},
+				Users:         []string{"ronald", "emma", "info", "lucas.hale", "nina.park", "owen.reid"},
+				SenderBlocked: []string{"ronald.mcdonald", "emma.mercer", "julia.osborne"}},
+			{Name: "first.test", MX: []string{"mx.first.test"}, Users: []string{"ronald", "emma", "julia", "info"}},
+			{Name: "kestrel.test", MX: []string{"mx.summit.test"}, Users: []string{"ethan", "rebecca", "info"},
+				SenderBlocked: []string{"lhale", "npark", "oreid", "vlawson"}},
+			{Name: "solo.test", MX: []string{"mx.summit.test"}, Users: []string{"ronald", "info"},
+				SenderBlocked: []string{"ronald.mcdonald"}},
+		},
+	}
+	w := startWorld(t, spec)
+	rdb, _ := testredis.Client(t)
+	f := finder.New(newVerifier(t, w, rdb), finder.NewRedisPatterns(rdb))
+	people := []finder.Person{
+		{"Ronald", "McDonald", "summit.test"}, {"Emma", "Mercer", "summit.test"}, {"Julia", "Osborne", "summit.test"},
+		{"Ronald", "McDonald", "first.test"}, {"Emma", "Mercer", "first.test"}, {"Julia", "Osborne", "first.test"},
+		{"Ethan", "Dunmore", "kestrel.test"}, {"Lucas", "Hale", "kestrel.test"}, {"Rebecca", "Mercer", "kestrel.test"},
+		{"Nina", "Park", "kestrel.test"}, {"Owen", "Reid", "kestrel.test"}, {"Violet", "Lawson", "kestrel.test"},
+		{"Ronald", "McDonald", "solo.test"},
+	}
+	truth := []string{"", "", "", "ronald@first.test", "emma@first.test", "julia@first.test", "", "", "", "", "", "", ""}
+	for i, r := range f.Find(context.Background(), people) {
+		if r.Status == finder.StatusFound && !strings.EqualFold(str(r.Email), truth[i]) {
+			t.Errorf("%s %s@%s: %s, someone else's address", people[i].FirstName, people[i].LastName, people[i].Domain, describe(r))
+		}
+		if truth[i] != "" && r.Status != finder.StatusFound {
+			t.Errorf("%s %s@%s: %s, want %s", people[i].FirstName, people[i].LastName, people[i].Domain, describe(r), truth[i])
+		}
+		if truth[i] == "" && r.Status == finder.StatusFound {
+			continue
+		}
+		if truth[i] == "" && (people[i].FirstName == "Ronald" || people[i].FirstName == "Emma") && (r.Substatus != finder.SubAmbiguous || r.Temporary) {
+			t.Errorf("%s %s: %s, want not_found/ambiguous (final)", people[i].FirstName, people[i].LastName, describe(r))
+		}
+	}
+}
