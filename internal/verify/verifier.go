@@ -308,6 +308,10 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		pool: newConnPool(cfg.SessionIdle)}, nil
 }
 
+// SessionIdle is how long a session with nothing more to do stays parked
+// for the next call (Config.SessionIdle after defaults; negative: never).
+func (v *Verifier) SessionIdle() time.Duration { return v.cfg.SessionIdle }
+
 // checkHelo checks a HELO name: a host name, or an address literal.
 func checkHelo(name string) error {
 	if strings.HasPrefix(name, "[") {
