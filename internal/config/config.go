@@ -97,6 +97,7 @@ type Config struct {
 	SMTPSessionsPerHost int           // concurrent SMTP sessions per mail server address (not MX name), across every process
 	SMTPSessionRate     float64       // new SMTP sessions per second per mail server address, across every process
 	SMTPCommandTimeout  time.Duration // wait for one SMTP reply
+	SMTPSessionIdle     time.Duration // an SMTP session with nothing left stays open this long for the next batch to its server (verify.Config.SessionIdle); 0: never
 	VerifyRetryDelays   string        // waits before the retries of a greylisted address, e.g. "2m,5m,15m"
 	VerifySingleRetry   time.Duration // GET /v1/verify: wait this long and retry a greylisted address within the request's timeout (0: never)
 	SMTPDenyPrivate     bool          // deprecated, no effect: non-public addresses are always refused (OutboundAllowCIDRs opens ranges)
@@ -215,6 +216,7 @@ func Default() Config {
 		SMTPSessionsPerHost: 3,
 		SMTPSessionRate:     5,
 		SMTPCommandTimeout:  10 * time.Second,
+		SMTPSessionIdle:     2 * time.Second, // docs/benchmarks.md, "Verification speed": why 2 s
 		VerifyRetryDelays:   "2m,5m,15m",
 
 		LookupTimeout:               45 * time.Second,
@@ -278,6 +280,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SMTPSessionsPerHost, "smtp-sessions-per-host", "SMTP sessions open at once per mail server address (not per MX name; smtp-rules may set their own), shared by every process through Redis")
 	float(fs, &c.SMTPSessionRate, "smtp-session-rate", "new SMTP sessions per second per mail server address, shared by every process through Redis")
 	dur(fs, &c.SMTPCommandTimeout, "smtp-command-timeout", "wait for one SMTP reply (bounds tarpits)")
+	dur(fs, &c.SMTPSessionIdle, "smtp-session-idle", "how long an SMTP session with nothing left to check stays open (holding its place under --smtp-sessions-per-host) for the next batch to the same server; 0: end every session at once (QUIT)")
 	str(fs, &c.VerifyRetryDelays, "verify-retry-delays", "waits before each retry of a greylisted or temporarily failed address (bulk verification and bulk lookup); after the last it is unknown")
 	dur(fs, &c.LookupTimeout, "lookup-timeout", "time limit of one single email lookup (POST /v1/email-lookup and the unlimited one); past it: 502, nothing charged")
 	boolean(fs, &c.FinderLearnFromVerification, "finder-learn-from-verification", "bulk verification's deliverable addresses on domains that are not catch-all teach the email finder their shape (separator, initials), shared through Redis; false: verification teaches nothing")
@@ -473,6 +476,11 @@ func (c *Config) Validate() error {
 	}
 	if c.SMTPCommandTimeout < 100*time.Millisecond {
 		return fmt.Errorf("--smtp-command-timeout must be at least 100ms")
+	}
+	if c.SMTPSessionIdle < 0 || c.SMTPSessionIdle > time.Minute {
+		// A parked session holds a slot other processes may be waiting
+		// for, and servers end idle clients on their own (often 30-60 s).
+		return fmt.Errorf("--smtp-session-idle must be 0..1m")
 	}
 	if _, err := c.SMTPEgresses(); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // README's configuration table lists every flag of `bulkd serve` with its
@@ -89,5 +90,24 @@ func TestSMTPProxyFromEnvironmentNotShown(t *testing.T) {
 	}
 	if egs, _ := c.SMTPEgresses(); egs[0].ProxyAddr() != "10.0.0.10:1080" {
 		t.Errorf("the flag did not win: %v", egs)
+	}
+}
+
+// --smtp-session-idle: 2s by default, 0 allowed (parking off), negative
+// and over a minute refused naming the flag.
+func TestSMTPSessionIdleBounds(t *testing.T) {
+	if d := Default().SMTPSessionIdle; d != 2*time.Second {
+		t.Errorf("default %v, want 2s", d)
+	}
+	for _, tc := range []struct {
+		v  time.Duration
+		ok bool
+	}{{0, true}, {500 * time.Millisecond, true}, {time.Minute, true}, {-time.Second, false}, {61 * time.Second, false}} {
+		c := Default()
+		c.SMTPSessionIdle = tc.v
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "--smtp-session-idle")) {
+			t.Errorf("%v: %v", tc.v, err)
+		}
 	}
 }

@@ -364,7 +364,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		return nil, verifiers{}, err
 	}
 	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
+		CommandTimeout: cfg.SMTPCommandTimeout, SessionIdle: sessionIdle(cfg), Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
 	if err != nil {
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
@@ -374,7 +374,7 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
 		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-			CommandTimeout: cfg.SMTPCommandTimeout, Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
+			CommandTimeout: cfg.SMTPCommandTimeout, SessionIdle: sessionIdle(cfg), Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
 			Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
 		if err != nil {
 			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
@@ -382,6 +382,15 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 		fam.Single, vs.single = sv, sv
 	}
 	return fam, vs, nil
+}
+
+// sessionIdle is --smtp-session-idle for verify.Config, where 0 means the
+// default and a negative wait disables parking.
+func sessionIdle(cfg config.Config) time.Duration {
+	if cfg.SMTPSessionIdle <= 0 {
+		return -1
+	}
+	return cfg.SMTPSessionIdle
 }
 
 // heloCheckTimeout bounds the start-up HELO check of all egresses.

@@ -70,7 +70,7 @@ var scenarios = []scenario{
 			if _, ok := asMap(cm.Object["data"])["BULKD_OUTBOUND_ALLOW_CIDRS"]; ok {
 				t.Error("an outbound allowance rendered by default")
 			}
-			for k, want := range map[string]string{"BULKD_SHARD_SIZE": "1000", "BULKD_PARALLELISM": "8", "BULKD_PARALLELISM_CAP": "32", "BULKD_RETENTION": "720h", "BULKD_LOG_FORMAT": "json"} {
+			for k, want := range map[string]string{"BULKD_SHARD_SIZE": "1000", "BULKD_PARALLELISM": "8", "BULKD_PARALLELISM_CAP": "32", "BULKD_RETENTION": "720h", "BULKD_LOG_FORMAT": "json", "BULKD_SMTP_SESSION_IDLE": "2s"} {
 				if got := nestedString(t, cm, "data", k); got != want {
 					t.Errorf("ConfigMap %s = %q, want %q", k, got, want)
 				}
@@ -130,6 +130,7 @@ apiserver:
 processor:
   serviceAccount: {create: true, name: acme-workers}
 jobs: {shardSize: 250, parallelismCap: 3, retention: 48h}
+smtp: {sessionIdle: "0s"}
 log: {format: text, level: debug}
 `,
 		check: func(t *testing.T, r *rendered, s scenario) {
@@ -151,7 +152,7 @@ log: {format: text, level: debug}
 			}
 			r.get(t, "ServiceAccount", "acme-api")
 			cm := r.get(t, "ConfigMap", "acme-bulkd-config")
-			for k, want := range map[string]string{"BULKD_SHARD_SIZE": "250", "BULKD_PARALLELISM_CAP": "3", "BULKD_RETENTION": "48h", "BULKD_LOG_FORMAT": "text", "BULKD_LOG_LEVEL": "debug"} {
+			for k, want := range map[string]string{"BULKD_SHARD_SIZE": "250", "BULKD_PARALLELISM_CAP": "3", "BULKD_RETENTION": "48h", "BULKD_LOG_FORMAT": "text", "BULKD_LOG_LEVEL": "debug", "BULKD_SMTP_SESSION_IDLE": "0s"} {
 				if got := nestedString(t, cm, "data", k); got != want {
 					t.Errorf("ConfigMap %s = %q, want %q", k, got, want)
 				}
