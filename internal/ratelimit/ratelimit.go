@@ -66,25 +66,20 @@ func (l *Limiter) allow(ctx context.Context, key string, limit redis_rate.Limit,
 // with resetAfter until its budget is full again; a refusal counts
 // towards the longer Retry-After.
 func (l *Limiter) result(ctx context.Context, allowed bool, resetAfter time.Duration, perSecond int, key string) Result {
-	now := time.Now()
-	out := l.figures(allowed, resetAfter, perSecond)
-	if out.Allowed {
-		return out
+	if allowed {
+		return l.figures(true, resetAfter, perSecond)
 	}
-	out.RetryAfter = 1
-	// Only rejected requests pay for this second counter. The requests of
-	// the current second are about perSecond allowed plus those rejected;
-	// when they reach three times the limit the caller is told to back off
-	// for 5 s instead of 1 s (SPEC section 7).
-	sec := now.Unix()
-	k := "bulkd:rl:over:" + key + ":" + strconv.FormatInt(sec, 10)
+	// Only rejected requests pay for this second counter (the pair script
+	// keeps its own; this is Allow's). A failed count answers 1 s.
+	k := "bulkd:rl:over:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
 	pipe := l.rdb.Pipeline()
 	incr := pipe.Incr(ctx, k)
 	pipe.Expire(ctx, k, 2*time.Second)
+	refused := 0
 	if _, err := pipe.Exec(ctx); err == nil {
-		overRetryAfter(&out, int(incr.Val()), perSecond)
+		refused = int(incr.Val())
 	}
-	return out
+	return l.refusal(resetAfter, perSecond, refused)
 }
 
 // figures are a check's X-RateLimit-* figures: allowed or not, with
@@ -109,21 +104,16 @@ func (l *Limiter) figures(allowed bool, resetAfter time.Duration, perSecond int)
 	return out
 }
 
-// overRetryAfter sets a refusal's Retry-After from the refusals counted in
-// the current second: 5 s instead of 1 s once the second's requests
-// (about perSecond allowed plus the refused) reach three times the limit.
-func overRetryAfter(out *Result, refused, perSecond int) {
-	if refused+perSecond >= 3*perSecond {
-		out.RetryAfter = 5
-	}
-}
-
-// refusal is the Result of a refusal whose second's refusals the pair
-// script has already counted (no second round trip).
+// refusal is the Result of a refusal, refused being the refusals counted
+// in the current second (this one included): Retry-After is 1 s, and 5 s
+// once the second's requests (about perSecond allowed plus the refused)
+// reach three times the limit (SPEC section 7).
 func (l *Limiter) refusal(resetAfter time.Duration, perSecond, refused int) Result {
 	out := l.figures(false, resetAfter, perSecond)
 	out.RetryAfter = 1
-	overRetryAfter(&out, refused, perSecond)
+	if refused+perSecond >= 3*perSecond {
+		out.RetryAfter = 5
+	}
 	return out
 }
 

@@ -325,8 +325,6 @@ func LookupSingles(one *lookup.Single, perAccount *ratelimit.Limiter) []apiserve
 	}
 }
 
-// verificationFamily builds the SMTP verifier (politeness shared through
-// Redis, lists overlaid with what an operator loaded) and its family.
 // verifiers are the SMTP verifiers of a process: bulk (no waiting) and
 // single (waits out a short greylist within the request; the bulk one when
 // --verify-single-retry is 0).
@@ -338,6 +336,8 @@ type verifiers struct {
 	helo *egress.Checker
 }
 
+// verificationFamily builds the SMTP verifier (politeness shared through
+// Redis, lists overlaid with what an operator loaded) and its family.
 func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.Family, verifiers, error) {
 	delays, err := cfg.RetryDelays()
 	if err != nil {
@@ -363,8 +363,9 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 	if err != nil {
 		return nil, verifiers{}, err
 	}
-	v, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, SessionIdle: sessionIdle(cfg), Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
+	vcfg := verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
+		CommandTimeout: cfg.SMTPCommandTimeout, SessionIdle: sessionIdle(cfg), Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}
+	v, err := verify.New(vcfg, lists, lim)
 	if err != nil {
 		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 	}
@@ -373,9 +374,9 @@ func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.
 	if cfg.VerifySingleRetry > 0 {
 		// The single check may wait out a short greylist within its own
 		// timeout: a second verifier with the same parts and that setting.
-		sv, err := verify.New(verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-			CommandTimeout: cfg.SMTPCommandTimeout, SessionIdle: sessionIdle(cfg), Policy: out.Policy(), GreylistRetry: cfg.VerifySingleRetry,
-			Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}, lists, lim)
+		scfg := vcfg
+		scfg.GreylistRetry = cfg.VerifySingleRetry
+		sv, err := verify.New(scfg, lists, lim)
 		if err != nil {
 			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
 		}
