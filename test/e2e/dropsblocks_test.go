@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -19,13 +18,7 @@ import (
 // unknown/blocked and refunded, in bulk and through GET /v1/verify; the
 // block shows on /metrics.
 func TestDropsAndBlocksCharged(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := mailworld.Start(ctx, mailworld.DropsBlocks(mailworld.DropsBlocksOptions{Drops: 30, Blocked: 10}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	w := startWorld(t, mailworld.DropsBlocks(mailworld.DropsBlocksOptions{Drops: 30, Blocked: 10}))
 	env := companyStart(t, bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
 		c.OutboundAllowCIDRs = mailworld.AllowCIDRs

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -19,9 +18,7 @@ import (
 // --finder-learn-from-verification=false. Each run is its own bulkd and
 // Redis against one mail world.
 func TestLookupLearnsFromVerification(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := mailworld.Start(ctx, mailworld.Spec{
+	w := startWorld(t, mailworld.Spec{
 		RTT:   -1,
 		Hosts: []mailworld.Host{{Name: "mx.fdot.test"}, {Name: "mx.under.test"}},
 		Domains: []mailworld.Domain{
@@ -31,10 +28,6 @@ func TestLookupLearnsFromVerification(t *testing.T) {
 				Users: []string{"alice_brown", "carol_davis", "nora_evans", "thomas_jackson", "mary_wilson"}},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
 	verified := []string{"a.brown@fdot.test", "c.davis@fdot.test", "n.evans@fdot.test", "g.ford@fdot.test",
 		"alice_brown@under.test", "carol_davis@under.test", "nora_evans@under.test"}
 	people := []lookupIn{

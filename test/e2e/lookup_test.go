@@ -45,14 +45,8 @@ type lookupWorld struct {
 // that retries greylisted rows after 1 s.
 func lookupStart(t *testing.T, opts ...bulkdtest.Option) (*companyAPI, *lookupWorld) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	spec, people := mailworld.People(mailworld.PeopleOptions{Domains: 12, PerDomain: 4, RTT: -1, Greylist: time.Second, Seed: 7})
-	w, err := mailworld.Start(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	w := startWorld(t, spec)
 	opts = append([]bulkdtest.Option{bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
 		c.OutboundAllowCIDRs = mailworld.AllowCIDRs

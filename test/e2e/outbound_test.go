@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -64,13 +63,7 @@ func loopbackSMTP(t *testing.T, addr string) *atomic.Int64 {
 // charged as a verdict (0.2); a bulk job of such addresses completes the
 // same way. The answers are checked against the served OpenAPI document.
 func TestVerifyRefusesInternalAddresses(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := mailworld.Start(ctx, mailworld.Classes(mailworld.ClassOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	w := startWorld(t, mailworld.Classes(mailworld.ClassOptions{}))
 	inside := loopbackSMTP(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(w.SMTPPort())))
 	env := companyStart(t, bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()

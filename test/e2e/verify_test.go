@@ -26,13 +26,7 @@ import (
 // answers slower than bulkd's 1 s command timeout.
 func verifyStart(t *testing.T) (*companyAPI, *mailworld.World) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := mailworld.Start(ctx, mailworld.Classes(mailworld.ClassOptions{Greylist: time.Second, Tarpit: 3 * time.Second}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
+	w := startWorld(t, mailworld.Classes(mailworld.ClassOptions{Greylist: time.Second, Tarpit: 3 * time.Second}))
 	env := companyStart(t, bulkdtest.WithConfig(func(c *config.Config) {
 		c.DNSServer, c.SMTPPort = w.DNSAddr(), w.SMTPPort()
 		c.OutboundAllowCIDRs = mailworld.AllowCIDRs
@@ -329,4 +323,15 @@ func TestSingleVerifyEveryClass(t *testing.T) {
 	if s := w.Stats(); s.Rejected421 != 0 {
 		t.Errorf("%d sessions refused with 421", s.Rejected421)
 	}
+}
+
+// startWorld starts a mail world for the test and stops it at its end.
+func startWorld(t *testing.T, spec mailworld.Spec) *mailworld.World {
+	t.Helper()
+	w, err := mailworld.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("mailworld: %v", err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
 }
