@@ -183,6 +183,11 @@ type localHost struct {
 	tat     time.Time // GCRA theoretical arrival time
 	backoff time.Time // no new session before this
 	wake    chan struct{}
+	// Throttling (Throttler): the pause in force, its level and how long
+	// the level lives.
+	pausedUntil time.Time
+	level       int
+	levelUntil  time.Time
 }
 
 // NewLocalLimiter returns an in-process limiter.
@@ -309,7 +314,7 @@ func (l *LocalLimiter) release(key string) {
 	close(h.wake)
 	h.wake = make(chan struct{})
 	now := time.Now()
-	if h.open <= 0 && !h.tat.After(now) && !h.backoff.After(now) {
+	if h.open <= 0 && !h.tat.After(now) && !h.backoff.After(now) && !h.levelUntil.After(now) {
 		delete(l.hosts, key)
 	}
 }

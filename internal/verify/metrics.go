@@ -21,8 +21,23 @@ var smtpProxyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 // Collectors are the verifier's Prometheus collectors (process-wide), for
 // the registry that serves /metrics.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{smtpBlocks, smtpProxyFailures, catchAllVerdicts}
+	return []prometheus.Collector{smtpBlocks, smtpProxyFailures, catchAllVerdicts, smtpReplies, smtpThrottlePauses}
 }
+
+// smtpReplies counts the replies the verifier read, by stage and class
+// (rcptClass.String): an operator tells a server's rate limit (throttling)
+// from a block of the egress (block) and from refusals of addresses
+// (address, policy) without reading reply texts.
+var smtpReplies = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "bulkd_smtp_replies_total",
+	Help: "SMTP replies read, by stage (banner, helo, mail, rcpt) and class: accepted, address (mailbox unknown, disabled or full), policy (a refusal of the address for policy), recipient_limit (too many recipients in one session), throttling (the server says we send too much: paused briefly), greylisting, block (our egress refused: backed off 30 min), closing (421 without throttling words), temporary.",
+}, []string{"stage", "class"})
+
+// smtpThrottlePauses counts the pauses started after a throttling reply.
+var smtpThrottlePauses = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "bulkd_smtp_throttle_pauses_total",
+	Help: "Pauses of a mail server after it answered with throttling (too many connections or recipients from us, rate limit), by session stage and egress; a pause lasts 5 s, doubling with each one that follows the last (at most 2 min), and the addresses are asked again after it.",
+}, []string{"stage", "egress"})
 
 // catchAllVerdicts counts the catch-all verdicts this process used, by
 // where they came from: its own probe, or the store shared by every process

@@ -33,6 +33,7 @@ type item struct {
 	tooMany     int  // "too many recipients" answers as a session's first RCPT
 	tooManyAll  int  // all "too many recipients" answers
 	greyRetried bool // asked again after greylisting
+	throttles   int  // throttling replies to it (run.throttled)
 }
 
 // domainState is one domain of a call.
@@ -601,6 +602,11 @@ func (r *run) serve(h *hostQ, e int, ip netip.Addr) outcome {
 	}()
 	r.sharedLimit(h, srv)
 	ic, release, backoff, err := r.slot(h, srv)
+	for err == nil && release == nil && !r.v.isBlocked(ctx, srv) && r.waitThrottle(srv) {
+		// The server is paused after throttling (throttle.go) and the
+		// call has the time: wait for it rather than set it aside.
+		ic, release, backoff, err = r.slot(h, srv)
+	}
 	if err != nil {
 		var we *WaitError
 		if errors.As(err, &we) {

@@ -105,6 +105,7 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 		r.sessionFailed(h, err, true)
 		return false
 	}
+	countReply("banner", classifyAt(banner, stageConnect, client))
 	switch {
 	case isClientBlock(banner, stageConnect, client):
 		// "554 5.7.1 ... Client host [ip] blocked using ..." at connect.
@@ -112,7 +113,11 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 		r.blocked(h, srv, banner, "banner", nil)
 		return false
 	case banner.code == 421:
-		r.banner421(h, srv)
+		r.banner421(h, srv, banner)
+		return false
+	case isThrottle(banner, stageConnect):
+		_ = c.send("QUIT")
+		r.throttled(h, srv, banner, "banner", nil)
 		return false
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -127,9 +132,17 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 		r.sessionFailed(h, err, false)
 		return false
 	}
+	countReply("helo", classifyAt(hello, stageConnect, client))
 	if isClientBlock(hello, stageConnect, client) {
 		_ = c.send("QUIT")
 		r.blocked(h, srv, hello, "helo", nil)
+		return false
+	}
+	if isThrottle(hello, stageConnect) {
+		if hello.code != 421 {
+			_ = c.send("QUIT")
+		}
+		r.throttled(h, srv, hello, "helo", nil)
 		return false
 	}
 	if hello.code == 421 {
@@ -198,6 +211,9 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 				r.groupFailed(h, s, txs[i+1:], err, limited)
 				return
 			}
+		}
+		if s.answered > 0 {
+			r.v.unthrottle(ctx, s.srv) // answered without throttling: the next pause starts short
 		}
 		if !s.tooMany {
 			r.mu.Lock()
@@ -386,7 +402,10 @@ func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 //
 // The sessions counted are this call's to the server's address, whatever
 // MX name led there, and the cap learned applies to every name of it.
-func (r *run) banner421(h *hostQ, srv server) {
+//
+// A 421 with throttling words ("too many connections from <us>") and no
+// other session open pauses the server briefly (throttled) instead.
+func (r *run) banner421(h *hostQ, srv server, rep reply) {
 	r.mu.Lock()
 	if others := r.ipActive[ipEgress{srv.ip, srv.egress}] - 1; others > 0 {
 		h.sessionLimit = others
@@ -398,6 +417,10 @@ func (r *run) banner421(h *hostQ, srv server) {
 		return
 	}
 	r.mu.Unlock()
+	if isThrottle(rep, stageConnect) {
+		r.throttled(h, srv, rep, "banner", nil)
+		return
+	}
 	r.rateLimited(h, srv, nil)
 }
 
@@ -434,6 +457,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			r.txFailed(h, s, j, err)
 			return false, err
 		}
+		if isThrottle(rep, stageMail) {
+			r.throttled(h, s.srv, rep, "rset", j)
+			return true, nil
+		}
 		if rep.code == 421 {
 			r.rateLimited(h, s.srv, j)
 			return true, nil
@@ -450,8 +477,14 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		return false, err
 	}
 	if mail.code != 250 {
-		if isClientBlock(mail, stageMail, s.client) {
+		mcl := classifyAt(mail, stageMail, s.client)
+		countReply("mail", mcl)
+		if mcl == rcBlocked {
 			r.blocked(h, s.srv, mail, "mail", j)
+			return true, nil
+		}
+		if mcl == rcThrottled {
+			r.throttled(h, s.srv, mail, "mail", j)
 			return true, nil
 		}
 		if mail.code == 421 {
@@ -461,7 +494,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		reason := ReasonSMTPError // 5xx: the server refuses our sender
 		if mail.code/100 == 4 {
 			reason = ReasonTemporaryFailure
-			if classify(mail) == rcGreylisted {
+			if mcl == rcGreylisted {
 				reason = ReasonGreylisted
 			}
 		}
@@ -486,11 +519,16 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			r.txFailed(h, s, j, err)
 			return false, err
 		}
-		switch cl := classifyAt(rep, stageRcpt, s.client); {
+		cl := classifyAt(rep, stageRcpt, s.client)
+		countReply("rcpt", cl)
+		switch {
 		case cl == rcBlocked:
 			// A blocked probe is no verdict on the domain: nothing is
 			// cached, and the transaction's addresses are not asked here.
 			r.blocked(h, s.srv, rep, "rcpt", j)
+			return true, nil
+		case cl == rcThrottled:
+			r.throttled(h, s.srv, rep, "rcpt", j)
 			return true, nil
 		case cl == rcRateLimited:
 			r.rateLimited(h, s.srv, j)
@@ -525,8 +563,15 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			return false, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
+		countReply("rcpt", cl)
 		if cl == rcBlocked {
 			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			return true, nil
+		}
+		if cl == rcThrottled {
+			// "450 4.7.1 Error: too many recipients from <us>": the rest
+			// of the group would get the same; ask them after the pause.
+			r.throttled(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
 			return true, nil
 		}
 		if cl == rcRateLimited {
@@ -741,10 +786,7 @@ func (r *run) blocked(h *hostQ, srv server, rep reply, stage string, rest *job) 
 	r.v.pool.flush(srv.key)
 	eg := &r.v.egs[srv.egress]
 	smtpBlocks.WithLabelValues(stage, eg.Name).Inc()
-	text := rep.text
-	if len(text) > 200 {
-		text = text[:200]
-	}
+	text := redactReply(rep.text) // no recipient address in the log
 	r.v.log.Warn("smtp: the mail server blocks this egress; setting it aside for this server", "host", h.name, "server", srv.ip.String(),
 		"provider", srv.provider, "egress", eg.Name, "helo", eg.Helo, "stage", stage,
 		"code", rep.code, "reply", text, "backoff", d)

@@ -207,9 +207,39 @@ const (
 	rcGreylisted
 	rcTempFail
 	rcTooMany     // too many recipients: not a verdict, retry in a new session
-	rcRateLimited // 421: the server is closing the session
+	rcRateLimited // 421 without throttling words: the server is closing the session
 	rcBlocked     // the reply blames the client (our IP, host or sender), not the address
+	rcThrottled   // the server says we send too much or too fast (isThrottle): pause it briefly
 )
+
+// String is the class's name in metrics (bulkd_smtp_replies_total), the
+// docs and the reply corpus (testdata/replies.tsv).
+func (c rcptClass) String() string {
+	switch c {
+	case rcAccepted:
+		return "accepted"
+	case rcNotFound, rcDisabled, rcFull:
+		return "address"
+	case rcRejected:
+		return "policy"
+	case rcGreylisted:
+		return "greylisting"
+	case rcTempFail:
+		return "temporary"
+	case rcTooMany:
+		return "recipient_limit"
+	case rcRateLimited:
+		return "closing"
+	case rcBlocked:
+		return "block"
+	case rcThrottled:
+		return "throttling"
+	}
+	return "unknown"
+}
+
+// countReply counts a reply of class c at stage (bulkd_smtp_replies_total).
+func countReply(stage string, c rcptClass) { smtpReplies.WithLabelValues(stage, c.String()).Inc() }
 
 var (
 	reNotFound = regexp.MustCompile(`(?i)(user|mailbox|recipient|address|account)\s*(unknown|not found|does ?n[o']t exist|not exist|invalid|unavailable|not available)|unknown\s*(user|mailbox|recipient|address)|no such\s*(user|mailbox|recipient|address|account)|invalid\s*(recipient|mailbox|address)|not\s*a\s*valid\s*(mailbox|recipient|user)|does ?n[o']t have an? account|undeliverable address`)
@@ -231,6 +261,9 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 	}
 	if isClientBlock(r, stage, c) {
 		return rcBlocked
+	}
+	if isThrottle(r, stage) {
+		return rcThrottled
 	}
 	if r.code == 421 {
 		return rcRateLimited
@@ -411,6 +444,13 @@ func isClientBlock(r reply, stage blockStage, c clientID) bool {
 		return true
 	}
 	blockWords := reBlockList.MatchString(r.text)
+	if !blockWords && isThrottle(r, stage) {
+		// "421 4.7.0 mx Error: too many connections from 203.0.113.9":
+		// naming the client only to say it sends too much is throttling,
+		// which a short pause answers; a block backs the server off for
+		// 30 minutes and answers nothing.
+		return false
+	}
 	if blockWords && stage != stageRcpt {
 		return true
 	}
@@ -421,6 +461,58 @@ func isClientBlock(r reply, stage blockStage, c clientID) bool {
 }
 
 var reGreyWord = regexp.MustCompile(`(?i)grey|gray`)
+
+// Throttling: the server says the client sends too much or too fast, or
+// that it is busy now. Its answer to an address is no verdict, and the
+// client is not refused either: the server wants fewer connections,
+// recipients or messages per unit of time. Such a reply pauses the server
+// briefly and the addresses are asked again (run.throttled).
+//
+// reThrottle are the words that say so at any stage: the connection and
+// rate limits of Postfix (anvil: "too many connections from", "too many
+// recipients from", "too much mail from"), Exim (smtp_accept_max*,
+// ratelimit ACLs), Sendmail (conncontrol, ratecontrol), Haraka's limit
+// plugin, Exchange ("server busy", "maximum number of concurrent
+// connections"), and the providers' "rate limit" texts. "Too many
+// recipients" alone is the per-message limit (452/x.5.3: rcTooMany); only
+// with a rate ("from <client>", "per hour", "this hour") is it throttling.
+//
+// reLater ("try again later", "temporarily deferred") is throttling only
+// on a 421 or before any recipient: at RCPT it is what greylisting says to
+// one address (milter-greylist's "451 4.7.1 Greylisting in action, please
+// come back later"), and a pause of the whole server for it would cost
+// every other address.
+var (
+	reThrottle = regexp.MustCompile(`(?i)too\s+many\s+(concurrent\s+|simultaneous\s+|open\s+|smtp\s+|new\s+|parallel\s+|inbound\s+)*(connections|sessions|connects|tls\s+sessions|smtp\s+sessions)|` +
+		`too\s+many\s+(recipients|rcpts?|messages|mails?|e-?mails|msgs)\s+(from|for\s+this\s+(ip|host|client|sender)|(were\s+)?(sent|received|submitted)|in\s+the\s+last|per\s+(hour|minute|second|day|time|connection)|this\s+(hour|minute|day)|in\s+a\s+short)|` +
+		`too\s+much\s+(mail|traffic)|too\s+fast|too\s+(frequently|quickly)|rate[\s-]*limit|rate\s+(exceeded|overlimit|too\s+high)|` +
+		`\b(sender|sending|connection|message|recipient|rcpt|ip|client|mail)\s+rate\b|overlimit|throttl|` +
+		`(server|system|service)\s+(is\s+)?(too\s+)?busy|(connection|concurrency|session)\s+(count\s+)?limit|` +
+		`max(imum)?\s+(number\s+of\s+)?(concurrent\s+|simultaneous\s+|smtp\s+)*(connections|sessions)|` +
+		`(message|messages|mails?)\s+per\s+(connection|session)|can\s+only\s+send`)
+	reLater = regexp.MustCompile(`(?i)try\s+(again\s+)?later|come\s+back\s+later|temporarily\s+(deferred|rejected|refused)|retry\s+later`)
+)
+
+// isThrottle reports whether a 4xx/5xx reply at stage is throttling (see
+// reThrottle). A reply whose enhanced code is about the mailbox (x.1.x,
+// x.2.x: "450 4.2.1 The user you are trying to contact is receiving mail
+// too quickly") or the per-message recipient limit (x.5.3) is not: it is
+// one address's answer. Greylisting texts are greylisting.
+func isThrottle(r reply, stage blockStage) bool {
+	if r.code/100 != 4 && r.code/100 != 5 {
+		return false
+	}
+	if r.hasEnh() && (r.enh[1] == 1 || r.enh[1] == 2 || (r.enh[1] == 5 && r.enh[2] == 3)) {
+		return false
+	}
+	if reGreyWord.MatchString(r.text) {
+		return false
+	}
+	if reThrottle.MatchString(r.text) {
+		return true
+	}
+	return reLater.MatchString(r.text) && (r.code == 421 || stage != stageRcpt)
+}
 
 var reRetryIn = regexp.MustCompile(`(?i)(\d{1,5})\s*(seconds|secs?|s|minutes|mins?|m)\b`)
 

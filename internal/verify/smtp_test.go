@@ -32,7 +32,8 @@ func TestClassify(t *testing.T) {
 		{450, "4.1.1 Recipient lookup failed, try later", rcGreylisted},
 		{450, "Greylisted for 300 seconds", rcGreylisted},
 		{451, "Local error in processing", rcTempFail},
-		{421, "4.7.0 Too many concurrent connections", rcRateLimited},
+		{421, "4.7.0 Too many concurrent connections", rcThrottled},
+		{421, "4.3.2 Service shutting down", rcRateLimited},
 		{550, "5.7.1 Relaying denied", rcRejected},
 		{554, "5.7.1 Service unavailable; client host blocked", rcBlocked},
 		{550, "No such user here", rcNotFound},
@@ -81,7 +82,7 @@ func TestClassifyClientBlocks(t *testing.T) {
 		{"google", 452, "4.2.2 The email account that you tried to reach is over quota.", rcFull, 0},
 		// Yahoo (Sender Hub SMTP error codes).
 		{"yahoo", 553, "5.7.1 [BL21] Connections will not be accepted from 203.0.113.9, because the ip is in Spamhaus's list; see https://postmaster.yahooinc.com/error-codes", rcBlocked, 0},
-		{"yahoo", 421, "4.7.0 [TSS04] Messages from 203.0.113.9 temporarily deferred due to unexpected volume or user complaints - 4.16.55.1; see https://postmaster.yahooinc.com/error-codes", rcBlocked, 0},
+		{"yahoo", 421, "4.7.0 [TSS04] Messages from 203.0.113.9 temporarily deferred due to unexpected volume or user complaints - 4.16.55.1; see https://postmaster.yahooinc.com/error-codes", rcThrottled, 0},
 		{"yahoo", 554, "5.7.9 Message not accepted for policy reasons. See https://postmaster.yahooinc.com/error-codes", rcRejected, 0},
 		{"yahoo", 550, "5.1.1 Requested action not taken: mailbox unavailable (p)", rcNotFound, 0},
 		// Proofpoint (p).

@@ -96,6 +96,13 @@ type Config struct {
 	// when that store is also a CatchAllStore (RedisProbes is), else per
 	// process only.
 	CatchAlls CatchAllStore
+	// ThrottlePause is the first pause of a server that answered with
+	// throttling ("too many connections from <us>", "too many recipients
+	// from <us>", "rate limit"; isThrottle), default 5s; each throttling
+	// reply after a pause ended doubles it, up to ThrottlePauseMax
+	// (default 2m); an answer without throttling resets it (throttle.go).
+	ThrottlePause    time.Duration
+	ThrottlePauseMax time.Duration
 	// BlockBackoff is how long a host whose reply blamed the client (our
 	// IP on a block list, no PTR, ...; unknown/blocked) is left alone,
 	// across processes through the limiter, default 30m: asking again soon
@@ -167,6 +174,9 @@ func (c Config) withDefaults() Config {
 	def(&c.CatchAllTTL, time.Hour)
 	def(&c.RateLimitBackoff, 30*time.Second)
 	def(&c.BlockBackoff, 30*time.Minute)
+	def(&c.ThrottlePause, 5*time.Second)
+	def(&c.ThrottlePauseMax, 2*time.Minute)
+	c.ThrottlePauseMax = max(c.ThrottlePauseMax, c.ThrottlePause)
 	if c.SessionIdle == 0 {
 		c.SessionIdle = 2 * time.Second
 	}
@@ -224,8 +234,13 @@ type Verifier struct {
 	// once, with that K and when, until a later session's drop after the
 	// same K confirms it as the host's limit (dropLimit).
 	drops *ttlCache[string, dropSeen]
-	log   *slog.Logger
-	pool  *connPool // sessions parked between calls
+	// throttled are the servers (server.key) this process saw throttle
+	// lately (throttleLevelTTL), whose level a clean session resets;
+	// localThrottle keeps the pauses when the limiter is no Throttler.
+	throttled     *ttlCache[string, bool]
+	localThrottle *LocalLimiter
+	log           *slog.Logger
+	pool          *connPool // sessions parked between calls
 	// storeDown is when the shared catch-all store may be asked again
 	// (unix ns) after it failed: a Redis outage costs one timeout per
 	// storeRetry, not one per call.
@@ -312,7 +327,8 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
 		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
 		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
-		pool: newConnPool(cfg.SessionIdle)}, nil
+		pool: newConnPool(cfg.SessionIdle), throttled: newTTLCache[string, bool](catchAllEntries),
+		localThrottle: NewLocalLimiter(LimiterOptions{})}, nil
 }
 
 // SessionIdle is how long a session with nothing more to do stays parked
