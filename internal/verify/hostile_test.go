@@ -104,7 +104,9 @@ func ehloOK(cmd string) string {
 }
 
 func TestHostile421Banner(t *testing.T) {
-	srv := startScriptedSMTP(t, "421 4.7.0 come back later", nil)
+	// A 421 without throttling words: the 30 s back-off (a throttling 421 is
+	// in throttle_test.go).
+	srv := startScriptedSMTP(t, "421 4.3.2 Service shutting down", nil)
 	lim := NewLocalLimiter(LimiterOptions{})
 	v := hostileVerifier(t, srv.port, lim)
 	r := v.VerifyOne(context.Background(), "a@h.test")
