@@ -85,6 +85,23 @@ func corpusClient(text string) clientID {
 	return c
 }
 
+// sourceOf is the repository (and its top file for sisimai's tables) or
+// the web host a corpus line cites, for the per-source counts.
+func sourceOf(src string) string {
+	if i := strings.Index(src, "://"); i >= 0 {
+		host := src[i+3:]
+		if j := strings.IndexAny(host, "/ "); j >= 0 {
+			host = host[:j]
+		}
+		return host
+	}
+	fields := strings.Fields(src)
+	if len(fields) > 1 && strings.HasPrefix(fields[0], "sisimai/") {
+		return fields[0] + " " + strings.SplitN(fields[1], "/", 2)[0]
+	}
+	return fields[0]
+}
+
 // TestReplyCorpus runs every reply of testdata/replies.tsv (real texts of
 // mail servers and providers, each with its source) through the
 // classifier at its stage and checks its class. It logs the count per
@@ -103,11 +120,7 @@ func TestReplyCorpus(t *testing.T) {
 			t.Errorf("replies.tsv:%d: %d %s (stage %d): class %s, want %s [%s]", l.line, l.code, l.text, l.stage, got, l.class, l.source)
 		}
 		perClass[l.class]++
-		src := l.source
-		if i := strings.IndexAny(src, " :"); i > 0 {
-			src = src[:i]
-		}
-		perSource[src]++
+		perSource[sourceOf(l.source)]++
 	}
 	t.Logf("%d replies", len(lines))
 	for _, m := range []map[string]int{perClass, perSource} {

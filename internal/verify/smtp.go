@@ -242,11 +242,23 @@ func (c rcptClass) String() string {
 func countReply(stage string, c rcptClass) { smtpReplies.WithLabelValues(stage, c.String()).Inc() }
 
 var (
-	reNotFound = regexp.MustCompile(`(?i)(user|mailbox|recipient|address|account)\s*(unknown|not found|does ?n[o']t exist|not exist|invalid|unavailable|not available)|unknown\s*(user|mailbox|recipient|address)|no such\s*(user|mailbox|recipient|address|account)|invalid\s*(recipient|mailbox|address)|not\s*a\s*valid\s*(mailbox|recipient|user)|does ?n[o']t have an? account|undeliverable address`)
-	reDisabled = regexp.MustCompile(`(?i)(mailbox|account|user|address)\s*(is\s*)?(disabled|inactive|suspended|deactivated|locked|closed)`)
+	reNotFound = regexp.MustCompile(`(?i)(user|mailbox|recipient|address|account)\s*(unknown|not found|does ?n[o']t exist|not exist|invalid|unavailable|not available)|unknown\s*(user|mailbox|recipient|address)|no such\s*(user|mailbox|recipient|address|account)|invalid\s*(recipient|mailbox|address)|not\s*a\s*valid\s*(mailbox|recipient|user)|does ?n[o']t have an? (\S+\s+)?account|undeliverable address|is\s+no\s+longer\s+(valid|active|in\s+use)`)
+	reDisabled = regexp.MustCompile(`(?i)(mailbox|account|user|address)\s*(is\s*|has\s+been\s*)?(disabled|inactive|suspended|deactivated|locked|closed|blocked|frozen)|disabled\s+(recipient|mailbox|account|user)`)
 	reFull     = regexp.MustCompile(`(?i)mailbox\s*(is\s*)?full|over\s*quota|quota\s*exceeded|exceeded\s*(storage|quota)|insufficient\s*storage|storage\s*allocation`)
-	reGrey     = regexp.MustCompile(`(?i)grey|gray|try\s*(again\s*)?later|temporarily\s*(deferred|rejected)`)
-	reTooMany  = regexp.MustCompile(`(?i)too\s*many\s*(recipients|rcpt)`)
+	reGrey     = regexp.MustCompile(`(?i)grey|gray|try\s*(again\s*)?later|temporarily\s*(deferred|rejected)|internal\s+resource\s+(is\s+)?temporarily\s+unavailable`)
+	// reTooMany: the recipients one session or message may have, also
+	// Exim's default "Rejected for too many bad recipients" (more than 10
+	// RCPTs, most refused, in one connection) and Haraka's "Too many
+	// recipient attempts": a new session asks the rest.
+	reTooMany = regexp.MustCompile(`(?i)too\s*many\s*(bad\s+|invalid\s+|unknown\s+|failed\s+)?(recipients?|rcpts?)\b`)
+	// reSystemFull: the server's own storage or resources, not the
+	// mailbox's (452 is also RFC 5321's "insufficient system storage").
+	reSystemFull = regexp.MustCompile(`(?i)disk\s+space|space\s+shortage|system\s+(storage|resources)|mail\s+system\s+full|no\s+system\s+resources`)
+	// reMailboxRate: the mailbox receives too much mail now (Gmail's
+	// "4.2.1/5.2.1 The user you are trying to contact is receiving mail at
+	// a rate that prevents additional messages from being delivered"):
+	// the mailbox exists and the server is not limiting us; ask later.
+	reMailboxRate = regexp.MustCompile(`(?i)receiving\s+mail\s+(at\s+a\s+rate|too\s+quickly)|too\s+much\s+e?-?mail\s+in\s+a\s+short\s+period`)
 )
 
 // classify maps a reply to its meaning: RFC 3463 enhanced status code
@@ -269,6 +281,9 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 		return rcRateLimited
 	}
 	temp := r.code/100 == 4
+	if reMailboxRate.MatchString(r.text) {
+		return rcTempFail
+	}
 	if r.hasEnh() {
 		subj, det := r.enh[1], r.enh[2]
 		switch {
@@ -276,6 +291,12 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 			return rcTooMany
 		case subj == 2 && det == 2:
 			return rcFull
+		case (subj == 3 && det != 4) || (temp && subj == 4):
+			// X.3.x is the mail system's status (not accepting messages,
+			// full, misconfigured; X.3.4, too big, is the message's), 4.4.x
+			// a routing problem for now: nothing about the mailbox,
+			// whatever the first digit.
+			return rcTempFail
 		case temp && subj == 7 && (r.code == 450 || r.code == 451):
 			return rcGreylisted
 		case temp:
@@ -294,26 +315,40 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 			// refuse the recipient without naming the mailbox as missing;
 			// the text may still be more specific.
 			switch {
+			case reTooMany.MatchString(r.text):
+				return rcTooMany
 			case reNotFound.MatchString(r.text):
 				return rcNotFound
 			case reDisabled.MatchString(r.text):
 				return rcDisabled
+			case reFull.MatchString(r.text):
+				return rcFull
+			case reSystemFull.MatchString(r.text):
+				return rcTempFail
 			}
 			return rcRejected
 		}
 	}
 	switch r.code {
 	case 452:
-		if reFull.MatchString(r.text) {
+		switch {
+		case reFull.MatchString(r.text):
 			return rcFull
+		case reSystemFull.MatchString(r.text) && !reTooMany.MatchString(r.text):
+			return rcTempFail
 		}
 		// RFC 5321 4.5.3.1.10: 452 is the reply for too many recipients.
 		return rcTooMany
 	case 552:
+		// RFC 5321's "exceeded storage allocation"; providers also use it
+		// for content ("552 Message rejected for spam or virus content"),
+		// which is no full mailbox: the text decides below.
 		if reTooMany.MatchString(r.text) {
 			return rcTooMany
 		}
-		return rcFull
+		if reFull.MatchString(r.text) || strings.TrimSpace(r.text) == "" {
+			return rcFull
+		}
 	}
 	if temp {
 		switch {
@@ -327,6 +362,10 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 		return rcTempFail
 	}
 	switch {
+	case reTooMany.MatchString(r.text):
+		return rcTooMany
+	case reSystemFull.MatchString(r.text):
+		return rcTempFail
 	case reFull.MatchString(r.text):
 		return rcFull
 	case reDisabled.MatchString(r.text):
@@ -367,15 +406,22 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 // Greylisting replies may quote the client's address too; they are
 // answered as greylisting.
 var (
-	reDNSBL = regexp.MustCompile(`(?i)blocked\s+using|spamhaus|barracuda|spamcop|\bsorbs\b|dnsbl|\brbl\b|` +
+	reDNSBL = regexp.MustCompile(`(?i)blocked\s+using|spamhaus|barracuda|spamcop|\bsorbs\b|dnsbl|\brbl\b|ipcheck\.proofpoint|proofpoint\.com/dnsbl|proofpoint\s+dynamic\s+reputation|mail-abuse\.com|mailspike|` +
 		`\blisted\s+(at|on)\b`)
 	reBlockList = regexp.MustCompile(`(?i)(block|black|deny|reject)\s*-?\s*list|` +
-		`(poor|bad|low|sender|sending|ip)\s+reputation|dynamic\s+reputation|\bbanned\b|` +
+		`(poor|bad|low|negative|sender|sending|ip)\s+(\w+\s+)?reputation|dynamic\s+reputation|\bbanned\b|` +
+		`client\s+host\s+(is\s+)?blocked|\bip\s+(address\s+)?\[?[0-9a-f.:]+\]?\s+(is\s+|has\s+been\s+|was\s+)?(blocked|banned|blacklisted|blocklisted)\b|` +
+		`access\s+from\s+ip\s+address\s+\S+\s+blocked|this\s+ip\s+(address\s+)?(has\s+been|is|was)\s+(temporarily\s+)?(blocked|banned|blacklisted|blocklisted)|blocked\s+for\s+spam|host\s+network\s+not\s+allowed|sender\s+address\s+blocked|` +
 		`reverse\s+(dns|hostname|lookup|name)|\bptr\b|\brdns\b|` +
 		`blocked\s+senders?|envelope\s+blocked|not\s+authori[sz]ed\s+to\s+send|` +
 		`unsolicited\s+mail\s+originating\s+from\s+your\s+ip|connections\s+(will\s+)?not\s+(be\s+)?accepted\s+from`)
-	reClientPhrase = regexp.MustCompile(`(?i)client\s+host|your\s+ip|sending\s+ip|the\s+ip\s+you|ip\s+address\s+sending`)
-	reIPv4         = regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}\b`)
+	reClientPhrase = regexp.MustCompile(`(?i)client\s+host|your\s+ip|sending\s+ip|the\s+ip\s+you|ip\s+address\s+sending|helo\s+command\s+rejected`)
+	// reIPTag is Gmail's tag at the start of its replies, "5.7.1
+	// [203.0.113.9      12] ...": it is in every reply, whatever it is
+	// about (a message with two From: headers too), so it does not count
+	// as naming the client; the words after it still can.
+	reIPTag = regexp.MustCompile(`^([245]\.\d{1,3}\.\d{1,3}\s+)?\[[0-9a-fA-F.:]+(\s+\d+)?\]`)
+	reIPv4  = regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}\b`)
 )
 
 // blockStage is the SMTP stage a reply answers.
@@ -414,6 +460,7 @@ func namesClient(text string, c clientID) bool {
 	if reClientPhrase.MatchString(text) {
 		return true
 	}
+	text = reIPTag.ReplaceAllString(text, "")
 	lower := strings.ToLower(text)
 	if c.ip != "" {
 		if strings.Contains(c.ip, ":") {
@@ -478,10 +525,11 @@ var reGreyWord = regexp.MustCompile(`(?i)grey|gray`)
 // with a rate ("from <client>", "per hour", "this hour") is it throttling.
 //
 // reLater ("try again later", "temporarily deferred") is throttling only
-// on a 421 or before any recipient: at RCPT it is what greylisting says to
-// one address (milter-greylist's "451 4.7.1 Greylisting in action, please
-// come back later"), and a pause of the whole server for it would cost
-// every other address.
+// on a 421, which closes the session: on a 4xx to one command it is what
+// greylisting says to one address (milter-greylist's "451 4.7.1
+// Greylisting in action, please come back later") or a temporary failure
+// of the server ("452 Space shortage, please try later"), and a pause of
+// the whole server for it would cost every other address.
 var (
 	reThrottle = regexp.MustCompile(`(?i)too\s+many\s+(concurrent\s+|simultaneous\s+|open\s+|smtp\s+|new\s+|parallel\s+|inbound\s+)*(connections|sessions|connects|tls\s+sessions|smtp\s+sessions)|` +
 		`too\s+many\s+(recipients|rcpts?|messages|mails?|e-?mails|msgs)\s+(from|for\s+this\s+(ip|host|client|sender)|(were\s+)?(sent|received|submitted)|in\s+the\s+last|per\s+(hour|minute|second|day|time|connection)|this\s+(hour|minute|day)|in\s+a\s+short)|` +
@@ -489,8 +537,16 @@ var (
 		`\b(sender|sending|connection|message|recipient|rcpt|ip|client|mail)\s+rate\b|overlimit|throttl|` +
 		`(server|system|service)\s+(is\s+)?(too\s+)?busy|(connection|concurrency|session)\s+(count\s+)?limit|` +
 		`max(imum)?\s+(number\s+of\s+)?(concurrent\s+|simultaneous\s+|smtp\s+)*(connections|sessions)|` +
-		`(message|messages|mails?)\s+per\s+(connection|session)|can\s+only\s+send`)
-	reLater = regexp.MustCompile(`(?i)try\s+(again\s+)?later|come\s+back\s+later|temporarily\s+(deferred|rejected|refused)|retry\s+later`)
+		`(message|messages|mails?)\s+per\s+(connection|session)|can\s+only\s+send|` +
+		`too\s+many\s+(messages|mails?)\s+(in|on|per)\s+(this\s+)?(connection|session)|\bbusy\b|over\s+the\s+limit|` +
+		`frequency\s+limit|try\s+again\s+slower|slow\s+down|exceeded\s+the\s+rate|excessive\s+volume|` +
+		`too\s+many\s+[\w-]+(\s+[\w-]+)?\s+from\s|trop\s+de\s+connexions`)
+	// reThrottleClient is throttling wording that names a rate of the
+	// client so plainly that it wins over a mailbox enhanced code:
+	// GoDaddy's "550 5.1.1 <a@b> - 203.0.113.9 has sent to too many
+	// recipients this hour. IB607" is no verdict on a@b.
+	reThrottleClient = regexp.MustCompile(`(?i)has\s+sent\s+(to\s+)?too\s+many|too\s+many\s+(recipients|rcpts?|messages|mails?|connections)\s+(from|this\s+(hour|minute|day)|per\s+(hour|minute|day))`)
+	reLater          = regexp.MustCompile(`(?i)try\s+(again\s+)?later|come\s+back\s+later|temporarily\s+(deferred|rejected|refused)|retry\s+later`)
 )
 
 // isThrottle reports whether a 4xx/5xx reply at stage is throttling (see
@@ -502,16 +558,19 @@ func isThrottle(r reply, stage blockStage) bool {
 	if r.code/100 != 4 && r.code/100 != 5 {
 		return false
 	}
-	if r.hasEnh() && (r.enh[1] == 1 || r.enh[1] == 2 || (r.enh[1] == 5 && r.enh[2] == 3)) {
+	if reGreyWord.MatchString(r.text) || reMailboxRate.MatchString(r.text) {
 		return false
 	}
-	if reGreyWord.MatchString(r.text) {
+	if reThrottleClient.MatchString(r.text) {
+		return true
+	}
+	if r.code != 421 && r.hasEnh() && (r.enh[1] == 1 || r.enh[1] == 2 || (r.enh[1] == 5 && r.enh[2] == 3)) {
 		return false
 	}
 	if reThrottle.MatchString(r.text) {
 		return true
 	}
-	return reLater.MatchString(r.text) && (r.code == 421 || stage != stageRcpt)
+	return reLater.MatchString(r.text) && r.code == 421
 }
 
 var reRetryIn = regexp.MustCompile(`(?i)(\d{1,5})\s*(seconds|secs?|s|minutes|mins?|m)\b`)
