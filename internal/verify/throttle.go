@@ -233,7 +233,7 @@ func (r *run) throttled(h *hostQ, srv server, rep reply, stage string, rest *job
 		smtpThrottlePauses.WithLabelValues(stage, eg.Name).Inc()
 		r.v.log.Info("smtp: the mail server throttles this egress; pausing it", "host", h.name, "server", srv.ip.String(),
 			"provider", srv.provider, "egress", eg.Name, "stage", stage, "code", rep.code, "reply", redactReply(rep.text),
-			"pause", d)
+			"pause", d.String())
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
