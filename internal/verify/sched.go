@@ -91,6 +91,9 @@ type hostQ struct {
 	retry    time.Duration
 	downCode int // the reply code that made it down, when one did (a block)
 	fails    int // sessions that failed before their first transaction
+	// throttles counts the sessions refused with throttling before any
+	// transaction (run.throttled).
+	throttles int
 	// rcptLimit is the RCPTs per session the host accepted before it
 	// answered "too many recipients" (0: none seen); later sessions stay
 	// within it instead of collecting 452s.

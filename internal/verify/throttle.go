@@ -238,6 +238,16 @@ func (r *run) throttled(h *hostQ, srv server, rep reply, stage string, rest *job
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rest == nil {
+		// Refused before any transaction (banner, EHLO): the queue stays
+		// and the next session waits for the pause, at most maxThrottles
+		// times in the call (the addresses were not asked, so their own
+		// count does not bound it); then, or when the call has no time
+		// for the pause, the egress is set aside for the host as after a
+		// 421: the next MX, else rate_limited with the pause as RetryAfter.
+		h.throttles++
+		if h.throttles >= maxThrottles || !r.canWait(d) {
+			r.setAside(h, srv.egress, ReasonRateLimited, d, 0)
+		}
 		return
 	}
 	var again []*item

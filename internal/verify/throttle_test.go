@@ -255,6 +255,21 @@ func TestThrottleAnvil421NoTime(t *testing.T) {
 		}
 	}
 	noLongBackoff(t, v, lim)
+
+	// Without a deadline the call waits at most maxThrottles pauses
+	// (here 200+400+800 ms before the fourth refusal) and then answers
+	// rate_limited.
+	lim = NewLocalLimiter(LimiterOptions{})
+	v = throttleVerifier(t, srv.port, lim, &logs)
+	start := time.Now()
+	res = v.Verify(context.Background(), []string{"yes1@h.test"})
+	if r := res[0]; r.Reason != ReasonRateLimited || !r.Temporary || r.RetryAfter <= 0 {
+		t.Errorf("without a deadline: %s temporary %v retry %v, want rate_limited", r.Reason, r.Temporary, r.RetryAfter)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("without a deadline the call took %v, want about 1.4 s (three pauses)", took)
+	}
+	noLongBackoff(t, v, lim)
 }
 
 // TestThrottleRecipientRate: Postfix's per-client recipient rate
