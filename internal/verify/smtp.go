@@ -254,6 +254,9 @@ var (
 	// reSystemFull: the server's own storage or resources, not the
 	// mailbox's (452 is also RFC 5321's "insufficient system storage").
 	reSystemFull = regexp.MustCompile(`(?i)disk\s+space|space\s+shortage|system\s+(storage|resources)|mail\s+system\s+full|no\s+system\s+resources`)
+	// reMessageRefused: a 552 about the message (its content or size),
+	// not the mailbox's storage.
+	reMessageRefused = regexp.MustCompile(`(?i)spam|virus|content|policy|message\s+(size|length)|too\s+large|size\s+limit`)
 	// reMailboxRate: the mailbox receives too much mail now (Gmail's
 	// "4.2.1/5.2.1 The user you are trying to contact is receiving mail at
 	// a rate that prevents additional messages from being delivered"):
@@ -346,7 +349,7 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 		if reTooMany.MatchString(r.text) {
 			return rcTooMany
 		}
-		if reFull.MatchString(r.text) || strings.TrimSpace(r.text) == "" {
+		if !reMessageRefused.MatchString(r.text) {
 			return rcFull
 		}
 	}
@@ -538,7 +541,8 @@ var (
 		`(server|system|service)\s+(is\s+)?(too\s+)?busy|(connection|concurrency|session)\s+(count\s+)?limit|` +
 		`max(imum)?\s+(number\s+of\s+)?(concurrent\s+|simultaneous\s+|smtp\s+)*(connections|sessions)|` +
 		`(message|messages|mails?)\s+per\s+(connection|session)|can\s+only\s+send|` +
-		`too\s+many\s+(messages|mails?)\s+(in|on|per)\s+(this\s+)?(connection|session)|\bbusy\b|over\s+the\s+limit|` +
+		`too\s+many\s+(messages|mails?)\s+(in|on|per)\s+(this\s+)?(connection|session)|\b(too|server|system|service|host|currently|i'?m|are|is)\s+(\w+\s+)?busy\b|` +
+		`rate\b.{0,40}\bover\s+the\s+limit|` +
 		`frequency\s+limit|try\s+again\s+slower|slow\s+down|exceeded\s+the\s+rate|excessive\s+volume|` +
 		`too\s+many\s+[\w-]+(\s+[\w-]+)?\s+from\s|trop\s+de\s+connexions`)
 	// reThrottleClient is throttling wording that names a rate of the
@@ -546,7 +550,10 @@ var (
 	// GoDaddy's "550 5.1.1 <a@b> - 203.0.113.9 has sent to too many
 	// recipients this hour. IB607" is no verdict on a@b.
 	reThrottleClient = regexp.MustCompile(`(?i)has\s+sent\s+(to\s+)?too\s+many|too\s+many\s+(recipients|rcpts?|messages|mails?|connections)\s+(from|this\s+(hour|minute|day)|per\s+(hour|minute|day))`)
-	reLater          = regexp.MustCompile(`(?i)try\s+(again\s+)?later|come\s+back\s+later|temporarily\s+(deferred|rejected|refused)|retry\s+later`)
+	// reMailboxBusy is RFC 5321's 450 "mailbox busy": one mailbox's
+	// state, not the server's load.
+	reMailboxBusy = regexp.MustCompile(`(?i)mailbox\s+(is\s+)?(temporarily\s+)?busy`)
+	reLater       = regexp.MustCompile(`(?i)try\s+(again\s+)?later|come\s+back\s+later|temporarily\s+(deferred|rejected|refused)|retry\s+later`)
 )
 
 // isThrottle reports whether a 4xx/5xx reply at stage is throttling (see
@@ -558,7 +565,7 @@ func isThrottle(r reply, stage blockStage) bool {
 	if r.code/100 != 4 && r.code/100 != 5 {
 		return false
 	}
-	if reGreyWord.MatchString(r.text) || reMailboxRate.MatchString(r.text) {
+	if reGreyWord.MatchString(r.text) || reMailboxRate.MatchString(r.text) || reMailboxBusy.MatchString(r.text) {
 		return false
 	}
 	if reThrottleClient.MatchString(r.text) {

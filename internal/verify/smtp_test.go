@@ -45,6 +45,13 @@ func TestClassify(t *testing.T) {
 		{551, "User not local; please try <forward-path>", rcRejected},
 		{550, "5.7.1 Recipient address rejected: user does not exist", rcNotFound},
 		{550, "4.1.1 mismatched class", rcRejected}, // an enhanced code of another class is ignored
+		// Throttling words, and what is not throttling (RFC 5321's 450
+		// "mailbox busy", a mailbox over its size limit).
+		{450, "Requested mail action not taken: mailbox busy", rcTempFail},
+		{552, "Mailbox size over the limit", rcFull},
+		{552, "Message rejected for spam or virus content", rcRejected},
+		{451, "Sorry, too busy. Try again later.", rcThrottled},
+		{550, "rate for ETRN is over the limit (12.0 > 10)", rcThrottled},
 	}
 	for _, c := range cases {
 		r := reply{code: c.code, text: c.text, enh: parseEnhanced(c.code, c.text)}
