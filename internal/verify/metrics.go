@@ -21,7 +21,7 @@ var smtpProxyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 // Collectors are the verifier's Prometheus collectors (process-wide), for
 // the registry that serves /metrics.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{smtpBlocks, smtpProxyFailures, catchAllVerdicts}
+	return []prometheus.Collector{smtpBlocks, smtpProxyFailures, catchAllVerdicts, slowServers}
 }
 
 // catchAllVerdicts counts the catch-all verdicts this process used, by

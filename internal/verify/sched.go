@@ -28,6 +28,7 @@ type item struct {
 	retryAfter time.Duration
 	mxHost     string
 
+	timeouts    int  // pipelined groups it was in that timed out (slow.go)
 	drops       int  // sessions lost before any RCPT of theirs was answered
 	dropsAll    int  // all sessions lost before its answer
 	tooMany     int  // "too many recipients" answers as a session's first RCPT
@@ -97,6 +98,10 @@ type hostQ struct {
 	// sessionLimit is the concurrent sessions the host accepted before it
 	// answered a new one 421 (0: none seen).
 	sessionLimit int
+	// depth is the most RCPTs one pipelined group to the host carries (0:
+	// no limit): learned from a server that answers slowly (slow.go), so
+	// its answers come a few at a time and no group outwaits its reply wait.
+	depth int
 	// provenRcpts is the most RCPTs one session to the host had answered
 	// in this call without a "too many recipients".
 	provenRcpts int
@@ -209,7 +214,10 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 			it.mxHost = host
 		}
 		switch reason {
-		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited, ReasonBlocked:
+		// A timeout is provisional too: a server that did not answer in
+		// time may be slow rather than stuck, and the retry pass asks
+		// again (issue 25: a slow Postfix's addresses were final unknowns).
+		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited, ReasonBlocked, ReasonTimeout:
 			it.temporary = true
 		}
 	}
@@ -290,6 +298,12 @@ func (r *run) spawn(h *hostQ) {
 	}
 	if h.sessionLimit > 0 {
 		most = min(most, h.sessionLimit)
+	}
+	if h.depth > 0 {
+		// A slow server's sessions each carry one small group at a time
+		// from the shared queue: its addresses are spread over as many
+		// sessions as its caps allow, the only way to go faster at its pace.
+		per = min(per, h.depth+1)
 	}
 	want := max((h.pending+per-1)/per, 1)
 	for h.sessions < want {
@@ -695,7 +709,11 @@ func (r *run) sharedLimit(h *hostQ, srv server) {
 	if n, ok := r.v.sessionLimits.get(srv.key, now); ok && (h.sessionLimit == 0 || n < h.sessionLimit) {
 		h.sessionLimit = n
 	}
+	if n, ok := r.v.depths.get(srv.rcptKey, now); ok && (h.depth == 0 || n < h.depth) {
+		h.depth = n
+	}
 	r.mu.Unlock()
+	r.sharedDepth(h, srv)
 	ls, ok := r.v.limiter.(LimitSharer)
 	if !ok {
 		return

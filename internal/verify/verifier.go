@@ -42,6 +42,12 @@ type Config struct {
 	// CommandTimeout bounds the wait for each SMTP reply, default 10s.
 	// Tarpits are bounded by it.
 	CommandTimeout time.Duration
+	// RcptWait is what each RCPT still unanswered in a pipelined group adds
+	// to CommandTimeout while its replies are awaited, default 2s: a server
+	// may answer a group only once it has processed all of it (Postfix
+	// does), so a slow one's first reply comes after the whole group's
+	// time. A server found that slow gets smaller groups (slow.go).
+	RcptWait time.Duration
 	// SessionTimeout bounds a whole SMTP session, default 60s.
 	SessionTimeout time.Duration
 	// MaxRcptsPerSession is how many RCPTs (catch-all probes included) one
@@ -164,6 +170,7 @@ func (c Config) withDefaults() Config {
 	def(&c.DialTimeout, 5*time.Second)
 	def(&c.CommandTimeout, 10*time.Second)
 	def(&c.SessionTimeout, 60*time.Second)
+	def(&c.RcptWait, 2*time.Second)
 	def(&c.CatchAllTTL, time.Hour)
 	def(&c.RateLimitBackoff, 30*time.Second)
 	def(&c.BlockBackoff, 30*time.Minute)
@@ -215,6 +222,9 @@ type Verifier struct {
 	// them.
 	rcptLimits    *ttlCache[string, int]
 	sessionLimits *ttlCache[string, int]
+	// depths are the pipeline depths learned for slow servers (by
+	// server.rcptKey, slow.go).
+	depths *ttlCache[string, int]
 	// blocks are the servers and providers (server.key, server.provKey)
 	// that blocked this process, until their back-off ends: a later
 	// session refused by the limiter's back-off answers blocked rather
@@ -310,7 +320,7 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	return &Verifier{cfg: cfg, lists: l, limiter: limiter, perHost: perHost, resolver: res,
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
-		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
+		sessionLimits: newTTLCache[string, int](catchAllEntries), depths: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
 		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
 		pool: newConnPool(cfg.SessionIdle)}, nil
 }
