@@ -34,6 +34,7 @@ type item struct {
 	tooMany     int  // "too many recipients" answers as a session's first RCPT
 	tooManyAll  int  // all "too many recipients" answers
 	greyRetried bool // asked again after greylisting
+	emitted     *Result // the Result handed to VerifyEach's each (emit.go)
 }
 
 // domainState is one domain of a call.
@@ -153,6 +154,9 @@ type run struct {
 	// only wait for the limiter, each taking a slot and a rate token to
 	// find its work carried by the others); it is woken when one ends.
 	ipActive map[ipEgress]int
+	// em hands answers to VerifyEach's caller as they come (emit.go); nil
+	// for Verify.
+	em *emitter
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -210,6 +214,7 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 			continue
 		}
 		it.done, it.reason, it.code = true, reason, code
+		r.ready(it)
 		if host != "" {
 			it.mxHost = host
 		}

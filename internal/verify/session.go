@@ -847,6 +847,7 @@ func (r *run) answer(it *item, host string, rep reply, cl rcptClass, verdict int
 			}
 			it.retryAfter = retryFor(it.reason, probeTemp)
 			it.done = true
+			r.ready(it)
 			return false
 		}
 		if it.dom.disposable {
@@ -875,6 +876,7 @@ func (r *run) answer(it *item, host string, rep reply, cl rcptClass, verdict int
 		it.retryAfter = retryFor(it.reason, rep)
 	}
 	it.done = true
+	r.ready(it)
 	return false
 }
 

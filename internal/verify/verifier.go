@@ -358,6 +358,18 @@ func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
 // within MaxSessions and the limiter. It returns when every address has an
 // answer or ctx ends; then unanswered ones are unknown/timeout, Temporary.
 func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
+	return v.VerifyEach(ctx, emails, nil)
+}
+
+// VerifyEach is Verify that also hands each answer to each as soon as it is
+// known (an address is answered when its server's reply comes, not when the
+// call's last server is done): idxs are the inputs (the same address may be
+// given several times) and r their Result. each is called from one
+// goroutine at a time, never under the call's lock, and should be quick (it
+// holds back the next answers, not the sessions). Inputs still unanswered
+// when ctx ends are not passed to each (their unknown/timeout is in the
+// returned slice only): they were cut short, not answered.
+func (v *Verifier) VerifyEach(ctx context.Context, emails []string, each func(idxs []int, r Result)) []Result {
 	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}, hold: true, rules: v.cfg.Rules.Table()}
 	results := make([]Result, len(emails))
 	items := map[string]*item{}
@@ -367,6 +379,9 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 		a, err := Normalize(e)
 		if err != nil {
 			results[i] = v.invalid(e)
+			if each != nil {
+				each([]int{i}, results[i])
+			}
 			continue
 		}
 		key := a.String()
@@ -385,6 +400,7 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 		it.idxs = append(it.idxs, i)
 	}
 
+	stopEmit := r.startEmitting(each)
 	sem := make(chan struct{}, dnsConcurrency)
 	var wg sync.WaitGroup
 	if v.cfg.CatchAlls != nil && len(order) > 0 {
@@ -417,10 +433,16 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 	grace.Stop()
 	r.release()
 	r.wg.Wait()
+	stopEmit()
 
 	checked := time.Now().UTC()
 	for _, it := range items {
 		res := v.result(it, checked)
+		if it.emitted != nil {
+			res = *it.emitted
+		} else if each != nil && ctx.Err() == nil {
+			each(it.idxs, res)
+		}
 		for _, i := range it.idxs {
 			results[i] = res
 		}
