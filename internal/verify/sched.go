@@ -28,13 +28,16 @@ type item struct {
 	retryAfter time.Duration
 	mxHost     string
 
-	timeouts    int  // pipelined groups it was in that timed out (slow.go)
 	drops       int  // sessions lost before any RCPT of theirs was answered
 	dropsAll    int  // all sessions lost before its answer
 	tooMany     int  // "too many recipients" answers as a session's first RCPT
 	tooManyAll  int  // all "too many recipients" answers
 	greyRetried bool // asked again after greylisting
-	emitted     *Result // the Result handed to VerifyEach's each (emit.go)
+
+	// timeouts are the pipelined groups it was in that timed out (slow.go);
+	// emitted the Result handed to VerifyEach's each (emit.go).
+	timeouts int
+	emitted  *Result
 }
 
 // domainState is one domain of a call.
