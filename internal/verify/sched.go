@@ -106,6 +106,10 @@ type hostQ struct {
 	// no limit): learned from a server that answers slowly (slow.go), so
 	// its answers come a few at a time and no group outwaits its reply wait.
 	depth int
+	// paced: a group to the host's server was answered, so its pace is
+	// known (this call, or an earlier one: Verifier.paced); until then a
+	// session's first group is at most paceGroup RCPTs (slow.go).
+	paced bool
 	// provenRcpts is the most RCPTs one session to the host had answered
 	// in this call without a "too many recipients".
 	provenRcpts int
@@ -719,6 +723,9 @@ func (r *run) sharedLimit(h *hostQ, srv server) {
 	}
 	if n, ok := r.v.depths.get(srv.rcptKey, now); ok && (h.depth == 0 || n < h.depth) {
 		h.depth = n
+	}
+	if _, ok := r.v.paced.get(srv.rcptKey, now); ok {
+		h.paced = true
 	}
 	r.mu.Unlock()
 	r.sharedDepth(h, srv)

@@ -289,10 +289,10 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) 
 			break
 		}
 		budget, fresh := left, s.sent == 0
-		if h.depth > 0 && pipelining {
+		if depth := r.groupDepth(h); depth > 0 && pipelining {
 			// A slow server's group stays within its depth; its first
 			// transaction always goes (with a probe it may be one over).
-			budget = min(budget, h.depth-rcpts)
+			budget = min(budget, depth-rcpts)
 			if len(txs) > 0 && budget < 1 {
 				break
 			}

@@ -18,6 +18,8 @@ import (
 //
 //   - The reply wait of a pipelined group grows with the RCPTs whose replies
 //     are still to come: CommandTimeout + RcptWait for each (group.read).
+//   - Until a group has shown a server's pace, a session's first group to
+//     it carries at most paceGroup RCPTs.
 //   - A group whose first reply took longer than slowGroup is a slow
 //     server's: its pipeline depth (RCPTs per group) is lowered so that a
 //     group takes about slowGroupTarget (noteGroupPace). Its sessions then
@@ -37,6 +39,12 @@ import (
 // (DepthSharer, RedisLimiter's <prefix>{<h>}:depth), in every process.
 
 const (
+	// paceGroup is the most RCPTs of a session's first group to a server
+	// whose pace is not known yet: a slow one then shows itself after a
+	// few RCPTs' time, not after a whole domain's (100 RCPTs at 2 s would
+	// outlast the session), and a fast one costs one more round trip, once
+	// per server and limitTTL.
+	paceGroup = 3
 	// slowGroup is how long a group's first reply may take before the
 	// server counts as slow.
 	slowGroup = 4 * time.Second
@@ -65,17 +73,35 @@ func depthFor(n int, took time.Duration) int {
 	return max(1, int(int64(n)*int64(slowGroupTarget)/int64(took)))
 }
 
-// noteGroupPace learns a slow server's depth from a group read in full.
+// groupDepth is the most RCPTs h's next group may carry (0: no limit): its
+// learned depth, or paceGroup while no group has shown its server's pace.
+// Caller holds r.mu.
+func (r *run) groupDepth(h *hostQ) int {
+	switch {
+	case h.depth > 0:
+		return h.depth
+	case !h.paced:
+		return paceGroup
+	}
+	return 0
+}
+
+// noteGroupPace learns a server's pace from a group read in full: a slow
+// one's depth, or that it is not slow.
 func (r *run) noteGroupPace(h *hostQ, srv server, g *group) {
-	if g.rcpts < 2 || g.firstAt.IsZero() {
+	if g.firstAt.IsZero() {
 		return
 	}
 	took := g.firstAt.Sub(g.sentAt)
-	if took < slowGroup {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !h.paced {
+		h.paced = true
+		r.v.paced.put(srv.rcptKey, true, time.Now().Add(limitTTL))
+	}
+	if g.rcpts < 2 || took < slowGroup {
+		return
+	}
 	r.learnDepth(h, srv, depthFor(g.rcpts, took), "pace", g.rcpts, took)
 }
 
@@ -117,6 +143,7 @@ func (r *run) learnDepth(h *hostQ, srv server, n int, cause string, group int, t
 	}
 	h.depth = n
 	r.v.depths.put(srv.rcptKey, n, time.Now().Add(limitTTL))
+	r.spawn(h) // its queue is now spread over more sessions
 	slowServers.WithLabelValues(cause).Inc()
 	r.v.log.Info("smtp: the mail server answers slowly; smaller pipelined groups for it", "host", h.name,
 		"server", srv.ip.String(), "provider", srv.provider, "cause", cause, "group_rcpts", group,

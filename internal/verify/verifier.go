@@ -225,6 +225,9 @@ type Verifier struct {
 	// depths are the pipeline depths learned for slow servers (by
 	// server.rcptKey, slow.go).
 	depths *ttlCache[string, int]
+	// paced are the servers (server.rcptKey) whose pace a group measured
+	// (slow.go): their sessions' first groups are not held small.
+	paced *ttlCache[string, bool]
 	// blocks are the servers and providers (server.key, server.provKey)
 	// that blocked this process, until their back-off ends: a later
 	// session refused by the limiter's back-off answers blocked rather
@@ -320,7 +323,8 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	return &Verifier{cfg: cfg, lists: l, limiter: limiter, perHost: perHost, resolver: res,
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
-		sessionLimits: newTTLCache[string, int](catchAllEntries), depths: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
+		sessionLimits: newTTLCache[string, int](catchAllEntries), depths: newTTLCache[string, int](catchAllEntries),
+		paced: newTTLCache[string, bool](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
 		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
 		pool: newConnPool(cfg.SessionIdle)}, nil
 }
