@@ -51,6 +51,25 @@ func newSlowWorld(tb testing.TB, domains, perDomain int, rtt, per time.Duration)
 	return slowWorld{base: base, slow: slow, domain: dom, host: host, per: per}
 }
 
+// slowWorldFromEnv is the measurement world: 50 domains of 10 addresses,
+// 20 ms RTT, or BULKD_SLOW_WORLD="domains,per-domain,rtt".
+func slowWorldFromEnv(tb testing.TB) slowWorld {
+	tb.Helper()
+	domains, per, rtt := 50, 10, 20*time.Millisecond
+	if env := os.Getenv("BULKD_SLOW_WORLD"); env != "" {
+		var rs string
+		if _, err := fmt.Sscanf(strings.ReplaceAll(env, ",", " "), "%d %d %s", &domains, &per, &rs); err != nil {
+			tb.Fatalf("BULKD_SLOW_WORLD=%q: %v", env, err)
+		}
+		d, err := time.ParseDuration(rs)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rtt = d
+	}
+	return newSlowWorld(tb, domains, per, rtt, 2*time.Second)
+}
+
 // firstPass is one world's first pass through the family's AnswerEach (the
 // path the processor records from): when each address's answer came, and
 // the answers.
@@ -170,19 +189,7 @@ func (r slowReport) String() string {
 // docs/benchmarks.md ("Slow servers"); BULKD_SLOW_WORLD="domains,per,rtt"
 // sizes the world.
 func TestSlowServerHoldsBackOnlyItsOwn(t *testing.T) {
-	domains, per, rtt := 50, 10, 20*time.Millisecond
-	if env := os.Getenv("BULKD_SLOW_WORLD"); env != "" {
-		var rs string
-		if _, err := fmt.Sscanf(strings.ReplaceAll(env, ",", " "), "%d %d %s", &domains, &per, &rs); err != nil {
-			t.Fatalf("BULKD_SLOW_WORLD=%q: %v", env, err)
-		}
-		d, err := time.ParseDuration(rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rtt = d
-	}
-	sw := newSlowWorld(t, domains, per, rtt, 2*time.Second)
+	sw := slowWorldFromEnv(t)
 	rdb, _ := testredis.Client(t)
 	base := runFirstPass(t, sw.base, rdb)
 	slow := runFirstPass(t, sw.slow, rdb)
@@ -201,5 +208,25 @@ func TestSlowServerHoldsBackOnlyItsOwn(t *testing.T) {
 	}
 	if h := slow.stats.PerHost[sw.host]; h.MaxConcurrent > 3 {
 		t.Errorf("the slow server saw %d sessions at once, cap 3", h.MaxConcurrent)
+	}
+}
+
+// BenchmarkSlowServerFirstPass is TestSlowServerHoldsBackOnlyItsOwn as a
+// benchmark (docs/benchmarks.md, "Slow servers"): run with -benchtime=1x;
+// BULKD_SLOW_WORLD sizes the world as for the test.
+//
+//	go test ./internal/verification/ -run '^$' -bench SlowServerFirstPass -benchtime=1x
+func BenchmarkSlowServerFirstPass(b *testing.B) {
+	sw := slowWorldFromEnv(b)
+	rdb, _ := testredis.Client(b)
+	for range b.N {
+		base := runFirstPass(b, sw.base, rdb)
+		slow := runFirstPass(b, sw.slow, rdb)
+		r := compare(sw, base, slow, sw.base.Cases)
+		b.Logf("%d addresses, slow host %s: %s", len(sw.base.Cases), sw.host, r)
+		b.ReportMetric(base.took.Seconds(), "s-first-pass-base")
+		b.ReportMetric(slow.took.Seconds(), "s-first-pass-slow")
+		b.ReportMetric(r.slowOthersMax.Seconds(), "s-others-last")
+		b.ReportMetric(r.baseOthersMax.Seconds(), "s-others-last-base")
 	}
 }
