@@ -211,7 +211,10 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 				g.rcpts++
 			}
 		}
-		s.groupRcpts = g.rcpts
+		s.groupRcpts = 0 // without PIPELINING each command has its own wait: a timeout is a tarpit's
+		if c.pipelining {
+			s.groupRcpts = g.rcpts
+		}
 		if quit {
 			g.cmds = append(g.cmds, "QUIT")
 		}
