@@ -185,7 +185,10 @@ func (r slowReport) String() string {
 // answers are handed over as they come: a slow server holds back only its
 // own), the slow domain's addresses get their real verdict on the first
 // try (no timeout: the group's reply wait grows with its RCPTs), and the
-// first pass is bounded by the slow server's own work. Numbers:
+// first pass is bounded by the slow server's own work at its pace over its
+// 3 sessions. (Issue 25's "first pass within 1.5x" is not asserted: the
+// world without the slow server answers all 500 in well under a second,
+// less than one of the slow server's RCPTs; docs/benchmarks.md.) Numbers:
 // docs/benchmarks.md ("Slow servers"); BULKD_SLOW_WORLD="domains,per,rtt"
 // sizes the world.
 func TestSlowServerHoldsBackOnlyItsOwn(t *testing.T) {
@@ -205,6 +208,18 @@ func TestSlowServerHoldsBackOnlyItsOwn(t *testing.T) {
 	if lim := base.took*5/4 + 300*time.Millisecond; r.slowOthersMax > lim {
 		t.Errorf("the other addresses' last answer came at %v, want within %v (the world without the slow server: %v)",
 			r.slowOthersMax, lim, base.took)
+	}
+	// The slow domain at the slow server's own pace: a first group of 3
+	// RCPTs (its probe and 2 addresses) shows it slow, then the rest one
+	// RCPT a group over its 3 sessions (and 3 s of slack).
+	n := 0
+	for _, c := range cases {
+		if domainOf(c.Email) == sw.domain {
+			n++
+		}
+	}
+	if lim := time.Duration(3+(n-2+2)/3)*sw.per + 3*time.Second; r.slowDomainMax > lim {
+		t.Errorf("the slow domain's %d addresses took %v, want within %v (its server's pace over 3 sessions)", n, r.slowDomainMax, lim)
 	}
 	if h := slow.stats.PerHost[sw.host]; h.MaxConcurrent > 3 {
 		t.Errorf("the slow server saw %d sessions at once, cap 3", h.MaxConcurrent)
