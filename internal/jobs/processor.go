@@ -79,7 +79,10 @@ func (p *Processor) stream(ctx context.Context, j *Job, st Streamer, payloads []
 		got = nil
 		mu.Unlock()
 		for len(batch) > 0 {
-			n := min(len(batch), p.BatchSize)
+			n := len(batch)
+			if p.BatchSize > 0 {
+				n = min(n, p.BatchSize)
+			}
 			if err := write(batch[:n]); err != nil {
 				return err
 			}
