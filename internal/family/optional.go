@@ -71,6 +71,27 @@ type Attempt struct {
 	RetryAt time.Time
 }
 
+// Attempt is input i's attempt (attempts as for Answers) when its answer
+// comes now, one input at a time (a family answering as answers arrive).
+func (s RetrySchedule) Attempt(i int, attempts []int, temporary bool) Attempt {
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	return s.attempt(now(), i, attempts, temporary)
+}
+
+func (s RetrySchedule) attempt(at time.Time, i int, attempts []int, temporary bool) Attempt {
+	a := Attempt{N: 1}
+	if attempts != nil {
+		a.N = max(attempts[i], 1)
+	}
+	if temporary && a.N <= len(s.Delays) {
+		a.RetryAt = at.Add(s.Delays[a.N-1])
+	}
+	return a
+}
+
 // Provisional reports whether the answer of this attempt will be retried.
 func (a Attempt) Provisional() bool { return !a.RetryAt.IsZero() }
 
@@ -88,13 +109,7 @@ func (s RetrySchedule) Answers(n int, attempts []int, temporary func(i int) bool
 	at := now()
 	out := make([]jobs.Answer, n)
 	for i := range out {
-		a := Attempt{N: 1}
-		if attempts != nil {
-			a.N = max(attempts[i], 1)
-		}
-		if temporary(i) && a.N <= len(s.Delays) {
-			a.RetryAt = at.Add(s.Delays[a.N-1])
-		}
+		a := s.attempt(at, i, attempts, temporary(i))
 		ans, err := answer(i, a)
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -30,6 +31,93 @@ type Answerer interface {
 // returns a final answer.
 type Retrier interface {
 	Retry(ctx context.Context, payloads []string, attempts []int) ([]Answer, error)
+}
+
+// Streamer is an optional Answerer interface for families whose inputs are
+// answered at different times (email verification: each mail server at its
+// own pace): AnswerEach answers payloads, attempts[i] being payloads[i]'s
+// attempt as for Retrier (nil: first answers), and calls emit(i, answer) as
+// each answer is known, from one goroutine at a time. The processor records
+// answers as they come (a row's result and the progress count as soon as it
+// is known, not when its batch is), for first answers and retries alike.
+// It returns once every input has been emitted, or with an error (ctx
+// ended, say): inputs not emitted then are answered again later, and what
+// was emitted stands (an answer emitted is the input's real answer).
+type Streamer interface {
+	AnswerEach(ctx context.Context, payloads []string, attempts []int, emit func(i int, a Answer)) error
+}
+
+// streamEvery is the least time between two record scripts of one
+// streamed batch: answers that come meanwhile are recorded together, so a
+// fast world costs a script per burst, not per address.
+const streamEvery = 100 * time.Millisecond
+
+// stream runs st over payloads and writes the answers as they come, in
+// groups of at most BatchSize (record: one record or replace script),
+// announcing progress after each.
+func (p *Processor) stream(ctx context.Context, j *Job, st Streamer, payloads []string, attempts []int, shard int,
+	rec func(k int, a Answer) Recorded, write func([]Recorded) error) error {
+	var mu sync.Mutex
+	var got []Recorded
+	wake := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- st.AnswerEach(ctx, payloads, attempts, func(k int, a Answer) {
+			r := rec(k, a)
+			mu.Lock()
+			got = append(got, r)
+			mu.Unlock()
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	flush := func() error {
+		mu.Lock()
+		batch := got
+		got = nil
+		mu.Unlock()
+		for len(batch) > 0 {
+			n := len(batch)
+			if p.BatchSize > 0 {
+				n = min(n, p.BatchSize)
+			}
+			if err := write(batch[:n]); err != nil {
+				return err
+			}
+			batch = batch[n:]
+		}
+		p.announceProgress(ctx, j.ID, shard)
+		return nil
+	}
+	var last time.Time
+	var werr error
+	for {
+		select {
+		case err := <-done:
+			if werr == nil && ctx.Err() == nil {
+				werr = flush()
+			}
+			if err != nil {
+				return fmt.Errorf("answer %d inputs of %s: %w", len(payloads), j.ID, err)
+			}
+			return werr
+		case <-wake:
+			if werr != nil || ctx.Err() != nil {
+				continue // drain until the answerer returns
+			}
+			if wait := time.Until(last.Add(streamEvery)); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					continue
+				}
+			}
+			last = time.Now()
+			werr = flush()
+		}
+	}
 }
 
 // Processor answers shards. The same processor runs in-process (Local) and
@@ -144,6 +232,19 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 	if len(todo) == 0 {
 		return nil
 	}
+	if st, ok := fam.(Streamer); ok {
+		return p.stream(ctx, j, st, payloads, nil, idx[0]/max(j.ShardSize, 1), func(k int, a Answer) Recorded {
+			i := todo[k]
+			return Recorded{Index: idx[i], Rows: batch[i].Rows, Outcome: a.Outcome, Data: a.Data, RetryAt: a.RetryAt}
+		}, func(rec []Recorded) error {
+			// As below: answers in hand are written, a Redis restart
+			// costing a pause (Record writes only what is not recorded).
+			return p.withStore(ctx, "record answers of "+j.ID, func() error {
+				_, err := p.Store.Record(ctx, j, p.Now(), rec)
+				return err
+			})
+		})
+	}
 	answers, err := fam.Answer(ctx, payloads)
 	if err != nil {
 		return fmt.Errorf("answer %d inputs of %s: %w", len(payloads), j.ID, err)
@@ -223,6 +324,19 @@ func (p *Processor) RetryDue(ctx context.Context, jobID string) (time.Time, erro
 				return time.Time{}, fmt.Errorf("job %s: retry of input %d past its shard", jobID, x)
 			}
 			payloads[k], rows[k] = in[x-sh*j.ShardSize].Payload, in[x-sh*j.ShardSize].Rows
+		}
+		if st, ok := fam.(Streamer); ok {
+			if err := p.stream(ctx, j, st, payloads, attempts, -1, func(k int, a Answer) Recorded {
+				return Recorded{Index: idx[k], Rows: rows[k], Outcome: a.Outcome, Data: a.Data, RetryAt: a.RetryAt}
+			}, func(rec []Recorded) error {
+				return p.withStore(ctx, "record retry answers of "+j.ID, func() error {
+					_, err := p.Store.Replace(ctx, j, p.Now(), rec)
+					return err
+				})
+			}); err != nil {
+				return time.Time{}, err
+			}
+			continue
 		}
 		answers, err := rt.Retry(ctx, payloads, attempts)
 		if err != nil {

@@ -86,6 +86,13 @@
 //     deliverable; Spec.Truth gives each mailbox's real fate (undeliverable
 //     for the unknown ones). AddAcceptBounce adds such a domain to a Spec
 //     (DropsBlocksOptions.Bounce).
+//   - Host.RcptDelay (the SlowRcpts behaviour): the server takes that long
+//     over each RCPT before answering it, as Postfix's `sleep` restriction
+//     or a slow policy or LDAP lookup does; since the replies of a
+//     pipelined group are flushed only once the whole group is processed
+//     (above), a group of n RCPTs gets all its replies at once after n
+//     delays, as from Postfix. Behaviours (behaviour.go) are given to a
+//     host of any world with Apply.
 //   - Host.Refuse: the host has an A record but nothing listens on its
 //     address (the address:port is held by a bound, non-listening socket
 //     so no other world can take it), so connections are refused.

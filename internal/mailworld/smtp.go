@@ -303,6 +303,9 @@ func (s *session) rcpt(path string) action {
 	h := s.h
 	s.rcpts++
 	h.rcpts.Add(1)
+	if h.RcptDelay > 0 && !s.w.sleep(h.RcptDelay) {
+		return actDrop // the world is closing
+	}
 	if h.DropAfterRcpts > 0 && s.rcpts >= h.DropAfterRcpts {
 		h.drops.Add(1)
 		s.release()

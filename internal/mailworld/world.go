@@ -47,6 +47,12 @@ type Host struct {
 	MaxRcpts int
 	// Tarpit is an extra delay before the banner and every reply.
 	Tarpit time.Duration
+	// RcptDelay is the time the server takes over each RCPT before it
+	// answers, as Postfix's `sleep` restriction (or a slow policy or LDAP
+	// lookup) does; replies to a pipelined group are written only once the
+	// whole group is processed, as Postfix does, so a group of n RCPTs is
+	// answered all at once after n times RcptDelay. SlowRcpts sets it.
+	RcptDelay time.Duration
 	// Refuse: the host has an A record but nothing listens (connection
 	// refused).
 	Refuse bool

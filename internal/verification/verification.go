@@ -317,13 +317,64 @@ func (f *Family) Retry(ctx context.Context, payloads []string, attempts []int) (
 	}
 	sched := family.RetrySchedule{Delays: f.RetryDelays, Now: f.Now}
 	return sched.Answers(len(payloads), attempts, func(i int) bool { return res[i].Temporary },
-		func(i int, a family.Attempt) (jobs.Answer, error) {
-			data, err := json.Marshal(stored{Result: res[i], Attempts: a.N, Retrying: a.Provisional()})
+		func(i int, a family.Attempt) (jobs.Answer, error) { return f.encode(res[i], a) })
+}
+
+// EachVerifier is a Verifier that also hands over each answer as soon as
+// it is known (*verify.Verifier).
+type EachVerifier interface {
+	VerifyEach(ctx context.Context, emails []string, each func(idxs []int, r verify.Result)) []verify.Result
+}
+
+var _ jobs.Streamer = (*Family)(nil)
+
+// AnswerEach implements jobs.Streamer: each address's answer is handed to
+// emit as soon as its mail server has answered, so a slow server holds back
+// only its own addresses (issue 25); attempts as for Retry (nil: the first
+// attempt). A Verifier without VerifyEach answers the batch at once.
+func (f *Family) AnswerEach(ctx context.Context, payloads []string, attempts []int, emit func(i int, a jobs.Answer)) error {
+	ev, ok := f.Verifier.(EachVerifier)
+	if !ok {
+		answers, err := f.Retry(ctx, payloads, attempts)
+		if err != nil {
+			return err
+		}
+		for i, a := range answers {
+			emit(i, a)
+		}
+		return nil
+	}
+	sched := family.RetrySchedule{Delays: f.RetryDelays, Now: f.Now}
+	var encErr error
+	res := ev.VerifyEach(ctx, payloads, func(idxs []int, r verify.Result) {
+		for _, i := range idxs {
+			a, err := f.encode(r, sched.Attempt(i, attempts, r.Temporary))
 			if err != nil {
-				return jobs.Answer{}, fmt.Errorf("verification: encode answer: %w", err)
+				encErr = err
+				continue
 			}
-			return jobs.Answer{Outcome: res[i].Status, Data: data}, nil
-		})
+			emit(i, a)
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return err // what was emitted stands; the rest is answered again
+	}
+	if encErr != nil {
+		return encErr
+	}
+	if f.Teacher != nil {
+		f.Teacher.Teach(ctx, res)
+	}
+	return nil
+}
+
+// encode is one address's recorded answer for its attempt.
+func (f *Family) encode(r verify.Result, a family.Attempt) (jobs.Answer, error) {
+	data, err := json.Marshal(stored{Result: r, Attempts: a.N, Retrying: a.Provisional()})
+	if err != nil {
+		return jobs.Answer{}, fmt.Errorf("verification: encode answer: %w", err)
+	}
+	return jobs.Answer{Outcome: r.Status, Data: data, RetryAt: a.RetryAt}, nil
 }
 
 // ErrorAnswer implements jobs.Answerer: an address whose shard failed for

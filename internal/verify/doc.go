@@ -25,7 +25,7 @@
 //	unknown        greylisted         450/451 with 4.7.x or greylisting text (Temporary)
 //	               dns_error          SERVFAIL, REFUSED or timeout after one retry
 //	               connection_failed  every MX refused, unreachable, 554 banner, or not dialable
-//	               timeout            a reply did not come within CommandTimeout (tarpit), or ctx ended first
+//	               timeout            a reply did not come within its wait (tarpit), or ctx ended first (Temporary)
 //	               temporary_failure  any other 4xx (Temporary)
 //	               rate_limited       421 and no other MX to try (Temporary, RetryAfter = back-off)
 //	               smtp_error         protocol error, connection dropped twice before any RCPT of the
@@ -68,8 +68,9 @@
 //
 // Temporary marks answers that may change on a later attempt: greylisted,
 // temporary_failure, rate_limited, a 4xx mailbox_full, and addresses left
-// unanswered because ctx ended (reported timeout). A tarpit's timeout and a
-// dead host's connection_failed are final (not Temporary). RetryAfter is
+// unanswered because ctx ended (reported timeout), and a tarpit's timeout
+// (a slow server may have been taken for one: slow.go); a dead host's
+// connection_failed is final (not Temporary). RetryAfter is
 // the server's hint when its reply has one ("try again in 60 seconds"),
 // else 5 minutes for greylisting, the back-off for rate_limited, 1 hour for
 // a full mailbox, 15 minutes otherwise. With Config.GreylistRetry set,
@@ -215,9 +216,12 @@
 //     session, and the server's RCPTs-per-session limit is learned (for an
 //     hour) so later sessions stay within it. An address refused so as the
 //     first RCPT of two sessions is temporary_failure.
-//   - a reply that does not come within CommandTimeout: the host is a
-//     tarpit; the transaction's addresses and everything queued on the host
-//     are timeout (final), with no other MX tried.
+//   - a reply that does not come within its wait (CommandTimeout, plus
+//     RcptWait for each RCPT of a pipelined group still to answer): a group
+//     of more than 2 RCPTs is a slow server's (smaller groups, a new
+//     session; slow.go); otherwise the host is a tarpit: the transaction's
+//     addresses and everything queued on the host are timeout (Temporary:
+//     the retry pass asks again), with no other MX tried.
 //   - the connection dropped mid-session (or a malformed reply, or RSET not
 //     250): the unanswered addresses go to a new session. After K answered
 //     RCPTs the call's later sessions to the host send at most K; K becomes

@@ -21,7 +21,7 @@ var smtpProxyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 // Collectors are the verifier's Prometheus collectors (process-wide), for
 // the registry that serves /metrics.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{smtpBlocks, smtpProxyFailures, catchAllVerdicts, smtpReplies, smtpThrottlePauses}
+	return []prometheus.Collector{smtpBlocks, smtpProxyFailures, catchAllVerdicts, smtpReplies, smtpThrottlePauses, slowServers}
 }
 
 // smtpReplies counts the replies the verifier read, by stage and class

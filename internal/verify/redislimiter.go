@@ -26,6 +26,8 @@ import (
 //	<prefix>{<h>}:blocked  exists while that back-off comes from a block
 //	<prefix>{<h>}:rcpts    the RCPTs per session learned (server or provider
 //	                       key of AnyEgress)
+//	<prefix>{<h>}:depth    the pipeline depth learned for a slow server
+//	                       (same key as rcpts; slow.go)
 //
 // Every operation is one Lua script on one key's slot, run on Redis's
 // clock (TIME), so process clocks never disagree. A session with a

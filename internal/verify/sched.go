@@ -34,6 +34,11 @@ type item struct {
 	tooManyAll  int  // all "too many recipients" answers
 	greyRetried bool // asked again after greylisting
 	throttles   int  // throttling replies to it (run.throttled)
+
+	// timeouts are the pipelined groups it was in that timed out (slow.go);
+	// emitted the Result handed to VerifyEach's each (emit.go).
+	timeouts int
+	emitted  *Result
 }
 
 // domainState is one domain of a call.
@@ -101,6 +106,14 @@ type hostQ struct {
 	// sessionLimit is the concurrent sessions the host accepted before it
 	// answered a new one 421 (0: none seen).
 	sessionLimit int
+	// depth is the most RCPTs one pipelined group to the host carries (0:
+	// no limit): learned from a server that answers slowly (slow.go), so
+	// its answers come a few at a time and no group outwaits its reply wait.
+	depth int
+	// paced: a group to the host's server was answered, so its pace is
+	// known (this call, or an earlier one: Verifier.paced); until then a
+	// session's first group is at most paceGroup RCPTs (slow.go).
+	paced bool
 	// provenRcpts is the most RCPTs one session to the host had answered
 	// in this call without a "too many recipients".
 	provenRcpts int
@@ -152,6 +165,9 @@ type run struct {
 	// only wait for the limiter, each taking a slot and a rate token to
 	// find its work carried by the others); it is woken when one ends.
 	ipActive map[ipEgress]int
+	// em hands answers to VerifyEach's caller as they come (emit.go); nil
+	// for Verify.
+	em *emitter
 }
 
 // startDomain resolves a domain and queues its addresses.
@@ -209,11 +225,15 @@ func (r *run) finish(its []*item, reason, host string, code int) {
 			continue
 		}
 		it.done, it.reason, it.code = true, reason, code
+		r.ready(it)
 		if host != "" {
 			it.mxHost = host
 		}
 		switch reason {
-		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited, ReasonBlocked:
+		// A timeout is provisional too: a server that did not answer in
+		// time may be slow rather than stuck, and the retry pass asks
+		// again (issue 25: a slow Postfix's addresses were final unknowns).
+		case ReasonGreylisted, ReasonTemporaryFailure, ReasonRateLimited, ReasonBlocked, ReasonTimeout:
 			it.temporary = true
 		}
 	}
@@ -294,6 +314,12 @@ func (r *run) spawn(h *hostQ) {
 	}
 	if h.sessionLimit > 0 {
 		most = min(most, h.sessionLimit)
+	}
+	if h.depth > 0 {
+		// A slow server's sessions each carry one small group at a time
+		// from the shared queue: its addresses are spread over as many
+		// sessions as its caps allow, the only way to go faster at its pace.
+		per = min(per, h.depth+1)
 	}
 	want := max((h.pending+per-1)/per, 1)
 	for h.sessions < want {
@@ -704,7 +730,14 @@ func (r *run) sharedLimit(h *hostQ, srv server) {
 	if n, ok := r.v.sessionLimits.get(srv.key, now); ok && (h.sessionLimit == 0 || n < h.sessionLimit) {
 		h.sessionLimit = n
 	}
+	if n, ok := r.v.depths.get(srv.rcptKey, now); ok && (h.depth == 0 || n < h.depth) {
+		h.depth = n
+	}
+	if _, ok := r.v.paced.get(srv.rcptKey, now); ok {
+		h.paced = true
+	}
 	r.mu.Unlock()
+	r.sharedDepth(h, srv)
 	ls, ok := r.v.limiter.(LimitSharer)
 	if !ok {
 		return

@@ -33,6 +33,10 @@ type sess struct {
 	// nothing about a limit.
 	reused         bool
 	answeredBefore int
+	// groupRcpts are the RCPTs of the pipelined group being read: a group
+	// of several that times out is a slow server's, not a tarpit's (slow.go).
+	groupRcpts int
+	groupSent  time.Time
 }
 
 // tx is one transaction of a pipelined group: its job and the indexes of
@@ -51,16 +55,35 @@ type group struct {
 	c    *smtpConn
 	cmds []string
 	next int
+
+	// A pipelined group's reply wait grows with the RCPTs whose replies are
+	// still to come (slow.go): rcpts is the group's RCPT count, rcptsRead
+	// those read, perRcpt the allowance each adds to CommandTimeout.
+	rcpts, rcptsRead int
+	perRcpt          time.Duration
+	// sentAt is when the group was written, firstAt when its first reply
+	// came: how long the server took over the group (noteGroupPace).
+	sentAt, firstAt time.Time
 }
 
 func (g *group) read() (reply, error) {
+	wait := g.c.cmdTimeout
 	if !g.c.pipelining {
 		if err := g.c.send(g.cmds[g.next]); err != nil {
 			return reply{}, err
 		}
+	} else {
+		wait += time.Duration(g.rcpts-g.rcptsRead) * g.perRcpt
+	}
+	if strings.HasPrefix(g.cmds[g.next], "RCPT ") {
+		g.rcptsRead++
 	}
 	g.next++
-	return g.c.read()
+	rep, err := g.c.readWithin(wait)
+	if err == nil && g.firstAt.IsZero() {
+		g.firstAt = time.Now()
+	}
+	return rep, err
 }
 
 // skipTo moves past the commands before end: their replies are read and
@@ -179,7 +202,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 		if len(txs) == 0 {
 			break
 		}
-		g := &group{c: c}
+		g := &group{c: c, perRcpt: r.v.cfg.RcptWait}
 		for i := range txs {
 			t := &txs[i]
 			t.start = len(g.cmds)
@@ -196,9 +219,20 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 			}
 			t.end = len(g.cmds)
 		}
+		for _, cmd := range g.cmds {
+			if strings.HasPrefix(cmd, "RCPT ") {
+				g.rcpts++
+			}
+		}
+		s.groupRcpts = 0 // without PIPELINING each command has its own wait: a timeout is a tarpit's
+		if c.pipelining {
+			s.groupRcpts = g.rcpts
+		}
 		if quit {
 			g.cmds = append(g.cmds, "QUIT")
 		}
+		g.sentAt = time.Now()
+		s.groupSent = g.sentAt
 		if c.pipelining {
 			if err := c.send(g.cmds...); err != nil {
 				r.groupFailed(h, s, txs, err, false)
@@ -219,6 +253,9 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 			r.mu.Lock()
 			h.provenRcpts = max(h.provenRcpts, s.sent)
 			r.mu.Unlock()
+		}
+		if c.pipelining {
+			r.noteGroupPace(h, s.srv, g)
 		}
 		if quit {
 			_, _ = g.read()
@@ -264,12 +301,24 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var txs []tx
+	rcpts := 0 // in this group
 	for h.down == "" {
-		budget := r.budget(h) - s.sent
-		if budget < 1 {
+		left := r.budget(h) - s.sent
+		if left < 1 {
 			break
 		}
-		j, probe := r.take(h, budget, s.sent == 0)
+		budget, fresh := left, s.sent == 0
+		if depth := r.groupDepth(h); depth > 0 && pipelining {
+			// A slow server's group stays within its depth; its first
+			// transaction always goes (with a probe it may be one over).
+			budget = min(budget, depth-rcpts)
+			if len(txs) > 0 && budget < 1 {
+				break
+			}
+			fresh = fresh || (len(txs) == 0 && left >= 2)
+			budget = max(budget, 1)
+		}
+		j, probe := r.take(h, budget, fresh)
 		if j == nil {
 			j, probe = r.borrow(h, s, budget)
 		}
@@ -277,8 +326,10 @@ func (r *run) nextGroup(h *hostQ, s *sess, pipelining bool, deadline time.Time) 
 			break
 		}
 		s.sent += len(j.items)
+		rcpts += len(j.items)
 		if probe {
 			s.sent++
+			rcpts++
 		}
 		txs = append(txs, tx{j: j, probe: probe})
 		if !pipelining {
@@ -362,8 +413,9 @@ func (r *run) sessionFailed(h *hostQ, err error, beforeBanner bool) {
 	}
 }
 
-// tarpit answers everything queued on h as timeout: a host that does not
-// answer within CommandTimeout would hold every session as long.
+// tarpit answers everything queued on h as timeout (provisional: retried
+// in the retry pass): a host that does not answer within its reply wait
+// would hold every session as long.
 // Caller holds r.mu.
 func (r *run) tarpit(h *hostQ) {
 	h.down = ReasonTimeout
@@ -659,8 +711,7 @@ func (r *run) txFailed(h *hostQ, s *sess, j *job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if errors.Is(err, errTimeout) {
-		r.finish(j.items, ReasonTimeout, j.host(), 0)
-		r.tarpit(h)
+		r.groupTimedOut(h, s, j)
 		return
 	}
 	answered := 0
@@ -841,6 +892,7 @@ func (r *run) answer(it *item, host string, rep reply, cl rcptClass, verdict int
 			}
 			it.retryAfter = retryFor(it.reason, probeTemp)
 			it.done = true
+			r.ready(it)
 			return false
 		}
 		if it.dom.disposable {
@@ -869,6 +921,7 @@ func (r *run) answer(it *item, host string, rep reply, cl rcptClass, verdict int
 		it.retryAfter = retryFor(it.reason, rep)
 	}
 	it.done = true
+	r.ready(it)
 	return false
 }
 

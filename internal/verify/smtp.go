@@ -61,8 +61,11 @@ func newSMTPConn(nc net.Conn, cmdTimeout time.Duration, deadline time.Time) *smt
 		cmdTimeout: cmdTimeout, deadline: deadline}
 }
 
-func (c *smtpConn) ioDeadline() time.Time {
-	d := time.Now().Add(c.cmdTimeout)
+func (c *smtpConn) ioDeadline() time.Time { return c.deadlineIn(c.cmdTimeout) }
+
+// deadlineIn is now + wait, or the session's deadline when that is sooner.
+func (c *smtpConn) deadlineIn(wait time.Duration) time.Time {
+	d := time.Now().Add(wait)
 	if !c.deadline.IsZero() && c.deadline.Before(d) {
 		return c.deadline
 	}
@@ -83,8 +86,14 @@ func (c *smtpConn) send(cmds ...string) error {
 }
 
 // read reads one (possibly multi-line) reply within CommandTimeout.
-func (c *smtpConn) read() (reply, error) {
-	_ = c.nc.SetReadDeadline(c.ioDeadline())
+func (c *smtpConn) read() (reply, error) { return c.readWithin(c.cmdTimeout) }
+
+// readWithin reads one reply within wait (and the session's deadline): a
+// pipelined group's replies may all come only once the server has processed
+// the whole group (Postfix does so), so the group's reads wait longer
+// (group.read).
+func (c *smtpConn) readWithin(wait time.Duration) (reply, error) {
+	_ = c.nc.SetReadDeadline(c.deadlineIn(wait))
 	var rep reply
 	var texts []string
 	for n := 0; ; n++ {

@@ -42,6 +42,12 @@ type Config struct {
 	// CommandTimeout bounds the wait for each SMTP reply, default 10s.
 	// Tarpits are bounded by it.
 	CommandTimeout time.Duration
+	// RcptWait is what each RCPT still unanswered in a pipelined group adds
+	// to CommandTimeout while its replies are awaited, default 2s: a server
+	// may answer a group only once it has processed all of it (Postfix
+	// does), so a slow one's first reply comes after the whole group's
+	// time. A server found that slow gets smaller groups (slow.go).
+	RcptWait time.Duration
 	// SessionTimeout bounds a whole SMTP session, default 60s.
 	SessionTimeout time.Duration
 	// MaxRcptsPerSession is how many RCPTs (catch-all probes included) one
@@ -171,6 +177,7 @@ func (c Config) withDefaults() Config {
 	def(&c.DialTimeout, 5*time.Second)
 	def(&c.CommandTimeout, 10*time.Second)
 	def(&c.SessionTimeout, 60*time.Second)
+	def(&c.RcptWait, 2*time.Second)
 	def(&c.CatchAllTTL, time.Hour)
 	def(&c.RateLimitBackoff, 30*time.Second)
 	def(&c.BlockBackoff, 30*time.Minute)
@@ -225,6 +232,12 @@ type Verifier struct {
 	// them.
 	rcptLimits    *ttlCache[string, int]
 	sessionLimits *ttlCache[string, int]
+	// depths are the pipeline depths learned for slow servers (by
+	// server.rcptKey, slow.go).
+	depths *ttlCache[string, int]
+	// paced are the servers (server.rcptKey) whose pace a group measured
+	// (slow.go): their sessions' first groups are not held small.
+	paced *ttlCache[string, bool]
 	// blocks are the servers and providers (server.key, server.provKey)
 	// that blocked this process, until their back-off ends: a later
 	// session refused by the limiter's back-off answers blocked rather
@@ -325,7 +338,8 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 	return &Verifier{cfg: cfg, lists: l, limiter: limiter, perHost: perHost, resolver: res,
 		sem: make(chan struct{}, cfg.MaxSessions), catchAll: newTTLCache[string, bool](catchAllEntries),
 		probes: newTTLCache[string, string](catchAllEntries), rcptLimits: newTTLCache[string, int](catchAllEntries),
-		sessionLimits: newTTLCache[string, int](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
+		sessionLimits: newTTLCache[string, int](catchAllEntries), depths: newTTLCache[string, int](catchAllEntries),
+		paced: newTTLCache[string, bool](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
 		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
 		pool: newConnPool(cfg.SessionIdle), throttled: newTTLCache[string, bool](catchAllEntries),
 		localThrottle: NewLocalLimiter(LimiterOptions{})}, nil
@@ -364,6 +378,18 @@ func (v *Verifier) VerifyOne(ctx context.Context, email string) Result {
 // within MaxSessions and the limiter. It returns when every address has an
 // answer or ctx ends; then unanswered ones are unknown/timeout, Temporary.
 func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
+	return v.VerifyEach(ctx, emails, nil)
+}
+
+// VerifyEach is Verify that also hands each answer to each as soon as it is
+// known (an address is answered when its server's reply comes, not when the
+// call's last server is done): idxs are the inputs (the same address may be
+// given several times) and r their Result. each is called from one
+// goroutine at a time, never under the call's lock, and should be quick (it
+// holds back the next answers, not the sessions). Inputs still unanswered
+// when ctx ends are not passed to each (their unknown/timeout is in the
+// returned slice only): they were cut short, not answered.
+func (v *Verifier) VerifyEach(ctx context.Context, emails []string, each func(idxs []int, r Result)) []Result {
 	r := &run{v: v, ctx: ctx, hosts: map[string]*hostQ{}, hold: true, rules: v.cfg.Rules.Table()}
 	results := make([]Result, len(emails))
 	items := map[string]*item{}
@@ -373,6 +399,9 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 		a, err := Normalize(e)
 		if err != nil {
 			results[i] = v.invalid(e)
+			if each != nil {
+				each([]int{i}, results[i])
+			}
 			continue
 		}
 		key := a.String()
@@ -391,6 +420,7 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 		it.idxs = append(it.idxs, i)
 	}
 
+	stopEmit := r.startEmitting(each)
 	sem := make(chan struct{}, dnsConcurrency)
 	var wg sync.WaitGroup
 	if v.cfg.CatchAlls != nil && len(order) > 0 {
@@ -423,10 +453,16 @@ func (v *Verifier) Verify(ctx context.Context, emails []string) []Result {
 	grace.Stop()
 	r.release()
 	r.wg.Wait()
+	stopEmit()
 
 	checked := time.Now().UTC()
 	for _, it := range items {
 		res := v.result(it, checked)
+		if it.emitted != nil {
+			res = *it.emitted
+		} else if each != nil && ctx.Err() == nil {
+			each(it.idxs, res)
+		}
 		for _, i := range it.idxs {
 			results[i] = res
 		}
