@@ -14,7 +14,7 @@ import (
 // through the libc resolver, which cannot be given a port): an MX record
 // per domain, an A record per MX host, and the block list zone
 // bl.mtaworld.test listing 127.0.0.1 (our client) as 127.0.0.2, the
-// standard "listed" answer,.
+// standard "listed" answer (no TXT record, so Postfix's reply is its own).
 // Every other name under .test is NXDOMAIN; nothing is forwarded.
 func (w *World) startDNS(ctx context.Context, base string) error {
 	dir := filepath.Join(w.opts.Dir, "dnsmasq")

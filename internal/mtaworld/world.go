@@ -367,9 +367,11 @@ func (s *Server) logFile() string {
 // ServerStats is what a server's own log says about our traffic.
 type ServerStats struct {
 	// MaxConcurrent is the most connections from our client open at once,
-	// as the server counted them (Postfix: anvil's "max connection count",
-	// which includes a connection it then refused; Exim: the "connection
-	// count" it logs per accepted connection).
+	// as the server counted them (Postfix: the larger of anvil's "max
+	// connection count" and the open sessions by smtpd's connect and
+	// disconnect lines, both of which include a connection it then
+	// refused; Exim: the "connection count" it logs per accepted
+	// connection).
 	MaxConcurrent int
 	// Refused counts connections refused for the connection count or rate
 	// limit.
@@ -381,9 +383,12 @@ type ServerStats struct {
 }
 
 var (
-	anvilMax     = regexp.MustCompile(`statistics: max connection count (\d+) for \(smtp:127\.0\.0\.1\)`)
+	// anvil's ident is "service:client", the service being master.cf's
+	// "ip:port".
+	anvilMax     = regexp.MustCompile(`statistics: max connection count (\d+) for \(\S*:127\.0\.0\.1\)`)
 	pfRefused    = regexp.MustCompile(`warning: Connection (concurrency|rate) limit exceeded`)
 	pfConnect    = regexp.MustCompile(`postfix/smtpd\[\d+\]: connect from`)
+	pfDisconnect = regexp.MustCompile(`postfix/smtpd\[\d+\]: disconnect from`)
 	pfReject     = regexp.MustCompile(`(?:reject|NOQUEUE: reject): RCPT from [^:]*: (\d{3}) `)
 	eximConn     = regexp.MustCompile(`SMTP connection from .*\(TCP/IP connection count = (\d+)\)`)
 	eximRefused  = regexp.MustCompile(`refused: too many connections`)
@@ -404,6 +409,7 @@ func (w *World) readStats() map[string]ServerStats {
 	for _, s := range w.servers {
 		st := ServerStats{Rejects: map[string]int{}}
 		b, _ := os.ReadFile(s.logFile())
+		open := 0 // Postfix: smtpd's connect/disconnect lines, in log order
 		for _, line := range strings.Split(string(b), "\n") {
 			switch s.Software {
 			case "postfix":
@@ -416,6 +422,11 @@ func (w *World) readStats() map[string]ServerStats {
 				}
 				if pfConnect.MatchString(line) {
 					st.Connections++
+					open++
+					st.MaxConcurrent = max(st.MaxConcurrent, open)
+				}
+				if pfDisconnect.MatchString(line) {
+					open--
 				}
 				if m := pfReject.FindStringSubmatch(line); m != nil {
 					st.Rejects[m[1]]++
