@@ -36,7 +36,9 @@ import (
 // DNSBL-blocked address only as unknown/blocked, a catch-all only as
 // risky/catch_all, the others by status), no false deliverable, no false
 // undeliverable, and no server above its configured connection limit as
-// the server itself counted it (Postfix's anvil, Exim's log).
+// the server itself counted it (Postfix's anvil and smtpd log lines,
+// Exim's log), but for the one refused connection that teaches the
+// verifier the limit.
 //
 // BULKD_MTA_WORLD="scale[,noslow]" runs a bigger world for make bench
 // (scale 2: 456 addresses); "noslow" leaves out the slow server, for the
@@ -142,8 +144,12 @@ func TestAccuracyMTAWorld(t *testing.T) {
 		}
 		fmt.Fprintf(&tab, "| %s | %d | %d | %d | %d | %d | %d (%s) | %d | %v |\n", s.Name, tl.n, tl.right, tl.falseDeliverable,
 			tl.falseUndeliverable, st.Connections, st.MaxConcurrent, limit, st.Refused, st.Rejects)
-		if s.ConnLimit > 0 && (st.MaxConcurrent > s.ConnLimit || st.Refused > 0) {
-			t.Errorf("%s: %d connections at once as the server counted them, %d refused; its limit is %d", s.Name, st.MaxConcurrent, st.Refused, s.ConnLimit)
+		// A server's limit is unknown until it says so: one refused
+		// connection (which the server counts as one over its limit) is
+		// how it is learned; a second one is not polite.
+		if s.ConnLimit > 0 && (st.MaxConcurrent > s.ConnLimit+1 || st.Refused > 1) {
+			t.Errorf("%s: %d connections at once as the server counted them, %d refused; its limit is %d (one refusal to learn it is allowed)",
+				s.Name, st.MaxConcurrent, st.Refused, s.ConnLimit)
 		}
 	}
 	acc := 100 * float64(sum.right) / float64(max(sum.n, 1))
@@ -175,10 +181,16 @@ func rightAnswer(truth mtaworld.Truth, r verify.Result) bool {
 	return false
 }
 
-// answerAll runs the family's Retry as the engine does (shards of at most
-// 1,000 addresses sorted by domain, each attempt after its RetryAt) until
-// no answer waits for a retry; it returns the final results, the time of
-// the first pass and of the whole.
+// jobsAtOnce is how many jobs share the world: the addresses are dealt
+// to two jobs (each one shard, sorted by domain, as the engine hands a
+// shard to a worker), answered at the same time as two customers' lists
+// over the same domains would be. One job alone meets no server's
+// connection limit: the verifier opens one session per server for it.
+const jobsAtOnce = 2
+
+// answerAll runs the family's Retry as the engine does (each attempt
+// after its RetryAt) until no answer waits for a retry; it returns the
+// final results, the time of the first pass and of the whole.
 func answerAll(ctx context.Context, t *testing.T, fam *Family, cases []mtaworld.Case) (map[string]verify.Result, time.Duration, time.Duration) {
 	t.Helper()
 	final := make(map[string]verify.Result, len(cases))
@@ -186,7 +198,6 @@ func answerAll(ctx context.Context, t *testing.T, fam *Family, cases []mtaworld.
 	for i, c := range cases {
 		pending[i] = c.Email
 	}
-	const shard = 1000
 	start := time.Now()
 	var firstPass time.Duration
 	for attempt := 1; len(pending) > 0; attempt++ {
@@ -196,16 +207,25 @@ func answerAll(ctx context.Context, t *testing.T, fam *Family, cases []mtaworld.
 		}
 		answers := make([]jobs.Answer, len(pending))
 		var wg sync.WaitGroup
-		errs := make(chan error, len(pending)/shard+1)
-		for off := 0; off < len(pending); off += shard {
-			end := min(off+shard, len(pending))
+		errs := make(chan error, jobsAtOnce)
+		for j := range jobsAtOnce {
+			var idx []int
+			var emails []string
+			for i := j; i < len(pending); i += jobsAtOnce {
+				idx, emails = append(idx, i), append(emails, pending[i])
+			}
+			if len(emails) == 0 {
+				continue
+			}
 			wg.Go(func() {
-				a, err := fam.Retry(ctx, pending[off:end], attempts[off:end])
+				a, err := fam.Retry(ctx, emails, attempts[:len(emails)])
 				if err != nil {
 					errs <- fmt.Errorf("attempt %d: %w", attempt, err)
 					return
 				}
-				copy(answers[off:], a)
+				for k, i := range idx {
+					answers[i] = a[k]
+				}
 			})
 		}
 		wg.Wait()
