@@ -110,3 +110,71 @@ func TestServersAnswer(t *testing.T) {
 		}
 	}
 }
+
+// The limits answer with the software's own texts: a second connection
+// to a server limited to one is refused, recipients past a rate limit or
+// a per-message limit are deferred. The texts are logged (they are the
+// ones docs/mta-world.md quotes).
+func TestLimitsAnswer(t *testing.T) {
+	w := startOrSkip(t, Options{})
+	addrOf := func(name string) string {
+		return net.JoinHostPort(w.ServerOf(name).IP, strconv.Itoa(w.SMTPPort()))
+	}
+	many := func(domain string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = "user" + strconv.Itoa(100+i) + "@" + domain
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		server string
+		rcpts  []string
+		want   string // a reply that must appear
+	}{
+		// smtpd_recipient_limit counts accepted recipients only.
+		{"postfix-plain", existing(w, "postfix-plain", 12), "452 4.5.3"},
+		{"postfix-rcptrate", many("rate1.test", 18), "450 4.7.1"},
+		{"exim-ratelimit", many("exim1.test", 30), "451"},
+		{"exim-conn", many("exim3.test", 12), "452"},
+	} {
+		replies := session(t, addrOf(tc.server), tc.rcpts...)
+		found := ""
+		for _, r := range replies {
+			if strings.HasPrefix(r, tc.want) {
+				found = r
+				break
+			}
+		}
+		t.Logf("%s: %q", tc.server, found)
+		if found == "" {
+			t.Errorf("%s: no %s reply in %q", tc.server, tc.want, replies)
+		}
+	}
+	for _, name := range []string{"postfix-anvil", "exim-conn"} {
+		first, err := net.DialTimeout("tcp4", addrOf(name), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = first.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := bufio.NewReader(first).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		second := session(t, addrOf(name))
+		_ = first.Close()
+		t.Logf("%s, second connection: %q", name, second[0])
+		if !strings.HasPrefix(second[0], "421") {
+			t.Errorf("%s: second connection greeted %q, want 421", name, second[0])
+		}
+	}
+}
+
+func existing(w *World, server string, n int) []string {
+	var out []string
+	for _, c := range w.Cases() {
+		if c.Server == server && c.Truth == Deliverable && len(out) < n {
+			out = append(out, c.Email)
+		}
+	}
+	return out
+}
