@@ -42,7 +42,7 @@ import (
 //
 // BULKD_MTA_WORLD="scale[,noslow]" runs a bigger world for make bench
 // (scale 2: 456 addresses); "noslow" leaves out the slow server, for the
-// first-pass comparison.
+// first-pass comparison. BULKD_MTA_DIR keeps the servers' logs.
 func TestAccuracyMTAWorld(t *testing.T) {
 	opts := mtaworld.Options{Seed: 25}
 	if env := os.Getenv("BULKD_MTA_WORLD"); env != "" {
@@ -54,6 +54,9 @@ func TestAccuracyMTAWorld(t *testing.T) {
 		opts.Scale = n
 		opts.NoSlow = len(parts) > 1 && parts[1] == "noslow"
 	}
+	// BULKD_MTA_DIR keeps the servers' configuration and logs there (a
+	// directory the daemons' users can search, e.g. under /tmp).
+	opts.Dir = os.Getenv("BULKD_MTA_DIR")
 	if err := mtaworld.Available(""); err != nil {
 		t.Skipf("real-MTA world unavailable (CI runs as root and `make deps` installs it): %v", err)
 	}
