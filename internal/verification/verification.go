@@ -326,7 +326,10 @@ type EachVerifier interface {
 	VerifyEach(ctx context.Context, emails []string, each func(idxs []int, r verify.Result)) []verify.Result
 }
 
-var _ jobs.Streamer = (*Family)(nil)
+var (
+	_ jobs.Streamer = (*Family)(nil)
+	_ EachVerifier  = (*verify.Verifier)(nil) // the production verifier streams
+)
 
 // AnswerEach implements jobs.Streamer: each address's answer is handed to
 // emit as soon as its mail server has answered, so a slow server holds back

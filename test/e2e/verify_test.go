@@ -54,8 +54,9 @@ type verifyRow struct {
 
 // Every class of the mail world through POST /v1/bulk: 0.2 credits per
 // unique address upfront, in_progress (results 409) until every address has
-// a first answer, partial_complete_retrying while the greylisted ones wait
-// (partial results readable), complete after the retry; every knowable
+// a first answer, partial_complete_retrying while the greylisted ones and
+// the tarpit's (its timeout is provisional) wait (partial results
+// readable), complete after the retry; every knowable
 // answer exact, nothing reported deliverable that is not, and unknown
 // answers refunded at completion.
 func TestBulkVerificationEveryClass(t *testing.T) {
@@ -110,8 +111,14 @@ func TestBulkVerificationEveryClass(t *testing.T) {
 			if len(rows) != unique {
 				t.Errorf("partial results: %d rows", len(rows))
 			}
+			// Answers are recorded as they arrive (issue 25): the
+			// greylisted address's retry is due 1 s after its own first
+			// answer, which may be before the tarpit's answers end the
+			// first pass; then it is already answered for good.
 			for _, row := range rows {
-				if row.Email == "alice@grey.test" && (!row.Retrying || row.Status != "unknown" || row.Reason != "greylisted") {
+				provisional := row.Retrying && row.Status == "unknown" && row.Reason == "greylisted"
+				retried := !row.Retrying && row.Status == "deliverable" && row.Attempts == 2
+				if row.Email == "alice@grey.test" && !provisional && !retried {
 					t.Errorf("greylisted row while retrying: %+v", row)
 				}
 			}
