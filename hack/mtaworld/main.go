@@ -49,16 +49,22 @@ func run(scale int, noSlow bool, dir, envFile string, cases bool) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
 	if cases {
+		// Stopped before printing: a reader that closes the pipe early
+		// (| head) must not leave the daemons running.
+		all := w.Cases()
+		if err := w.Close(); err != nil {
+			return err
+		}
 		enc := json.NewEncoder(os.Stdout)
-		for _, c := range w.Cases() {
+		for _, c := range all {
 			if err := enc.Encode(c); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
+	defer w.Close()
 	env := fmt.Sprintf("BULKD_DNS_SERVER=%s\nBULKD_SMTP_PORT=%d\nBULKD_OUTBOUND_ALLOW_CIDRS=127.0.0.0/8\n", w.DNSAddr(), w.SMTPPort())
 	fmt.Print(env)
 	fmt.Fprint(os.Stderr, w.Summary())
