@@ -24,8 +24,8 @@ if have_unpacked && have_installed && have_user; then
   exit 0
 fi
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "The real-MTA world needs (as root): apt-get install postgrey dnsmasq-base libnsl2 libicu72 libpcre2-8-0 libgnutls30 libidn12 libdb5.3 libgdbm6" >&2
-  echo "and postfix and exim4-daemon-light unpacked into $root (run hack/ensure-mta.sh as root)" >&2
+  echo "The real-MTA world needs postgrey and dnsmasq-base installed, postfix and exim4-daemon-light" >&2
+  echo "unpacked into $root, and the user Debian-exim: run hack/ensure-mta.sh as root (make deps does)" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive

@@ -293,8 +293,11 @@ func (w *World) spawn(ctx context.Context, logPath string, env []string, name st
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), env...)
-	// Pdeathsig: a test binary killed by its timeout leaves no MTA behind
-	// (Postfix's master ends its children when it goes).
+	// Pdeathsig: a test binary killed by its timeout should leave no MTA
+	// behind (Postfix's master ends its children when it goes). The kernel
+	// forgets it when a daemon changes its user (dnsmasq, postgrey and
+	// Exim do), so a killed process can leave those running: find them by
+	// their command line, which names the world's directory.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, err
