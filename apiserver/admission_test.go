@@ -537,6 +537,26 @@ func TestConcurrentLargeBodiesAllFinish(t *testing.T) {
 	}
 }
 
+// sparseCompanyBody is a submission body of size bytes with whitespace
+// between its rows, so that it stays under the row limit.
+func sparseCompanyBody(size int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"input":[`)
+	pad := bytes.Repeat([]byte(" "), 1024)
+	for i := 0; b.Len() < size-2048; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"domain":"company-%d.example"}`, i)
+		b.Write(pad)
+	}
+	b.WriteString("]}")
+	for b.Len() < size {
+		b.WriteByte(' ')
+	}
+	return b.Bytes()
+}
+
 // TestFastStartBuysNoTrickle is issue 26's item 2 with the chart's
 // proportions (64 MiB bodies, a budget of 1.25 bodies, a share of one):
 // account A sends 63 MiB of a declared 64 MiB at full speed, then 1 byte
@@ -558,11 +578,15 @@ func TestFastStartBuysNoTrickle(t *testing.T) {
 	_, keyA := env.Account(credits.Whole(1_000_000))
 	_, keyB := env.Account(credits.Whole(1_000_000))
 	const bulk = "/v1/company-enrichment/bulk"
-	body := companyBody(64 * mib)
+	body := sparseCompanyBody(64 * mib)
 
 	a := startUpload(t, env, bulk, keyA, len(body), nil)
 	for off := 0; off < 63*mib; off += mib {
-		a.send(t, body[off:off+mib])
+		_ = a.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := a.conn.Write(body[off : off+mib]); err != nil {
+			r, _ := a.answer(t, 5*time.Second)
+			t.Fatalf("A's fast part refused after %d MiB: %v: %d %s", off/mib, err, r.Status, r.Body)
+		}
 	}
 	slowed := time.Now()
 	stop := make(chan struct{})
@@ -583,7 +607,7 @@ func TestFastStartBuysNoTrickle(t *testing.T) {
 	}()
 
 	// B, meanwhile: 20 MiB, retried after each 503's Retry-After.
-	bBody := companyBody(20 * mib)
+	bBody := sparseCompanyBody(20 * mib)
 	bDone := make(chan bulkdtest.Response, 1)
 	var bTries int
 	go func() {
