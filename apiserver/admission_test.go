@@ -643,4 +643,3 @@ func TestFastStartBuysNoTrickle(t *testing.T) {
 		took.Round(time.Millisecond), bTries, time.Since(slowed).Round(time.Millisecond))
 	admittedBytes(t, env, 0)
 }
-
