@@ -115,6 +115,7 @@ type Dashboard struct {
 	Deps
 	router http.Handler
 	pages  map[string]*template.Template
+	steps  *stepLimiter
 }
 
 // New builds the dashboard.
@@ -128,7 +129,7 @@ func New(d Deps) *Dashboard {
 	if d.MaxUploadBytes <= 0 {
 		d.MaxUploadBytes = 16 << 20
 	}
-	db := &Dashboard{Deps: d, pages: parsePages()}
+	db := &Dashboard{Deps: d, pages: parsePages(), steps: newStepLimiter()}
 	db.router = db.routes()
 	return db
 }
@@ -265,6 +266,13 @@ func (d *Dashboard) requireSession(next http.Handler) http.Handler {
 			}
 			http.Redirect(w, r, Base+"/login?next="+url.QueryEscape(next), http.StatusSeeOther)
 			return
+		}
+		if isDraftStep(r) { // before the upload is read (steps.go)
+			release, ok := d.stepTurn(w, r, ss.User.AccountID)
+			if !ok {
+				return
+			}
+			defer release()
 		}
 		if r.Method == http.MethodPost {
 			if err := parseForm(w, r, d.MaxUploadBytes); err != nil {
