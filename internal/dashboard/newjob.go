@@ -485,15 +485,15 @@ type mapField struct {
 }
 
 type mappingData struct {
-	Draft    *draft
-	Spec     familySpec
-	Columns  []column
-	Fields   []mapField
-	Preview  [][]string // the first rows as uploaded
-	Rows     int        // data rows (after the header)
+	Draft   *draft
+	Spec    familySpec
+	Columns []column
+	Fields  []mapField
+	Preview [][]string // the first rows as uploaded
+	Rows    int        // data rows (after the header)
 	// Over: the draft has more rows than a job takes (Rows is that
 	// limit); it was not counted further.
-	Over bool
+	Over     bool
 	PayLabel string
 }
 
