@@ -104,6 +104,9 @@ type Deps struct {
 	// read for the client's address (clientIP). Empty: the TCP peer is
 	// the client.
 	TrustedProxies []netip.Prefix
+	// IPv6Prefix is the prefix length an IPv6 client is counted by in the
+	// sign-in throttle (--signin-ipv6-prefix; 0: 64).
+	IPv6Prefix int
 	// MaxUploadBytes bounds an uploaded or pasted list (default 16 MiB).
 	MaxUploadBytes int64
 	Logger         *slog.Logger
