@@ -14,6 +14,7 @@
 package users
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +67,13 @@ type Session struct {
 
 // Options are the store's lifetimes and limits.
 type Options struct {
-	IdleTTL     time.Duration // a session unused this long ends (12 h)
+	IdleTTL time.Duration // a session unused this long ends (12 h)
+	// MaxSessions is how many sessions a user has at once (20): a new
+	// sign-in past it ends the user's oldest session. Sign-ins that
+	// succeed give their throttle attempt back, so without it a user (or
+	// whoever has their password) made a Redis session a sign-in, for
+	// 12 h each, without end.
+	MaxSessions int
 	AbsoluteTTL time.Duration // a session ends this long after sign-in whatever (7 d)
 	LinkTTL     time.Duration // a sign-in link is valid this long (24 h)
 
@@ -107,6 +115,9 @@ func (o *Options) defaults() {
 	}
 	if o.AbsoluteTTL <= 0 {
 		o.AbsoluteTTL = 7 * 24 * time.Hour
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 20
 	}
 	if o.LinkTTL <= 0 {
 		o.LinkTTL = 24 * time.Hour
@@ -443,11 +454,55 @@ func (s *Store) NewSession(ctx context.Context, u *User) (string, *Session, erro
 	// The user's list of sessions (another slot), for revoking them all.
 	pipe = s.rdb.Pipeline()
 	pipe.SAdd(ctx, userSessionsKey(u.ID), h)
+	card := pipe.SCard(ctx, userSessionsKey(u.ID))
 	pipe.Expire(ctx, userSessionsKey(u.ID), s.Opts.AbsoluteTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return "", nil, fmt.Errorf("new session: %w", err)
 	}
+	if card.Val() > int64(s.Opts.MaxSessions) {
+		if err := s.trimSessions(ctx, u.ID, h); err != nil {
+			return "", nil, err
+		}
+	}
 	return id, ss, nil
+}
+
+// trimSessions keeps a user's sessions to MaxSessions: the list forgets
+// the sessions that ended on their own, then the oldest live ones (never
+// keep, the one just made) are ended.
+func (s *Store) trimSessions(ctx context.Context, userID, keep string) error {
+	hs, err := s.rdb.SMembers(ctx, userSessionsKey(userID)).Result()
+	if err != nil {
+		return fmt.Errorf("trim sessions: %w", err)
+	}
+	type live struct {
+		h       string
+		created int64
+	}
+	var alive []live
+	for _, h := range hs { // one slot per session: one read each
+		c, err := s.rdb.HGet(ctx, sessionKey(h), "created").Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			if err := s.rdb.SRem(ctx, userSessionsKey(userID), h).Err(); err != nil {
+				return fmt.Errorf("trim sessions: %w", err)
+			}
+		case err != nil:
+			return fmt.Errorf("trim sessions: %w", err)
+		case h != keep:
+			alive = append(alive, live{h, c})
+		}
+	}
+	slices.SortFunc(alive, func(a, b live) int { return cmp.Compare(a.created, b.created) })
+	for i := 0; i < len(alive)+1-s.Opts.MaxSessions; i++ {
+		if err := s.rdb.Del(ctx, sessionKey(alive[i].h)).Err(); err != nil {
+			return fmt.Errorf("trim sessions: %w", err)
+		}
+		if err := s.rdb.SRem(ctx, userSessionsKey(userID), alive[i].h).Err(); err != nil {
+			return fmt.Errorf("trim sessions: %w", err)
+		}
+	}
+	return nil
 }
 
 // ttl is a session's expiry from now: idle, but never past the absolute.
