@@ -26,10 +26,11 @@ package apiserver
 // own share that was full (its own other bodies; the rest of the process
 // is untouched), else 503 server_busy. Either way nothing was charged.
 //
-// A body must keep arriving: after --body-grace, at least --body-min-rate
-// bytes a second on average, and no single wait for the client longer than
-// the grace. A slower body (a slow-loris upload) is answered 408 and its
-// connection closed, giving its reservation back. Only time spent waiting
+// A body must keep arriving: every window of --body-grace (a sliding
+// window, the first one from the body's start) must carry --body-min-rate
+// bytes a second on average, whatever came before (rateWindow). A slower
+// body (a slow-loris upload, or one sent fast and then trickled) is
+// answered 408 and its connection closed, giving its reservation back. Only time spent waiting
 // for the client counts, never time the server spends decoding or waiting
 // for room, so a busy server never turns a healthy client into a slow one.
 
@@ -536,8 +537,8 @@ func (b *meteredBody) tooSlow() *apierr.Error {
 		b.w.Header().Set("Connection", "close")
 	}
 	return apierr.New(http.StatusRequestTimeout, fmt.Sprintf(
-		"The request body arrived too slowly: after the first %s it must arrive at %d bytes per second or more, without a pause longer than %s. "+
-			"Nothing was charged.", b.a.grace, b.a.minRate, b.a.grace))
+		"The request body arrived too slowly: every %s of it must carry %d bytes per second or more on average, whatever came before, "+
+			"so no pause may be longer than %s. Nothing was charged.", b.a.grace, b.a.minRate, b.a.grace))
 }
 
 func (b *meteredBody) accountBusy() *apierr.Error {
