@@ -536,3 +536,110 @@ func TestConcurrentLargeBodiesAllFinish(t *testing.T) {
 		admittedBytes(t, env, 0)
 	}
 }
+
+// sparseCompanyBody is a submission body of size bytes with whitespace
+// between its rows, so that it stays under the row limit.
+func sparseCompanyBody(size int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"input":[`)
+	pad := bytes.Repeat([]byte(" "), 1024)
+	for i := 0; b.Len() < size-2048; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"domain":"company-%d.example"}`, i)
+		b.Write(pad)
+	}
+	b.WriteString("]}")
+	for b.Len() < size {
+		b.WriteByte(' ')
+	}
+	return b.Bytes()
+}
+
+// TestFastStartBuysNoTrickle is issue 26's item 2 with the chart's
+// proportions (64 MiB bodies, a budget of 1.25 bodies, a share of one):
+// account A sends 63 MiB of a declared 64 MiB at full speed, then 1 byte
+// every 4 s. Under the old average rule the fast start bought about
+// 1,000 s of trickle, holding 63 MiB of the budget; under the sliding
+// window A is answered 408 one window after it slowed down, and account
+// B's 20 MiB body, retried as its 503s say, is admitted meanwhile.
+func TestFastStartBuysNoTrickle(t *testing.T) {
+	const mib = 1 << 20
+	const window = 2 * time.Second // the grace, which is the window
+	env := bulkdtest.Start(t, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) {
+		c.MaxBodyBytes = 64 * mib
+		c.MaxDecodingBytes = 80 * mib
+		c.MaxDecodingBytesPerAccount = 64 * mib
+		c.BodyGrace = window
+		c.BodyMinRate = 64 << 10
+		c.RateLimit = 1_000_000
+	}))
+	_, keyA := env.Account(credits.Whole(1_000_000))
+	_, keyB := env.Account(credits.Whole(1_000_000))
+	const bulk = "/v1/company-enrichment/bulk"
+	body := sparseCompanyBody(64 * mib)
+
+	a := startUpload(t, env, bulk, keyA, len(body), nil)
+	for off := 0; off < 63*mib; off += mib {
+		_ = a.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := a.conn.Write(body[off : off+mib]); err != nil {
+			r, _ := a.answer(t, 5*time.Second)
+			t.Fatalf("A's fast part refused after %d MiB: %v: %d %s", off/mib, err, r.Status, r.Body)
+		}
+	}
+	slowed := time.Now()
+	stop := make(chan struct{})
+	trickled := make(chan struct{})
+	go func() {
+		defer close(trickled)
+		for off := 63 * mib; off < len(body); off++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(4 * time.Second):
+			}
+			_ = a.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := a.conn.Write(body[off : off+1]); err != nil {
+				return // dropped
+			}
+		}
+	}()
+
+	// B, meanwhile: 20 MiB, retried after each 503's Retry-After.
+	bBody := sparseCompanyBody(20 * mib)
+	bDone := make(chan bulkdtest.Response, 1)
+	var bTries int
+	go func() {
+		for {
+			bTries++
+			r := env.Do(http.MethodPost, bulk, keyB, bBody)
+			if r.Status != 503 || time.Since(slowed) > 30*time.Second {
+				bDone <- r
+				return
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}()
+
+	r, closing := a.answer(t, 30*time.Second)
+	took := time.Since(slowed)
+	close(stop)
+	<-trickled
+	checkErrorBody(t, r, 408, "")
+	if !closing {
+		t.Fatal("the 408 did not close the connection")
+	}
+	// One window after the last fast byte, a few of the trickle's reads
+	// and the server's decoding of 63 MiB (not the client's time) aside.
+	if took > window+5*time.Second {
+		t.Fatalf("A's trickle was dropped %v after it slowed down; the window is %v", took, window)
+	}
+	rb := <-bDone
+	if rb.Status != 200 {
+		t.Fatalf("B's 20 MiB body after %d tries: %d %s", bTries, rb.Status, rb.Body)
+	}
+	t.Logf("A dropped %v after slowing down; B's 20 MiB body admitted after %d tries, %v after A slowed down",
+		took.Round(time.Millisecond), bTries, time.Since(slowed).Round(time.Millisecond))
+	admittedBytes(t, env, 0)
+}

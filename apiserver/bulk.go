@@ -63,6 +63,7 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 		if prior != nil {
 			// The first request with this key committed this job and
 			// died before answering: its answer, charged once.
+			markKept(r)
 			w.Header().Set(replayedHeader, "true")
 			writeJSON(w, http.StatusOK, m.Family.Submitted(prior))
 			return
@@ -73,6 +74,7 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 			return
 		}
 		s.Metrics.CreditsCharged.Add(float64(j.Charge) / credits.Scale)
+		markKept(r) // a job: its answer is replayed, never a second job
 		writeJSON(w, http.StatusOK, m.Family.Submitted(j))
 	}
 }

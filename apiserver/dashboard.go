@@ -33,10 +33,13 @@ type Quote struct {
 
 // QuoteAs decodes body as a submission of p to the bulk mount m (one of
 // s.Bulk) and says what it would cost; the errors are the API's (the
-// family's 4xx, 403 wrong_key_plan, 402 subscription_inactive). Nothing is
-// charged or stored.
+// family's 4xx, 403 wrong_key_plan, 402 subscription_inactive, and
+// admission control's 429 account_busy and 503 server_busy). Nothing is
+// charged or stored. body is read as a stream: the caller need not hold
+// it whole (the dashboard writes it from a draft as it is read).
 func (s *Server) QuoteAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*Quote, *apierr.Error) {
-	b, met, e := s.prepareAs(ctx, p, m, body)
+	b, met, release, e := s.prepareAs(ctx, p, m, body)
+	defer release()
 	if e != nil {
 		return nil, e
 	}
@@ -52,22 +55,28 @@ func (s *Server) QuoteAs(ctx context.Context, p *accounts.Principal, m Bulk, bod
 }
 
 // prepareAs is the key kind and plan checks and decodeBulk of a
-// submission of p to m, within the API's body limit.
-func (s *Server) prepareAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Builder, jobs.Metering, *apierr.Error) {
+// submission of p to m, within the API's body limit and through its
+// admission control (admitInternal), as POST /v1{m.Path}. release gives
+// the body's reservation back: after the decoded rows are dropped.
+func (s *Server) prepareAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Builder, jobs.Metering, func(), *apierr.Error) {
 	if e := s.keyKindError(m.Keys, p); e != nil {
-		return nil, jobs.Metering{}, e
+		return nil, jobs.Metering{}, func() {}, e
 	}
+	metered, release := s.admitInternal(ctx, p.Account.ID, "/dashboard"+m.Path, body)
 	// The API's body limit, failing the same way (a *http.MaxBytesError
 	// the family's decode answers as the API does).
-	return s.decodeBulk(ctx, p, m, http.MaxBytesReader(nil, io.NopCloser(body), s.MaxBodyBytes), 0)
+	b, met, e := s.decodeBulk(ctx, p, m, http.MaxBytesReader(nil, io.NopCloser(metered), s.MaxBodyBytes), 0)
+	return b, met, release, e
 }
 
 // SubmitAs is POST /v1{m.Path} made by p without HTTP: the same key
-// kind and plan checks, decode, metering, charge or quota check and
-// engine submission, with the API's errors. It takes no Idempotency-Key
-// (the dashboard guards against a double submission itself).
+// kind and plan checks, admission, decode, metering, charge or quota
+// check and engine submission, with the API's errors. It takes no
+// Idempotency-Key (the dashboard guards against a double submission
+// itself).
 func (s *Server) SubmitAs(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader) (*jobs.Job, *apierr.Error) {
-	b, met, e := s.prepareAs(ctx, p, m, body)
+	b, met, release, e := s.prepareAs(ctx, p, m, body)
+	defer release()
 	if e != nil {
 		return nil, e
 	}

@@ -7,10 +7,17 @@ package apiserver
 // The records and their transitions (claim, record, renew, store,
 // release) are internal/idempotency's; this file is the HTTP side: the
 // header, the request's fingerprint, replaying a stored answer, the errors.
-// Only a 2xx answer is stored: every other answer of the charging endpoints
-// (400, 403, 422, 429, 5xx) means nothing stayed charged, so running the
-// request again is safe and lets the retry succeed (after a top-up, a quota
-// reset, a transient 500).
+// Only an answer worth replaying is stored: a 2xx whose request kept what
+// it took (a charge, a quota unit, a job: markKept). Every other answer of
+// the charging endpoints (400, 403, 422, 429, 5xx) means nothing stayed
+// charged, so running the request again is safe and lets the retry succeed
+// (after a top-up, a quota reset, a transient 500); and a 2xx that kept
+// nothing (an invalid row's free answer, a refunded one) costs nothing to
+// run again and answers the same. Storing those made the records free
+// storage: a single GET of a 2,040-character invalid domain with a new key
+// each time stored 2.7 KB for 24 h per request, about 5 GB a day per API
+// key, in a Redis that runs noeviction (issue 26, item 3). Every stored
+// record now costs its account what its request kept.
 //
 // The request's fingerprint (method, path, query, body) is hashed as the
 // handler streams the body, so a 64 MiB submission is never held twice;
@@ -69,7 +76,7 @@ type idemMetrics struct {
 func newIdemMetrics(reg *prometheus.Registry) *idemMetrics {
 	m := &idemMetrics{outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bulkd_idempotency_requests_total",
-		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (a non-2xx answer, not kept), replayed, recovered (a dead process's committed job answered), in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
+		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (an answer that kept nothing: non-2xx, or a 2xx that charged nothing; not stored), replayed, recovered (a dead process's committed job answered), in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
 	}, []string{"outcome"})}
 	reg.MustRegister(m.outcomes)
 	return m
@@ -207,9 +214,10 @@ func (s *Server) runClaimed(w http.ResponseWriter, r *http.Request, next http.Ha
 		// expire (or the answer unstored) because its context ended.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idemRedisTimeout)
 		defer cancel()
-		if !done || rw.status < 200 || rw.status > 299 {
+		if !done || rw.status < 200 || rw.status > 299 || !c.kept {
 			// A panic (the recoverer answers 500), or an answer that
-			// kept no charge: the next request with the key runs anew.
+			// kept no charge, quota unit or job: the next request with
+			// the key runs anew, at no cost.
 			s.idem.inc("released")
 			if err := s.idemStore.Release(ctx, rk, owner, c.keep()); err != nil {
 				s.Logger.Error("idempotency: release failed; the key stays in progress until its lease ends",
@@ -256,6 +264,17 @@ type idemClaim struct {
 	// answered with it; not: rolled back; a charge: reversed), and this
 	// request's own recorded instead.
 	settled bool
+	// kept: the request kept what it took (markKept); only then is its
+	// 2xx answer stored.
+	kept bool
+}
+
+// markKept says r's request kept a charge, a quota unit or a job, so its
+// answer is worth replaying under its Idempotency-Key (if it has one).
+func markKept(r *http.Request) {
+	if c, _ := r.Context().Value(idemClaimKey{}).(*idemClaim); c != nil {
+		c.kept = true
+	}
 }
 
 // keep is Release's flag: true while the record holds a dead request's

@@ -870,3 +870,59 @@ func TestIdempotentSingleChargeOfDeadProcessReversed(t *testing.T) {
 		t.Errorf("the key now replays the retry's answer: %d %s", again.Status, again.Body)
 	}
 }
+
+// TestIdempotencyFloodOfFreeAnswersStoresNothing is issue 26's item 3 as
+// an attacker runs it: a single GET of an invalid 2,040-character domain
+// (a free answer) with a new Idempotency-Key each time. Before, each
+// stored a 2.7 KB record for 24 h (219 records in 10 s from one key,
+// about 5 GB a day, in a noeviction Redis). Now a record is stored only
+// for an answer that kept a charge, a quota unit or a job: the flood
+// stores nothing, while a charged lookup's record is still stored and
+// replayed (and a flood of those is paid for, one charge a record).
+func TestIdempotencyFloodOfFreeAnswersStoresNothing(t *testing.T) {
+	api := newTestAPI(t, withLookup(1000))
+	acct, key := api.account(credits.Whole(5), accounts.PayAsYouGo)
+	long := "/v1/company-enrichment?domain=" + strings.Repeat("a", 2032) + ".example"
+	for i := range 300 {
+		r := api.do(http.MethodGet, long, "", "X-API-Key", key, "Idempotency-Key", fmt.Sprintf("flood-%d", i))
+		if r.Status != 200 || replayed(r) {
+			t.Fatalf("request %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	ctx := context.Background()
+	held := func() (n int, bytes int64) {
+		ks, err := api.Redis.Keys(ctx, "bulkd:idem:*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range ks {
+			b, err := api.Redis.MemoryUsage(ctx, k, 0).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bytes += b
+		}
+		return len(ks), bytes
+	}
+	if n, b := held(); n != 0 {
+		t.Fatalf("300 free answers left %d idempotency records (%d bytes)", n, b)
+	}
+	if got := api.balance(acct); got != credits.Whole(5) {
+		t.Fatalf("the free answers charged: balance %s", got)
+	}
+	// The same key again runs again (nothing to replay), at no cost.
+	if r := api.do(http.MethodGet, long, "", "X-API-Key", key, "Idempotency-Key", "flood-0"); r.Status != 200 || replayed(r) {
+		t.Fatalf("free answer retried: %d replayed=%v", r.Status, replayed(r))
+	}
+	// A charged answer is stored and replayed, charged once.
+	r1 := api.postIdem("/v1/email-lookup", lookupFound, key, "paid-1")
+	r2 := api.postIdem("/v1/email-lookup", lookupFound, key, "paid-1")
+	if r1.Status != 200 || replayed(r1) || !replayed(r2) || string(r1.Body) != string(r2.Body) {
+		t.Fatalf("charged lookup: %d / replayed=%v", r1.Status, replayed(r2))
+	}
+	n, b := held()
+	if n != 1 {
+		t.Fatalf("%d records after one charged answer", n)
+	}
+	t.Logf("300 free answers with new keys: 0 records; one charged answer: 1 record of %d bytes; balance %s", b, api.balance(acct))
+}

@@ -131,6 +131,9 @@ func (s *Server) single(m Single) http.HandlerFunc {
 			return
 		}
 		kept = ans.Keep
+		if kept {
+			markKept(r)
+		}
 		if kept && charged > 0 {
 			s.Metrics.CreditsCharged.Add(float64(charged) / credits.Scale)
 		}

@@ -129,6 +129,7 @@ func (s *Server) contentSpamCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kept = true
+	markKept(r)
 	outcome := "ham"
 	if res.Spam {
 		outcome = "spam"

@@ -146,6 +146,10 @@ type Config struct {
 	// front of bulkd: X-Forwarded-For is read only from a peer in them
 	// (the dashboard's sign-in throttle counts the client, not the proxy).
 	TrustedProxies string
+	// SignInIPv6Prefix is the prefix length an IPv6 client is counted by
+	// in the sign-in throttle: one subscriber gets a /64 (or more), so
+	// counting /128s gave each attacker 2^64 clients.
+	SignInIPv6Prefix int
 
 	// Per-account limits (docs/security.md), defaults for every account;
 	// `bulkd admin account limits` overrides them for one. 0: no limit.
@@ -237,6 +241,8 @@ func Default() Config {
 		AccountMaxDraftBytes:  32 << 20,
 		AccountMaxKeys:        20,
 		AccountRateLimit:      100,
+
+		SignInIPv6Prefix: 64,
 	}
 }
 
@@ -299,6 +305,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	str(fs, &c.DemoKeysFile, "demo-keys-file", "where --demo writes the demo keys (mode 0600)")
 	str(fs, &c.DashboardOrigin, "dashboard-origin", "the dashboard's public origin, e.g. https://bulkd.example.com, that dashboard form posts must come from (default: the request's Host)")
 	boolean(fs, &c.DashboardAllowHTTP, "dashboard-allow-http", "send the dashboard's session cookie without Secure, for plain-HTTP local development (never in production)")
+	num(fs, &c.SignInIPv6Prefix, "signin-ipv6-prefix", "the sign-in throttle counts an IPv6 client by this prefix of its address (one subscriber's network; 32 to 128)")
 	str(fs, &c.TrustedProxies, "trusted-proxies", "comma-separated CIDR ranges of the proxies in front of bulkd (ingress, load balancer); X-Forwarded-For is believed only from a peer in them, and its right-most address outside them is the client (default: none, the TCP peer is the client)")
 	c.RegisterLimits(fs)
 }
@@ -422,6 +429,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RateLimit < 1 {
 		return fmt.Errorf("--rate-limit must be at least 1")
+	}
+	if c.SignInIPv6Prefix < 32 || c.SignInIPv6Prefix > 128 {
+		return fmt.Errorf("--signin-ipv6-prefix must be from 32 to 128, not %d", c.SignInIPv6Prefix)
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024")

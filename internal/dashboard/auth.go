@@ -48,7 +48,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		email = email[:320]
 	}
 	data := loginData{Email: email, Next: safeNext(r.PostFormValue("next"))}
-	client := d.clientIP(r)
+	client := d.throttleClient(r)
 	ok, wait, err := d.Users.Attempt(r.Context(), email, client)
 	if err != nil {
 		d.serverError(w, r, err)
@@ -126,7 +126,7 @@ func (d *Dashboard) linkLogin(w http.ResponseWriter, r *http.Request) {
 		d.errorPage(w, r, http.StatusRequestEntityTooLarge, "Request too large", err.Error())
 		return
 	}
-	client := d.clientIP(r)
+	client := d.throttleClient(r)
 	ok, wait, err := d.Users.Attempt(r.Context(), "", client)
 	if err != nil {
 		d.serverError(w, r, err)

@@ -64,6 +64,27 @@ func (d *Dashboard) clientIP(r *http.Request) string {
 	return addr.String()
 }
 
+// throttleClient is who the sign-in throttle counts for r: its client's
+// IPv4 address, or its IPv6 address's network (the /64 by default, what
+// one subscriber gets: counted by /128, one attacker was 2^64 clients;
+// issue 26, item 4). An IPv4-mapped address is its IPv4 address.
+func (d *Dashboard) throttleClient(r *http.Request) string {
+	c := d.clientIP(r)
+	a, err := netip.ParseAddr(c)
+	if err != nil || a.Unmap().Is4() {
+		if err == nil {
+			return a.Unmap().String()
+		}
+		return c
+	}
+	bits := d.IPv6Prefix
+	if bits <= 0 || bits > 128 {
+		bits = 64
+	}
+	p, _ := a.WithZone("").Prefix(bits)
+	return p.String()
+}
+
 // forwardedAddr reads one X-Forwarded-For entry: an IPv4 or IPv6 address,
 // also as some proxies write it with a port ("203.0.113.9:51234",
 // "[2001:db8::1]:51234") or in brackets.

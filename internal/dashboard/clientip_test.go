@@ -48,3 +48,29 @@ func TestClientIP(t *testing.T) {
 		}
 	}
 }
+
+// The sign-in throttle counts an IPv6 client by its network (issue 26,
+// item 4): every address of one /64 is one client; IPv4 and IPv4-mapped
+// addresses are the address.
+func TestThrottleClient(t *testing.T) {
+	for _, c := range []struct {
+		bits int
+		peer string
+		want string
+	}{
+		{0, "[2001:db8:1:2::1]:5000", "2001:db8:1:2::/64"},
+		{0, "[2001:db8:1:2:ffff:ffff:ffff:ffff]:5000", "2001:db8:1:2::/64"},
+		{0, "[2001:db8:1:3::1]:5000", "2001:db8:1:3::/64"},
+		{48, "[2001:db8:1:3::1]:5000", "2001:db8:1::/48"},
+		{128, "[2001:db8:1:3::1]:5000", "2001:db8:1:3::1/128"},
+		{0, "[::ffff:203.0.113.9]:5000", "203.0.113.9"},
+		{0, "203.0.113.9:5000", "203.0.113.9"},
+	} {
+		d := &Dashboard{Deps: Deps{IPv6Prefix: c.bits}}
+		r, _ := http.NewRequest(http.MethodPost, "/", nil)
+		r.RemoteAddr = c.peer
+		if got := d.throttleClient(r); got != c.want {
+			t.Errorf("/%d %s: %s, want %s", c.bits, c.peer, got, c.want)
+		}
+	}
+}

@@ -104,6 +104,9 @@ type Deps struct {
 	// read for the client's address (clientIP). Empty: the TCP peer is
 	// the client.
 	TrustedProxies []netip.Prefix
+	// IPv6Prefix is the prefix length an IPv6 client is counted by in the
+	// sign-in throttle (--signin-ipv6-prefix; 0: 64).
+	IPv6Prefix int
 	// MaxUploadBytes bounds an uploaded or pasted list (default 16 MiB).
 	MaxUploadBytes int64
 	Logger         *slog.Logger
@@ -115,6 +118,7 @@ type Dashboard struct {
 	Deps
 	router http.Handler
 	pages  map[string]*template.Template
+	steps  *stepLimiter
 }
 
 // New builds the dashboard.
@@ -128,7 +132,7 @@ func New(d Deps) *Dashboard {
 	if d.MaxUploadBytes <= 0 {
 		d.MaxUploadBytes = 16 << 20
 	}
-	db := &Dashboard{Deps: d, pages: parsePages()}
+	db := &Dashboard{Deps: d, pages: parsePages(), steps: newStepLimiter()}
 	db.router = db.routes()
 	return db
 }
@@ -265,6 +269,13 @@ func (d *Dashboard) requireSession(next http.Handler) http.Handler {
 			}
 			http.Redirect(w, r, Base+"/login?next="+url.QueryEscape(next), http.StatusSeeOther)
 			return
+		}
+		if isDraftStep(r) { // before the upload is read (steps.go)
+			release, ok := d.stepTurn(w, r, ss.User.AccountID)
+			if !ok {
+				return
+			}
+			defer release()
 		}
 		if r.Method == http.MethodPost {
 			if err := parseForm(w, r, d.MaxUploadBytes); err != nil {

@@ -985,3 +985,70 @@ func TestLedgerPages(t *testing.T) {
 		t.Fatalf("a malformed cursor: %d", st)
 	}
 }
+
+// Issue 26, item 4, as an attacker runs it: one IPv6 subscriber (a /64)
+// rotating its addresses is one client to the throttle; a botnet of many
+// addresses trying one email is held back by the email's own limit; and
+// the owner, from the network it signed in from before, is never locked
+// out by either.
+func TestSignInThrottleIPv6AndPerUser(t *testing.T) {
+	e, d := start(t, bulkdtest.WithConfig(func(c *config.Config) { c.TrustedProxies = "127.0.0.1" }))
+	_, email, _ := user(t, e, d, 0)
+
+	// The owner signs in once from home (2001:db8:aa::/64).
+	owner := newBrowser(t, e)
+	owner.forwardedFor = "2001:db8:aa::10"
+	if st, _ := owner.signIn(email, "correct horse battery"); st != http.StatusOK {
+		t.Fatalf("owner: %d", st)
+	}
+
+	// 60 attempts from 60 addresses of one /64: 5 free, then held back.
+	b := newBrowser(t, e)
+	refused := 0
+	for i := range 60 {
+		b.forwardedFor = fmt.Sprintf("2001:db8:bad:1::%x", i+1)
+		if st, _ := b.signIn(email, "wrong password"); st == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	if refused != 55 {
+		t.Fatalf("60 attempts from one /64: %d refused, want 55 (5 free)", refused)
+	}
+
+	// A botnet: one attempt from each of many networks. The email's
+	// limit (20 in any 10 min, the /64's 5 above included) holds it back.
+	answered := 5
+	for i := range 40 {
+		b.forwardedFor = fmt.Sprintf("198.51.%d.%d", 100+i/200, i%200+1)
+		if st, _ := b.signIn(email, "wrong password"); st == http.StatusUnauthorized {
+			answered++
+		} else if st != http.StatusTooManyRequests {
+			t.Fatalf("botnet attempt %d: %d", i, st)
+		}
+	}
+	if answered != 20 {
+		t.Fatalf("%d password checks for one email across clients, want 20", answered)
+	}
+	// A new client, even with the right password, waits (at most the
+	// window: 10 min) ...
+	stranger := newBrowser(t, e)
+	stranger.forwardedFor = "203.0.113.200"
+	if st, _ := stranger.signIn(email, "correct horse battery"); st != http.StatusTooManyRequests {
+		t.Fatalf("new client while the email is held back: %d", st)
+	}
+	if ra, _ := strconv.Atoi(stranger.last.Header.Get("Retry-After")); ra < 1 || ra > 600 {
+		t.Fatalf("Retry-After %d", ra)
+	}
+	// ... but the owner, from another address of home's /64, is not held back.
+	owner2 := newBrowser(t, e)
+	owner2.forwardedFor = "2001:db8:aa::99"
+	if st, _ := owner2.signIn(email, "correct horse battery"); st != http.StatusOK {
+		t.Fatalf("the owner from its known network: %d", st)
+	}
+	// The window slides: 10 minutes after the last of them the email is
+	// open again to a new client.
+	e.Clock.Set(e.Clock.Now().Add(10*time.Minute + time.Second))
+	if st, _ := stranger.signIn(email, "correct horse battery"); st != http.StatusOK {
+		t.Fatalf("new client after the window: %d", st)
+	}
+}

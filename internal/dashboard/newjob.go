@@ -7,7 +7,7 @@ package dashboard
 // quota check and errors as POST /v1/....
 
 import (
-	"bytes"
+	"bufio"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -189,7 +190,7 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var text, name string
-	if f, hdr, err := r.FormFile("file"); err == nil {
+	if f, hdr, ferr := r.FormFile("file"); ferr == nil {
 		defer f.Close()
 		b, err := io.ReadAll(io.LimitReader(f, d.MaxUploadBytes+1))
 		if err != nil {
@@ -210,12 +211,26 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 		fail("Upload a CSV file or paste a list.")
 		return
 	}
-	table, err := parseTable(text)
-	if err != nil {
+	// Counted while parsed, holding one row at a time, and refused at the
+	// first row past the family's limit (a header row aside): a draft the
+	// API would refuse is never stored, and its later steps never parse a
+	// million rows (issue 26, item 1).
+	rows, maxRows := 0, spec.MaxRows+1
+	err = scanTable(text, func([]string) error {
+		if rows++; rows > maxRows {
+			return errTooManyRows
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errTooManyRows):
+		fail(fmt.Sprintf("The list has more than %s rows; a job takes at most %s. Split it into smaller lists, or use the API.",
+			formatInt(int64(spec.MaxRows)), formatInt(int64(spec.MaxRows))))
+		return
+	case err != nil:
 		fail("The file could not be read as CSV: " + err.Error())
 		return
-	}
-	if len(table) == 0 {
+	case rows == 0:
 		fail("The list has no rows.")
 		return
 	}
@@ -317,24 +332,25 @@ func (d *Dashboard) draftMissing(w http.ResponseWriter, r *http.Request, err err
 	d.serverError(w, r, err)
 }
 
-// parseTable reads CSV text (or a pasted list: one row a line), with the
-// delimiter of its first line (comma, semicolon or tab). Rows whose cells
-// are all empty are dropped.
-func parseTable(text string) ([][]string, error) {
+// scanTable calls fn with each row of CSV text (or a pasted list: one row
+// a line), read with the delimiter of its first line (comma, semicolon or
+// tab), cells trimmed. Rows whose cells are all empty are skipped. Only
+// the current row is held, and fn's record is reused by the next row:
+// fn copies what it keeps. An error of fn ends the scan with it.
+func scanTable(text string, fn func(rec []string) error) error {
 	first, _, _ := strings.Cut(text, "\n")
 	cr := csv.NewReader(strings.NewReader(text))
 	cr.FieldsPerRecord = -1
 	cr.LazyQuotes = true
-	cr.ReuseRecord = false
+	cr.ReuseRecord = true
 	cr.Comma = csvsniff.Comma(first)
-	var out [][]string
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		blank := true
 		for i := range rec {
@@ -344,10 +360,14 @@ func parseTable(text string) ([][]string, error) {
 			}
 		}
 		if !blank {
-			out = append(out, rec)
+			if err := fn(rec); err != nil {
+				return err
+			}
 		}
 	}
 }
+
+var errTooManyRows = errors.New("too many rows")
 
 // guessMapping guesses from the first row whether it is a header and
 // which column is which field: by header name when there is one (the
@@ -362,44 +382,96 @@ func guessMapping(spec familySpec, table [][]string) (bool, map[string]int) {
 	return false, spec.GuessValues(table[0])
 }
 
-// mappedRows are the data rows as they will be sent: one cell per field of
-// spec (in its order; "" when the field is not mapped or the cell is
-// empty). Rows whose mapped cells are all empty are left out.
-func mappedRows(spec familySpec, table [][]string, hasHeader bool, m map[string]int) [][]string {
-	if hasHeader && len(table) > 0 {
-		table = table[1:]
-	}
-	out := make([][]string, 0, len(table))
-	for _, row := range table {
-		rec := make([]string, len(spec.Fields))
-		blank := true
-		for k, f := range spec.Fields {
-			if i, ok := m[f.Name]; ok && i >= 0 && i < len(row) {
-				rec[k] = row[i]
-			}
-			blank = blank && rec[k] == ""
+// mappedRow is a data row as it will be sent: one cell per field of spec
+// (in its order; "" when the field is not mapped or the cell is empty);
+// nil when its mapped cells are all empty (the row is left out).
+func mappedRow(spec familySpec, row []string, m map[string]int) []string {
+	rec := make([]string, len(spec.Fields))
+	blank := true
+	for k, f := range spec.Fields {
+		if i, ok := m[f.Name]; ok && i >= 0 && i < len(row) {
+			rec[k] = row[i]
 		}
-		if !blank {
-			out = append(out, rec)
-		}
+		blank = blank && rec[k] == ""
 	}
-	return out
+	if blank {
+		return nil
+	}
+	return rec
 }
 
-// buildBody writes the API's submission body from mappedRows with the
-// family's form. An empty cell is left out of its row object, unless
-// every field is required and mapped (the API then says what is wrong
-// with it).
-func buildBody(spec familySpec, rows [][]string, m map[string]int) []byte {
+// bodyStream is the API's submission body of a draft, written as it is
+// read (an io.Pipe): one row of the draft at a time is parsed, mapped
+// and written as the family's form says, so neither the rows nor the
+// body are ever held whole. The reader is the API's own decoding
+// admission (apiserver.QuoteAs, SubmitAs): a draft of 1,000,000 rows
+// stops being read at the family's row limit, and a large one is weighed
+// against the account's share of the decoding budget as a POST /v1 body.
+// Before (issue 26, item 1) every review built the table, the mapped rows
+// and the whole JSON body first: eight reviews of a 1,000,000-row draft
+// at once took 1.83 GB.
+type bodyStream struct {
+	*io.PipeReader
+	done    chan struct{}
+	preview [][]string // the first previewRows rows as they are sent; read after stop
+}
+
+// streamBody starts writing dr's submission body with its mapping. An
+// empty cell is left out of its row object, unless every field is
+// required and mapped (the API then says what is wrong with it).
+func streamBody(spec familySpec, dr *draft) *bodyStream {
+	pr, pw := io.Pipe()
+	st := &bodyStream{PipeReader: pr, done: make(chan struct{})}
 	keep := func(field string) bool {
-		_, mapped := m[field]
+		_, mapped := dr.Mapping[field]
 		return mapped && spec.AllRequired
 	}
-	items := make([]json.RawMessage, len(rows))
-	for i, rec := range rows {
-		items[i] = spec.Item(rec, keep)
-	}
-	return spec.Body(items)
+	go func() {
+		defer close(st.done)
+		bw := bufio.NewWriterSize(pw, 32<<10)
+		_, err := bw.Write(spec.BodyStart())
+		header, n := dr.HasHeader, 0
+		if err == nil {
+			err = scanTable(dr.Data, func(row []string) error {
+				if header {
+					header = false
+					return nil
+				}
+				rec := mappedRow(spec, row, dr.Mapping)
+				if rec == nil {
+					return nil
+				}
+				if n < previewRows {
+					st.preview = append(st.preview, rec)
+				}
+				if n++; n > 1 {
+					if err := bw.WriteByte(','); err != nil {
+						return err
+					}
+				}
+				_, err := bw.Write(spec.Item(rec, keep))
+				return err
+			})
+		}
+		if err == nil {
+			_, err = bw.WriteString(form.BodyEnd)
+		}
+		if err == nil {
+			err = bw.Flush()
+		}
+		// A draft that stopped being CSV halfway is a malformed body to
+		// the decoder; a reader that stopped early makes err ErrClosedPipe.
+		pw.CloseWithError(err)
+	}()
+	return st
+}
+
+// stop ends the stream (its reader may have stopped early, at the row
+// limit or an error) and waits for its writer, after which preview may
+// be read.
+func (st *bodyStream) stop() {
+	_ = st.Close()
+	<-st.done
 }
 
 type column struct {
@@ -413,12 +485,15 @@ type mapField struct {
 }
 
 type mappingData struct {
-	Draft    *draft
-	Spec     familySpec
-	Columns  []column
-	Fields   []mapField
-	Preview  [][]string // the first rows as uploaded
-	Rows     int        // data rows (after the header)
+	Draft   *draft
+	Spec    familySpec
+	Columns []column
+	Fields  []mapField
+	Preview [][]string // the first rows as uploaded
+	Rows    int        // data rows (after the header)
+	// Over: the draft has more rows than a job takes (Rows is that
+	// limit); it was not counted further.
+	Over     bool
 	PayLabel string
 }
 
@@ -426,22 +501,33 @@ const previewRows = 5
 
 func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
 	spec, _ := d.specOf(dr.Family)
-	table, err := parseTable(dr.Data)
-	if err != nil {
+	// One pass holding only the first rows: the columns, a preview and
+	// the count, up to the family's limit (a draft stored before the
+	// upload counted its rows may have a million).
+	var head [][]string
+	ncols, rows := 0, 0
+	err := scanTable(dr.Data, func(rec []string) error {
+		if len(head) < previewRows+1 {
+			head = append(head, slices.Clone(rec))
+		}
+		ncols, rows = max(ncols, len(rec)), rows+1
+		if rows > spec.MaxRows+1 {
+			return errTooManyRows
+		}
+		return nil
+	})
+	over := errors.Is(err, errTooManyRows)
+	if err != nil && !over {
 		return nil, err
 	}
 	if dr.Mapping == nil {
-		dr.HasHeader, dr.Mapping = guessMapping(spec, table)
+		dr.HasHeader, dr.Mapping = guessMapping(spec, head)
 	}
 	md := &mappingData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay)}
-	ncols := 0
-	for _, r := range table {
-		ncols = max(ncols, len(r))
-	}
 	for i := 0; i < ncols; i++ {
 		label := "Column " + strconv.Itoa(i+1)
-		if len(table) > 0 && i < len(table[0]) && table[0][i] != "" {
-			label += ": " + truncate(table[0][i], 40)
+		if len(head) > 0 && i < len(head[0]) && head[0][i] != "" {
+			label += ": " + truncate(head[0][i], 40)
 		}
 		md.Columns = append(md.Columns, column{Index: i, Label: label})
 	}
@@ -452,18 +538,21 @@ func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
 		}
 		md.Fields = append(md.Fields, mapField{Field: f, Selected: sel})
 	}
-	for i := 0; i < len(table) && i < previewRows+1; i++ {
+	for _, hr := range head {
 		row := make([]string, ncols)
 		for k := range row {
-			if k < len(table[i]) {
-				row[k] = truncate(table[i][k], 80)
+			if k < len(hr) {
+				row[k] = truncate(hr[k], 80)
 			}
 		}
 		md.Preview = append(md.Preview, row)
 	}
-	md.Rows = len(table)
+	md.Rows = rows
 	if dr.HasHeader && md.Rows > 0 {
 		md.Rows--
+	}
+	if over {
+		md.Rows, md.Over = spec.MaxRows, true
 	}
 	return md, nil
 }
@@ -559,6 +648,9 @@ func (d *Dashboard) review(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e != nil {
+		if e.RetryAfter > 0 { // account_busy, server_busy: the API's wait
+			w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+		}
 		d.mappingError(w, r, dr, e.Status, apiMessage(e))
 		return
 	}
@@ -603,14 +695,13 @@ func apiMessage(e *apierr.Error) string {
 	return msg
 }
 
-// submission is a draft as the API takes it: the principal, the mount,
-// the body, and the rows the body holds (mappedRows).
+// submission is a draft as the API takes it: the principal and the
+// mount (the body is streamBody's).
 type submission struct {
 	p       *accounts.Principal
 	account *accounts.Account
+	spec    familySpec
 	mount   apiserver.Bulk
-	rows    [][]string
-	body    []byte
 }
 
 func (d *Dashboard) submission(r *http.Request, dr *draft) (*submission, error) {
@@ -622,10 +713,6 @@ func (d *Dashboard) submission(r *http.Request, dr *draft) (*submission, error) 
 	if !ok {
 		return nil, errNoDraft
 	}
-	table, err := parseTable(dr.Data)
-	if err != nil {
-		return nil, err
-	}
 	a, err := d.account(r)
 	if err != nil {
 		return nil, err
@@ -634,8 +721,7 @@ func (d *Dashboard) submission(r *http.Request, dr *draft) (*submission, error) 
 	if dr.Pay == "quota" {
 		t = accounts.Unlimited
 	}
-	rows := mappedRows(spec, table, dr.HasHeader, dr.Mapping)
-	return &submission{p: d.principal(a, t), account: a, mount: mount, rows: rows, body: buildBody(spec, rows, dr.Mapping)}, nil
+	return &submission{p: d.principal(a, t), account: a, spec: spec, mount: mount}, nil
 }
 
 func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apierr.Error, error) {
@@ -643,13 +729,14 @@ func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apie
 	if err != nil {
 		return nil, nil, err
 	}
-	q, e := d.API.QuoteAs(r.Context(), sub.p, sub.mount, bytes.NewReader(sub.body))
+	body := streamBody(sub.spec, dr)
+	q, e := d.API.QuoteAs(r.Context(), sub.p, sub.mount, body)
+	body.stop()
 	if e != nil {
 		return nil, e, nil
 	}
 	a := sub.account
-	spec, _ := d.specOf(dr.Family)
-	cd := &confirmData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay), Quote: q}
+	cd := &confirmData{Draft: dr, Spec: sub.spec, PayLabel: payLabel(dr.Pay), Quote: q}
 	if q.Metering.Quota != nil {
 		u, err := d.API.Usage(r.Context(), a)
 		if err != nil {
@@ -663,8 +750,8 @@ func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apie
 		cd.Short = q.Credits > a.Balance
 		cd.RefundNote = q.Metering.RefundOutcome != ""
 	}
-	cd.Preview = sub.rows[:min(len(sub.rows), previewRows)]
-	cd.PreviewMore = len(sub.rows) - len(cd.Preview)
+	cd.Preview = body.preview
+	cd.PreviewMore = int(q.Rows) - len(cd.Preview)
 	return cd, nil, nil
 }
 
@@ -698,7 +785,9 @@ func (d *Dashboard) confirm(w http.ResponseWriter, r *http.Request) {
 		d.serverError(w, r, err)
 		return
 	}
-	j, e := d.API.SubmitAs(r.Context(), sub.p, sub.mount, bytes.NewReader(sub.body))
+	body := streamBody(sub.spec, dr)
+	j, e := d.API.SubmitAs(r.Context(), sub.p, sub.mount, body)
+	body.stop()
 	if e != nil {
 		release()
 		cd, e2, err := d.confirmData(r, dr)

@@ -28,6 +28,7 @@ func newDashboard(cfg config.Config, api *apiserver.Server, log *slog.Logger) *d
 		AllowHTTP:      cfg.DashboardAllowHTTP,
 		Origin:         cfg.DashboardOrigin,
 		TrustedProxies: proxies,
+		IPv6Prefix:     cfg.SignInIPv6Prefix,
 		Logger:         log,
 		Now:            api.Now,
 	})

@@ -96,7 +96,9 @@ func (p *Policy) CheckURL(ctx context.Context, raw string) *Problem {
 		if errors.As(err, &pr) {
 			return pr
 		}
-		return problem(apierr.TypeValueError, "webhook_url host %q could not be resolved", u.Hostname())
+		// The same answer as a refused address: which names exist
+		// inside the operator's network is not the customer's to learn.
+		return notAllowed(u.Hostname())
 	}
 	return nil
 }
@@ -172,14 +174,22 @@ func (p *Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error)
 	addrs, err := d.Resolve(ctx, host)
 	var re *outbound.RefusedError
 	switch {
-	case errors.As(err, &re) && re.Host == "":
-		return nil, problem(apierr.TypeValueError, "webhook_url host %s is not an allowed address", re.Addr)
 	case errors.As(err, &re):
-		return nil, problem(apierr.TypeValueError, "webhook_url host %q resolves to %s, a %s address, which webhooks may not reach", host, re.Addr, re.Class)
+		// Never the address the name resolved to, nor its class: a
+		// customer could otherwise map the operator's internal DNS
+		// (issue 26, item 6).
+		return nil, notAllowed(host)
 	case err != nil:
 		return nil, fmt.Errorf("resolve %s: %w", host, err)
 	}
 	return addrs, nil
+}
+
+// notAllowed is the one answer to a webhook host that is refused or does
+// not resolve: it names the host as given and nothing bulkd learned.
+func notAllowed(host string) *Problem {
+	return problem(apierr.TypeValueError,
+		"webhook_url host %q is not an allowed target: webhooks go to names that resolve to public addresses only", host)
 }
 
 // Allowed reports whether a webhook may be delivered to a: an address the

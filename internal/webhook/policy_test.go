@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -94,22 +95,22 @@ func TestCheckURL(t *testing.T) {
 		{p, "https://93.184.216.34/h", "value_error", "not an IP address"},
 		{p, "https://[2606:2800:220:1::1]/h", "value_error", "not an IP address"},
 		{p, "https://10.0.0.1/h", "value_error", "not an IP address"},
-		{p, "https://private.example.com/h", "value_error", "private"},
-		{p, "https://private172.example.com/h", "value_error", "private"},
-		{p, "https://private192.example.com/h", "value_error", "private"},
-		{p, "https://loop.example.com/h", "value_error", "loopback"},
-		{p, "https://loop6.example.com/h", "value_error", "loopback"},
-		{p, "https://localhost/h", "value_error", "loopback"},
-		{p, "https://linklocal.example.com/h", "value_error", "link-local"},
-		{p, "https://linklocal6.example.com/h", "value_error", "link-local"},
-		{p, "https://cgnat.example.com/h", "value_error", "CGNAT"},
-		{p, "https://ula.example.com/h", "value_error", "unique-local"},
-		{p, "https://multicast.example.com/h", "value_error", "multicast"},
-		{p, "https://multicast6.example.com/h", "value_error", "multicast"},
-		{p, "https://unspecified.example.com/h", "value_error", "unspecified"},
-		{p, "https://mapped.example.com/h", "value_error", "private"},
-		{p, "https://mixed.example.com/h", "value_error", "private"},
-		{p, "https://nxdomain.example.com/h", "value_error", "could not be resolved"},
+		{p, "https://private.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://private172.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://private192.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://loop.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://loop6.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://localhost/h", "value_error", "is not an allowed target"},
+		{p, "https://linklocal.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://linklocal6.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://cgnat.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://ula.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://multicast.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://multicast6.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://unspecified.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://mapped.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://mixed.example.com/h", "value_error", "is not an allowed target"},
+		{p, "https://nxdomain.example.com/h", "value_error", "is not an allowed target"},
 		{p, "http://127.0.0.1:8080/h", "url_scheme", ""},
 		// Loopback only with the test option, by literal or localhost.
 		{loop, "http://127.0.0.1:8080/h", "", ""},
@@ -117,7 +118,7 @@ func TestCheckURL(t *testing.T) {
 		{loop, "http://localhost:8080/h", "", ""},
 		{loop, "https://loop.example.com/h", "", ""},
 		{loop, "http://hooks.example.com/h", "url_scheme", ""}, // http stays loopback-only
-		{loop, "https://private.example.com/h", "value_error", "private"},
+		{loop, "https://private.example.com/h", "value_error", "is not an allowed target"},
 		{loop, "https://10.0.0.1/h", "value_error", "not an IP address"},
 		// Ranges opened on purpose: by name or literal, http too; nothing else.
 		{opened, "https://private.example.com/h", "", ""},
@@ -125,9 +126,9 @@ func TestCheckURL(t *testing.T) {
 		{opened, "https://10.1.9.9/h", "", ""},
 		{opened, "http://10.2.0.1/h", "url_scheme", ""},
 		{opened, "https://10.2.0.1/h", "value_error", "not an IP address"},
-		{opened, "https://private172.example.com/h", "value_error", "private"},
+		{opened, "https://private172.example.com/h", "value_error", "is not an allowed target"},
 		{opened, "http://hooks.example.com/h", "url_scheme", ""},
-		{opened, "https://loop.example.com/h", "value_error", "loopback"},
+		{opened, "https://loop.example.com/h", "value_error", "is not an allowed target"},
 	} {
 		prob := c.p.CheckURL(ctx, c.url)
 		switch {
@@ -137,6 +138,19 @@ func TestCheckURL(t *testing.T) {
 			t.Errorf("%.80s (loopback %v): allowed", c.url, c.p.AllowLoopback)
 		case c.typ != "" && (prob.Type != c.typ || !strings.Contains(prob.Msg, c.want)):
 			t.Errorf("%.80s: %s %q, want %s containing %q", c.url, prob.Type, prob.Msg, c.typ, c.want)
+		}
+		// An attacker probing the operator's DNS learns nothing past "not
+		// allowed": no resolved address, no class, and an internal name
+		// answers exactly as one that does not exist (issue 26, item 6).
+		if prob != nil && c.want == "is not an allowed target" {
+			for _, leak := range []string{"10.", "172.", "192.168", "127.", "::1", "fe80", "fd12", "100.64", "224.", "ff02", "0.0.0.0",
+				"private", "loopback", "link-local", "CGNAT", "unique-local", "multicast", "unspecified", "resolve to "} {
+				u, _ := url.Parse(c.url)
+				rest := strings.ReplaceAll(prob.Msg, fmt.Sprintf("%q", u.Hostname()), "") // the name the customer gave
+				if strings.Contains(strings.ReplaceAll(rest, "resolve to public", ""), leak) {
+					t.Errorf("%.80s: the refusal %q reveals %q", c.url, prob.Msg, leak)
+				}
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@
 package users
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -22,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +67,13 @@ type Session struct {
 
 // Options are the store's lifetimes and limits.
 type Options struct {
-	IdleTTL     time.Duration // a session unused this long ends (12 h)
+	IdleTTL time.Duration // a session unused this long ends (12 h)
+	// MaxSessions is how many sessions a user has at once (20): a new
+	// sign-in past it ends the user's oldest session. Sign-ins that
+	// succeed give their throttle attempt back, so without it a user (or
+	// whoever has their password) made a Redis session a sign-in, for
+	// 12 h each, without end.
+	MaxSessions int
 	AbsoluteTTL time.Duration // a session ends this long after sign-in whatever (7 d)
 	LinkTTL     time.Duration // a sign-in link is valid this long (24 h)
 
@@ -80,11 +88,25 @@ type Options struct {
 	AttemptDelay    time.Duration
 	MaxAttemptDelay time.Duration
 	// ClientAttempts attempts per client, whatever the emails, are allowed
-	// in each fixed AttemptWindow (50 per 15 min): the guard against one
+	// in any AttemptWindow (50 in any 15 min, a sliding window: a fixed
+	// one let 100 through around its boundary): the guard against one
 	// address spraying passwords over many emails. A successful sign-in
 	// gives its attempt back.
 	ClientAttempts int64
 	AttemptWindow  time.Duration
+	// UserAttempts attempts per email, from all clients together, are
+	// allowed in any UserWindow (20 in any 10 min): the guard no number of
+	// client addresses gets around (a botnet trying one password per
+	// address). Past it the email is refused from clients it has not
+	// signed in from, until the window has room (at most UserWindow);
+	// from a client it signed in from in the last KnownClientTTL (30 d;
+	// the KnownClients most recent, 20) it is never refused by this
+	// limit, so an attacker cannot lock the owner out of their usual
+	// network. docs/security.md has the trade-off.
+	UserAttempts   int64
+	UserWindow     time.Duration
+	KnownClients   int64
+	KnownClientTTL time.Duration
 }
 
 func (o *Options) defaults() {
@@ -93,6 +115,9 @@ func (o *Options) defaults() {
 	}
 	if o.AbsoluteTTL <= 0 {
 		o.AbsoluteTTL = 7 * 24 * time.Hour
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 20
 	}
 	if o.LinkTTL <= 0 {
 		o.LinkTTL = 24 * time.Hour
@@ -111,6 +136,18 @@ func (o *Options) defaults() {
 	}
 	if o.AttemptWindow <= 0 {
 		o.AttemptWindow = 15 * time.Minute
+	}
+	if o.UserAttempts <= 0 {
+		o.UserAttempts = 20
+	}
+	if o.UserWindow <= 0 {
+		o.UserWindow = 10 * time.Minute
+	}
+	if o.KnownClients <= 0 {
+		o.KnownClients = 20
+	}
+	if o.KnownClientTTL <= 0 {
+		o.KnownClientTTL = 30 * 24 * time.Hour
 	}
 }
 
@@ -145,10 +182,15 @@ func pairKey(email, client string) string {
 	return attemptKey("pair", NormalizeEmail(email)+"\x00"+client)
 }
 
-// clientKey is a client's attempt count in the fixed window starting at
-// windowStart (unix ms).
-func clientKey(client string, windowStart int64) string {
-	return attemptKey("client", client) + ":" + strconv.FormatInt(windowStart, 10)
+// clientKey is a client's attempts (a sorted set of their times).
+func clientKey(client string) string { return attemptKey("client", client) }
+
+// userKeys are an email's attempts from every client (a sorted set of
+// their times) and the clients it signed in from (client -> last ms), on
+// one slot.
+func userKeys(email string) []string {
+	tag := attemptKey("user", NormalizeEmail(email))
+	return []string{tag, tag + ":known"}
 }
 
 // digest is the hex SHA-256 of s: what is stored of every secret.
@@ -412,11 +454,55 @@ func (s *Store) NewSession(ctx context.Context, u *User) (string, *Session, erro
 	// The user's list of sessions (another slot), for revoking them all.
 	pipe = s.rdb.Pipeline()
 	pipe.SAdd(ctx, userSessionsKey(u.ID), h)
+	card := pipe.SCard(ctx, userSessionsKey(u.ID))
 	pipe.Expire(ctx, userSessionsKey(u.ID), s.Opts.AbsoluteTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return "", nil, fmt.Errorf("new session: %w", err)
 	}
+	if card.Val() > int64(s.Opts.MaxSessions) {
+		if err := s.trimSessions(ctx, u.ID, h); err != nil {
+			return "", nil, err
+		}
+	}
 	return id, ss, nil
+}
+
+// trimSessions keeps a user's sessions to MaxSessions: the list forgets
+// the sessions that ended on their own, then the oldest live ones (never
+// keep, the one just made) are ended.
+func (s *Store) trimSessions(ctx context.Context, userID, keep string) error {
+	hs, err := s.rdb.SMembers(ctx, userSessionsKey(userID)).Result()
+	if err != nil {
+		return fmt.Errorf("trim sessions: %w", err)
+	}
+	type live struct {
+		h       string
+		created int64
+	}
+	var alive []live
+	for _, h := range hs { // one slot per session: one read each
+		c, err := s.rdb.HGet(ctx, sessionKey(h), "created").Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			if err := s.rdb.SRem(ctx, userSessionsKey(userID), h).Err(); err != nil {
+				return fmt.Errorf("trim sessions: %w", err)
+			}
+		case err != nil:
+			return fmt.Errorf("trim sessions: %w", err)
+		case h != keep:
+			alive = append(alive, live{h, c})
+		}
+	}
+	slices.SortFunc(alive, func(a, b live) int { return cmp.Compare(a.created, b.created) })
+	for i := 0; i < len(alive)+1-s.Opts.MaxSessions; i++ {
+		if err := s.rdb.Del(ctx, sessionKey(alive[i].h)).Err(); err != nil {
+			return fmt.Errorf("trim sessions: %w", err)
+		}
+		if err := s.rdb.SRem(ctx, userSessionsKey(userID), alive[i].h).Err(); err != nil {
+			return fmt.Errorf("trim sessions: %w", err)
+		}
+	}
+	return nil
 }
 
 // ttl is a session's expiry from now: idle, but never past the absolute.
@@ -519,47 +605,95 @@ if n >= free then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 0`)
-	// clientScript: KEYS[1] the client's count in this window; ARGV the
-	// limit, the key's lifetime (ms). It counts the attempt and returns
-	// 1 when it is over the limit.
-	clientScript = redis.NewScript(`
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-if n > tonumber(ARGV[1]) then return 1 end
+	// clientScript: KEYS[1] the client's attempts (zset of times); ARGV
+	// now ms, the window (ms), the limit, a unique member. A sliding
+	// window: the attempts of the last window are counted; past the limit
+	// it returns how many ms until the oldest leaves it (nothing counted:
+	// the set never holds more than the limit), else 0 and the attempt is
+	// counted.
+	clientScript = redis.NewScript(slidingLua + `
+if n >= tonumber(ARGV[3]) then return wait end
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 0`)
-	// refundScript: KEYS[1] the client's count; gives one attempt back
-	// (never below zero, never recreating an expired count).
+	// userScript: KEYS[1] the email's attempts (zset of times), KEYS[2]
+	// its known clients (zset client -> last sign-in ms); ARGV now ms, the
+	// window (ms), the limit, a unique member, the client, the known
+	// clients' lifetime (ms). As clientScript, except that a known client
+	// is never refused (its attempt is still counted, up to the limit).
+	userScript = redis.NewScript(slidingLua + `
+local seen = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[5]) or '0')
+local known = seen > 0 and now - seen < tonumber(ARGV[6])
+if n >= tonumber(ARGV[3]) then
+  if known then return 0 end
+  return wait
+end
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 0`)
+	// refundScript: KEYS[1] an attempts set; gives the newest attempt
+	// back (a successful sign-in's own).
 	refundScript = redis.NewScript(`
-if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+redis.call('ZPOPMAX', KEYS[1])
+return 0`)
+	// knownScript: KEYS[1] the email's known clients; ARGV the client, now
+	// ms, how many to keep, their lifetime (ms). Records a sign-in.
+	knownScript = redis.NewScript(`
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[4]))
+local n = redis.call('ZCARD', KEYS[1])
+local keep = tonumber(ARGV[3])
+if n > keep then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - keep - 1) end
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 0`)
 )
 
+// slidingLua starts the sliding-window scripts: it drops KEYS[1]'s
+// attempts older than the window and sets n (those left) and wait (ms
+// until the oldest leaves the window).
+const slidingLua = `
+local now, win = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - win)
+local n = redis.call('ZCARD', KEYS[1])
+local wait = 1
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if oldest[2] then wait = math.max(tonumber(oldest[2]) + win - now, 1) end
+`
+
 // Attempt asks whether a sign-in attempt for email from client (the
-// caller's idea of the client: its IP) may go ahead now, and counts it.
-// When not, wait is how long until one may. An empty email (a sign-in
-// link) counts against the client alone.
+// caller's idea of the client: its IP, an IPv6 client's /64) may go
+// ahead now, and counts it. When not, wait is how long until one may. An
+// empty email (a sign-in link) counts against the client alone.
 //
-// The client's window is checked and counted first: an attempt refused
-// for its pair still spends the client's allowance, so a client that
-// keeps knocking runs out sooner. The pair is checked and counted in one
-// script, so concurrent attempts cannot all pass as "free".
+// Three limits, in this order: the client's (any emails), the pair's
+// (delays), the email's (any clients, known clients excepted). An
+// attempt refused by one is not counted by the next (a client held back
+// by its pair's delays does not use the email's allowance up); the scripts each check and
+// count in one step, so concurrent attempts cannot all pass.
 func (s *Store) Attempt(ctx context.Context, email, client string) (bool, time.Duration, error) {
 	now := s.now()
 	win := s.Opts.AttemptWindow
-	start := now.Truncate(win)
-	over, err := clientScript.Run(ctx, s.rdb, []string{clientKey(client, start.UnixMilli())},
-		s.Opts.ClientAttempts, (win + time.Minute).Milliseconds()).Int()
+	ms, err := clientScript.Run(ctx, s.rdb, []string{clientKey(client)},
+		now.UnixMilli(), win.Milliseconds(), s.Opts.ClientAttempts, attemptMember(now)).Int64()
 	if err != nil {
 		return false, 0, fmt.Errorf("sign-in attempts: %w", err)
 	}
-	if over == 1 {
-		return false, start.Add(win).Sub(now), nil
+	if ms > 0 {
+		return false, time.Duration(ms) * time.Millisecond, nil
 	}
 	if email == "" {
 		return true, 0, nil
 	}
-	ms, err := pairScript.Run(ctx, s.rdb, []string{pairKey(email, client)}, now.UnixMilli(), s.Opts.FreeAttempts,
+	ms, err = pairScript.Run(ctx, s.rdb, []string{pairKey(email, client)}, now.UnixMilli(), s.Opts.FreeAttempts,
 		s.Opts.AttemptDelay.Milliseconds(), s.Opts.MaxAttemptDelay.Milliseconds(), win.Milliseconds()).Int64()
+	if err != nil {
+		return false, 0, fmt.Errorf("sign-in attempts: %w", err)
+	}
+	if ms > 0 {
+		return false, time.Duration(ms) * time.Millisecond, nil
+	}
+	ms, err = userScript.Run(ctx, s.rdb, userKeys(email), now.UnixMilli(), s.Opts.UserWindow.Milliseconds(),
+		s.Opts.UserAttempts, attemptMember(now), client, s.Opts.KnownClientTTL.Milliseconds()).Int64()
 	if err != nil {
 		return false, 0, fmt.Errorf("sign-in attempts: %w", err)
 	}
@@ -569,17 +703,34 @@ func (s *Store) Attempt(ctx context.Context, email, client string) (bool, time.D
 	return true, 0, nil
 }
 
+// attemptMember is a unique member of an attempts set at now.
+func attemptMember(now time.Time) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(now.UnixMilli(), 10) + "-" + hex.EncodeToString(b[:])
+}
+
 // Succeeded is told that an attempt signed in: the pair's count is
 // forgotten, and the client gets its attempt back (many people may share
 // one address; only failures should use its allowance up).
+//
+// The email's count gives its attempt back too, and the client becomes
+// one the email is known from: the email's limit never refuses it.
 func (s *Store) Succeeded(ctx context.Context, email, client string) error {
 	if email != "" {
 		if err := s.rdb.Del(ctx, pairKey(email, client)).Err(); err != nil {
 			return err
 		}
+		uk := userKeys(email)
+		if err := refundScript.Run(ctx, s.rdb, uk[:1]).Err(); err != nil {
+			return err
+		}
+		if err := knownScript.Run(ctx, s.rdb, uk[1:], client, s.now().UnixMilli(), s.Opts.KnownClients,
+			s.Opts.KnownClientTTL.Milliseconds()).Err(); err != nil {
+			return err
+		}
 	}
-	start := s.now().Truncate(s.Opts.AttemptWindow)
-	return refundScript.Run(ctx, s.rdb, []string{clientKey(client, start.UnixMilli())}).Err()
+	return refundScript.Run(ctx, s.rdb, []string{clientKey(client)}).Err()
 }
 
 // argon2id parameters (OWASP's minimum: 19 MiB, 2 passes, 1 lane).

@@ -147,8 +147,10 @@ func TestAttemptThrottle(t *testing.T) {
 			t.Fatalf("after a success, attempt %d refused", i)
 		}
 	}
-	// The client's window: 25 attempts over any emails (refused ones
-	// count too), a success gives its attempt back.
+	// The client's window: 25 attempts over any emails in any window (a
+	// sliding one; refused attempts are not counted: a client knocking
+	// at its limit is let in again as its oldest attempts leave the
+	// window), a success gives its attempt back.
 	for i := 1; i <= 25; i++ {
 		if ok, _ := attempt(fmt.Sprintf("u%d@example.com", i), "10.0.0.9"); !ok {
 			t.Fatalf("client attempt %d refused", i)
@@ -166,6 +168,9 @@ func TestAttemptThrottle(t *testing.T) {
 	}
 	if ok, _ := attempt("new@example.com", "10.0.0.9"); !ok {
 		t.Fatal("a refunded attempt was refused")
+	}
+	if ok, _ := attempt("", "10.0.0.9"); !ok {
+		t.Fatal("the second refunded attempt (a link) was refused")
 	}
 	if ok, _ := attempt("", "10.0.0.9"); ok {
 		t.Fatal("a link attempt of a client over its allowance went ahead")
@@ -218,5 +223,49 @@ func TestSetPasswordEndsSessions(t *testing.T) {
 	id, _, _ := us.NewSession(ctx, fresh)
 	if _, err := us.Session(ctx, id); err != nil {
 		t.Fatalf("a session after the change: %v", err)
+	}
+}
+
+// Issue 26, item 6 (the hunt): successful sign-ins give their throttle
+// attempt back, so whoever has a user's password could make sessions
+// without end, 12 h of Redis each. A user has at most MaxSessions: the
+// 21st sign-in ends the oldest session, and the list of sessions stays
+// bounded whatever the number of sign-ins.
+func TestSessionsPerUserBounded(t *testing.T) {
+	rdb := testredis.Universal(t)
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { now = now.Add(time.Millisecond); return now }
+	us := users.New(rdb, clock, users.Options{MaxSessions: 20})
+	ctx := context.Background()
+	u, err := us.Create(ctx, "acct_s", "s@example.com", "correct horse battery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 200 {
+		id, _, err := us.NewSession(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	live := 0
+	for i, id := range ids {
+		_, err := us.Session(ctx, id)
+		switch {
+		case err == nil:
+			live++
+			if i < len(ids)-20 {
+				t.Errorf("session %d of 200 is still live", i)
+			}
+		case !errors.Is(err, users.ErrNotFound):
+			t.Fatal(err)
+		}
+	}
+	if live != 20 {
+		t.Fatalf("%d live sessions after 200 sign-ins, want 20", live)
+	}
+	if n, _ := rdb.SCard(ctx, "bulkd:dash:user:{"+u.ID+"}:sessions").Result(); n != 20 {
+		t.Fatalf("the user's list holds %d sessions; want 20", n)
 	}
 }

@@ -187,16 +187,24 @@ func (fm Form) Item(cells []string, keep func(field string) bool) json.RawMessag
 // Body is the submission body of items: {"<ListField>": [items...]}.
 func (fm Form) Body(items []json.RawMessage) []byte {
 	var b bytes.Buffer
-	b.WriteString(`{`)
-	name, _ := json.Marshal(fm.ListField)
-	b.Write(name)
-	b.WriteString(`:[`)
+	b.Write(fm.BodyStart())
 	for i, it := range items {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.Write(it)
 	}
-	b.WriteString("]}")
+	b.WriteString(BodyEnd)
 	return b.Bytes()
 }
+
+// BodyStart is what a submission body starts with, before its first item
+// ({"<ListField>":[), for a writer that streams the items (the
+// dashboard's); the items are separated by commas and BodyEnd ends it.
+func (fm Form) BodyStart() []byte {
+	name, _ := json.Marshal(fm.ListField)
+	return append(append([]byte(`{`), name...), `:[`...)
+}
+
+// BodyEnd ends a submission body after its last item.
+const BodyEnd = "]}"
