@@ -628,8 +628,8 @@ func TestSwitchingAdmissionHandsOverWaitingJobs(t *testing.T) {
 		_, kq := job.Labels[v1alpha1.KueueQueueLabel]
 		gated := len(job.Spec.Template.Spec.SchedulingGates) == 1 && job.Spec.Template.Spec.SchedulingGates[0].Name == v1alpha1.AdmissionGate
 		switch {
-		case !ptr.Deref(job.Spec.Suspend, false) && !kq && len(job.Spec.Template.Spec.SchedulingGates) == 0:
-			return "started"
+		case !ptr.Deref(job.Spec.Suspend, false) && !kq:
+			return "started" // a template gate left is removed from each pod as it comes (releaseAdmission)
 		case ptr.Deref(job.Spec.Suspend, false) && kq && len(job.Spec.Template.Spec.SchedulingGates) == 0:
 			return "kueue:" + job.Labels[v1alpha1.KueueQueueLabel]
 		case ptr.Deref(job.Spec.Suspend, false) && !kq && gated:
