@@ -84,7 +84,8 @@ CFG
   echo "kueue $!" >>"${LC_DIR}/pids"
   local ok=""
   for _ in $(seq 1 240); do
-    if nsenter --net="/run/netns/${NS}" -- curl -fsS -o /dev/null "http://${HEALTH}/readyz" 2>/dev/null; then ok=1; break; fi
+    # /readyz without curl: bash's /dev/tcp, inside the namespace.
+    if nsenter --net="/run/netns/${NS}" -- bash -c 'exec 3<>"/dev/tcp/${1%:*}/${1#*:}" && printf "GET /readyz HTTP/1.0\r\n\r\n" >&3 && head -n1 <&3 | grep -q " 200 "' _ "${HEALTH}" 2>/dev/null; then ok=1; break; fi
     sleep 0.5
   done
   [[ -n "${ok}" ]] || die "Kueue not ready after 120s ($(tail -n 5 "${LC_DIR}/logs/kueue.log" | tr '\n' ' '))"
