@@ -59,13 +59,18 @@ func releaseRevision(t *testing.T) int {
 }
 
 // upgradeRelease runs helm upgrade with the release's values and sets
-// (--set a=b ...), waiting for every Deployment to be rolled out.
+// (--set a=b ...; --set-string for config.*, the ConfigMap's strings),
+// waiting for every Deployment to be rolled out.
 func upgradeRelease(t *testing.T, sets ...string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	args := []string{"upgrade", release, os.Getenv("E2E_CHART"), "--reuse-values", "--wait", "--timeout", "5m"}
 	for _, s := range sets {
-		args = append(args, "--set", s)
+		flag := "--set"
+		if strings.HasPrefix(s, "config.") {
+			flag = "--set-string"
+		}
+		args = append(args, flag, s)
 	}
 	helm(t, args...)
 	return time.Since(start)
