@@ -190,7 +190,7 @@ func (w *familyWorlds) submitEveryFamily(t *testing.T, tag string, companyRows i
 	a := clusterAPI(t)
 	var out []*familyJob
 
-	const opening = 100_000
+	opening := int64(100_000 + companyRows)
 	acct, key := account(t, credits.Whole(opening))
 	var rows []in
 	for i := range companyRows {

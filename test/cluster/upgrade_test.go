@@ -29,9 +29,10 @@ func TestHelmUpgradeMidJob(t *testing.T) {
 	from := os.Getenv("E2E_IMAGE_TAG")
 	to := "latest"
 
-	// A long company job (10 shards of 2,000 at parallelism 4) spans the
-	// rollout; the email jobs are short and may finish before it.
-	jobs := worlds.submitEveryFamily(t, "upgrade", 20_000)
+	// A long company job (100,000 rows: 20 shards of 5,000 at parallelism
+	// 4, gated by the budget of 6) spans most of the rollout; the email
+	// jobs are short and may finish before it.
+	jobs := worlds.submitEveryFamily(t, "upgrade", 100_000)
 	probe := probeAPI(t, jobs[0].key, companyapi.BulkPath+"/"+jobs[0].id)
 	// Started: a processor pod runs for the company job.
 	waitFor(t, 2*time.Minute, "the company job running", func() bool {
