@@ -94,6 +94,20 @@ CFG
   ca="$(base64 -w0 <"${LC_DIR}/pki/ca.crt")"
   webhooks "${kdir}/webhooks.yaml" "${ca}" >"${d}/webhooks.yaml"
   "${kc[@]}" apply -f "${d}/webhooks.yaml" >/dev/null
+  # The webhooks refuse every Job when they cannot be reached (failurePolicy Fail): prove
+  # one answers (a server-side dry run of a Job goes through Kueue's), or take them away
+  # again so the rest of the suite is not failed by Kueue.
+  local probe=""
+  for _ in $(seq 1 20); do
+    if "${kc[@]}" -n default create job kueue-webhook-probe --image=localhost/pause:3.10-local --dry-run=server -o name >/dev/null 2>"${d}/probe.err"; then
+      probe=1; break
+    fi
+    sleep 1
+  done
+  if [[ -z "${probe}" ]]; then
+    "${kc[@]}" delete -f "${d}/webhooks.yaml" --ignore-not-found >/dev/null 2>&1 || true
+    die "Kueue's webhooks do not answer: $(tr '\n' ' ' <"${d}/probe.err"); removed them"
+  fi
   log "Kueue up in $(( $(date +%s) - t0 ))s (log ${LC_DIR}/logs/kueue.log)"
 }
 

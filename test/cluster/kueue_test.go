@@ -177,8 +177,11 @@ func waitingIn(t *testing.T, id string) string {
 }
 
 func TestKueueAdmission(t *testing.T) {
-	if os.Getenv("E2E_KUEUE") == "0" {
+	switch os.Getenv("E2E_KUEUE") {
+	case "0":
 		t.Skip("E2E_KUEUE=0: no Kueue in this cluster")
+	case "failed":
+		t.Fatal("Kueue did not come up in this cluster (e2e.sh's log; kueue.log in the component logs)")
 	}
 	restoreReleaseAtEnd(t)
 	bulkdRev := releaseRevision(t)
