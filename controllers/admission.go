@@ -217,6 +217,11 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 		if ref == nil || ref.Kind != "BulkJob" || !job.DeletionTimestamp.IsZero() || jobFinished(job) {
 			continue
 		}
+		if _, kueue := job.Labels[v1alpha1.KueueQueueLabel]; kueue && ptrTrue(job.Spec.Suspend) {
+			// Still waiting for Kueue: its BulkJob's reconcile hands it over
+			// (switchAdmission); starting it now would start every pod ungated.
+			continue
+		}
 		bj := byName[types.NamespacedName{Namespace: job.Namespace, Name: ref.Name}]
 		if bj == nil || bj.UID != ref.UID || !bj.DeletionTimestamp.IsZero() || bj.Status.Phase.IsFinished() {
 			continue
@@ -865,6 +870,9 @@ func (r *BulkJobReconciler) observeAdmission(ctx context.Context, bj *v1alpha1.B
 	if jobFinished(job) || len(o.succeeded)+len(o.failed) > 0 {
 		return nil
 	}
+	if err := r.switchAdmission(ctx, bj, job); err != nil {
+		return err
+	}
 	switch {
 	case r.Options.kueue():
 		o.queued = ptrTrue(job.Spec.Suspend) && job.Status.StartTime == nil
@@ -894,6 +902,105 @@ func (r *BulkJobReconciler) observeAdmission(ctx context.Context, bj *v1alpha1.B
 		o.position = r.admission.position(types.NamespacedName{Namespace: bj.Namespace, Name: bj.Name})
 	}
 	return nil
+}
+
+// switchAdmission hands a Job that waits for the admission of another mode
+// (the controller was restarted with --kueue-queue-name set or unset) to
+// the current one, so that no BulkJob waits for an admission that no
+// longer runs:
+//
+//   - Kueue mode, a Job made waiting for bulkd's admission (suspended, never
+//     started, no queue label): it gets its queue's label and loses the
+//     pods' admission gate, and Kueue admits it. A Job bulkd had already
+//     started keeps running outside Kueue's quota: its gated pods are
+//     released (releaseAdmission).
+//   - bulkd's admission, a Job waiting for Kueue (suspended with a queue
+//     label, never started): the label goes and its pods get the gate, and
+//     it takes its turn in bulkd's queue. A Job Kueue admitted keeps
+//     running; the admission pass counts its pods as found running.
+//   - No admission at all: releaseAdmission starts it, without the label
+//     (or a Kueue still running would suspend it again).
+//
+// A suspended Job's pod template and labels may change while it has never
+// started (the Job API's mutable scheduling directives), which is when a
+// Job waits; a retry Job is handed over the same way.
+func (r *BulkJobReconciler) switchAdmission(ctx context.Context, bj *v1alpha1.BulkJob, job *batchv1.Job) error {
+	if job == nil || jobFinished(job) {
+		return nil
+	}
+	_, labelled := job.Labels[v1alpha1.KueueQueueLabel]
+	waiting := ptrTrue(job.Spec.Suspend) && job.Status.StartTime == nil
+	gated := slices.ContainsFunc(job.Spec.Template.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.AdmissionGate })
+	var patch map[string]any
+	switch {
+	case r.Options.kueue() && waiting && !labelled:
+		src := r.withPlan(ctx, bj)
+		q, err := kueueQueue(r.Options.KueueQueueName, src.Labels[v1alpha1.LabelAccount], src.Labels[v1alpha1.LabelPlan], src.Spec.Family)
+		if err != nil {
+			return err
+		}
+		patch = map[string]any{
+			"metadata": map[string]any{"labels": map[string]any{v1alpha1.KueueQueueLabel: q}},
+			"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"schedulingGates": withoutGate(job.Spec.Template.Spec.SchedulingGates)}}},
+		}
+	case r.Options.kueue() && !ptrTrue(job.Spec.Suspend) && !labelled && gated:
+		return r.releaseAdmission(ctx, bj, job)
+	case !r.Options.kueue() && waiting && labelled:
+		patch = map[string]any{"metadata": map[string]any{"labels": map[string]any{v1alpha1.KueueQueueLabel: nil}}}
+		if r.Options.admits() && !gated {
+			gates := append(slices.Clone(job.Spec.Template.Spec.SchedulingGates), corev1.PodSchedulingGate{Name: v1alpha1.AdmissionGate})
+			patch["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{"schedulingGates": gates}}}
+		}
+	default:
+		return nil
+	}
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return fmt.Errorf("hand Job %s to the admission: %w", job.Name, err)
+	}
+	// Optimistic: a Job Kueue or the Job controller has just started is
+	// not changed behind their back; the conflict requeues the BulkJob.
+	if err := r.Client.Patch(ctx, job, client.RawPatch(types.MergePatchType, withResourceVersion(body, job.ResourceVersion))); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("hand Job %s to the admission: %w", job.Name, err))
+	}
+	mode := "bulkd"
+	switch {
+	case r.Options.kueue():
+		mode = "kueue"
+	case !r.Options.admits():
+		mode = "none"
+	}
+	ctrl.LoggerFrom(ctx).Info("a Job waiting for the other admission was handed over", "job", job.Name, "admission", mode)
+	r.event(bj, corev1.EventTypeNormal, "AdmissionSwitched", "Switch", "Job %s now waits for %s admission", job.Name, mode)
+	if mode == "none" {
+		return r.releaseAdmission(ctx, bj, job)
+	}
+	return nil
+}
+
+// withoutGate is gates without the admission gate (nil when none is left,
+// which a merge patch writes as the field's removal).
+func withoutGate(gates []corev1.PodSchedulingGate) []corev1.PodSchedulingGate {
+	out := slices.DeleteFunc(slices.Clone(gates), func(g corev1.PodSchedulingGate) bool { return g.Name == v1alpha1.AdmissionGate })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// withResourceVersion adds metadata.resourceVersion to a JSON merge patch,
+// which makes the API server refuse it when the object changed since.
+func withResourceVersion(body []byte, rv string) []byte {
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	md, _ := m["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		m["metadata"] = md
+	}
+	md["resourceVersion"] = rv
+	out, _ := json.Marshal(m)
+	return out
 }
 
 // releaseAdmission starts a Job made while the controller admitted shards

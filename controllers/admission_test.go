@@ -615,3 +615,94 @@ func TestReconcileStartsWaitingJobsWhenAdmissionIsOff(t *testing.T) {
 		t.Fatalf("suspend %v, gates %v", job.Spec.Suspend, pod.Spec.SchedulingGates)
 	}
 }
+
+// Switching admission modes with a BulkJob waiting: its Job is handed to
+// the admission that now runs, in both directions and to none, so it is
+// never left waiting for an admission nobody performs.
+func TestSwitchingAdmissionHandsOverWaitingJobs(t *testing.T) {
+	bulkdMode := func(o *Options) { o.KueueQueueName, o.MaxRunningShards, o.MaxRunningShardsPerAccount = "", 1, 1 }
+	kueueMode := func(o *Options) { o.KueueQueueName = "bulkd-{plan}" }
+	noAdmission := func(o *Options) { o.KueueQueueName, o.MaxRunningShards, o.MaxRunningShardsPerAccount = "", 0, 0 }
+	waitingFor := func(t *testing.T, job batchv1.Job) string {
+		t.Helper()
+		_, kq := job.Labels[v1alpha1.KueueQueueLabel]
+		gated := len(job.Spec.Template.Spec.SchedulingGates) == 1 && job.Spec.Template.Spec.SchedulingGates[0].Name == v1alpha1.AdmissionGate
+		switch {
+		case !ptr.Deref(job.Spec.Suspend, false) && !kq:
+			return "started" // a template gate left is removed from each pod as it comes (releaseAdmission)
+		case ptr.Deref(job.Spec.Suspend, false) && kq && len(job.Spec.Template.Spec.SchedulingGates) == 0:
+			return "kueue:" + job.Labels[v1alpha1.KueueQueueLabel]
+		case ptr.Deref(job.Spec.Suspend, false) && !kq && gated:
+			return "bulkd"
+		}
+		return fmt.Sprintf("neither: suspend %v labels %v gates %v", job.Spec.Suspend, job.Labels, job.Spec.Template.Spec.SchedulingGates)
+	}
+	for _, c := range []struct {
+		name          string
+		from, to      func(*Options)
+		before, after string
+	}{
+		{"bulkd to Kueue", bulkdMode, kueueMode, "bulkd", "kueue:bulkd-none"},
+		{"Kueue to bulkd", kueueMode, bulkdMode, "kueue:bulkd-none", "bulkd"},
+		{"Kueue to none", kueueMode, noAdmission, "kueue:bulkd-none", "started"},
+		{"bulkd to none", bulkdMode, noAdmission, "bulkd", "started"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := newFakeData(builders.MakeJobData(id).Obj())
+			data.setData(id, func(j *jobs.Job) { j.AccountID = "acct_b" })
+			bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+			bj.Labels = map[string]string{v1alpha1.LabelAccount: "acct_b"}
+			s := newScenario(t, data, bj)
+			s.withOptions(c.from)
+			for range 2 {
+				s.mustReconcile()
+			}
+			if got := waitingFor(t, s.jobs()[0]); got != c.before {
+				t.Fatalf("before the switch the Job waits for %s, want %s", got, c.before)
+			}
+			s.withOptions(c.to) // the controller restarted in the other mode
+			s.mustReconcile()
+			if got := waitingFor(t, s.jobs()[0]); got != c.after {
+				t.Fatalf("after the switch the Job waits for %s, want %s", got, c.after)
+			}
+			if st := s.bulkJob().Status; c.after != "started" && st.Phase != v1alpha1.PhaseQueued {
+				t.Fatalf("status %+v", st)
+			}
+			if ev := s.events(); c.after != "started" && !strings.Contains(ev, "AdmissionSwitched") {
+				t.Fatalf("events %q", ev)
+			}
+		})
+	}
+	// Handed to bulkd, the Job takes its turn: the admission pass starts it.
+	t.Run("Kueue to bulkd, then admitted", func(t *testing.T) {
+		data := newFakeData(builders.MakeJobData(id).Obj())
+		data.setData(id, func(j *jobs.Job) { j.AccountID = "acct_b" })
+		bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+		bj.Labels = map[string]string{v1alpha1.LabelAccount: "acct_b"}
+		s := newScenario(t, data, bj)
+		s.withOptions(kueueMode)
+		s.mustReconcile()
+		job := s.jobs()[0]
+		job.UID = "uid-job"
+		if err := s.c.Update(context.Background(), &job); err != nil {
+			t.Fatal(err)
+		}
+		s.withOptions(bulkdMode)
+		s.r.admission = newAdmitter(s.c, s.r.Options, func() time.Time { return s.now })
+		// A pass before the hand-over leaves the Kueue-labelled Job alone.
+		if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+			t.Fatal(err)
+		}
+		if got := waitingFor(t, s.jobs()[0]); got != "kueue:bulkd-none" {
+			t.Fatalf("the pass touched a Job still waiting for Kueue: %s", got)
+		}
+		s.mustReconcile()
+		if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+			t.Fatal(err)
+		}
+		job = s.jobs()[0]
+		if ptr.Deref(job.Spec.Suspend, true) || len(job.Spec.Template.Spec.SchedulingGates) != 1 {
+			t.Fatalf("not admitted by bulkd: suspend %v gates %v", job.Spec.Suspend, job.Spec.Template.Spec.SchedulingGates)
+		}
+	})
+}

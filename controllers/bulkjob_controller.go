@@ -470,6 +470,9 @@ func (r *BulkJobReconciler) createRetryJobWhenDue(ctx context.Context, bj *v1alp
 		if job != nil && jobFinished(job) {
 			o.retryEnded = job
 		}
+		if err := r.switchAdmission(ctx, bj, job); err != nil {
+			return err
+		}
 	}
 	action, wait := decideRetry(o.data, o.retryJob, r.Now())
 	o.retryWait = wait

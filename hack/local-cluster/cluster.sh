@@ -393,6 +393,7 @@ down() {
                     fi ;;
         /var/lib/cni|/var/lib/kubelet|/var/log/pods|/var/log/containers) rm -rf "${d}" ;;
         /run/containerd) rmdir /run/containerd 2>/dev/null || true ;;
+        /etc/kueue) rm -rf /etc/kueue ;;   # kueue.sh: Kueue's hard-coded metrics certificate path
       esac
     done <"${LC_DIR}/new-dirs"
     # Where those existed before: only what this cluster's pods left there.

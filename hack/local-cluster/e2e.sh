@@ -8,6 +8,7 @@
 #
 #   E2E_RUN=<regexp>      go test -run filter
 #   E2E_KEEP=1            leave the cluster up afterwards (then: hack/local-cluster.sh down)
+#   E2E_KUEUE=0           no Kueue in the cluster (its tests then skip)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${HERE}/../.." && pwd)"
@@ -46,7 +47,9 @@ cd "${ROOT}"
 # Build the binaries and tools first (cold: many minutes).
 "${HERE}/build-k8s.sh" >/dev/null
 HELM="$("${HERE}/build-helm.sh")"
-mark "k8s binaries + helm (cached)"
+KUEUE="${E2E_KUEUE:-1}"
+[[ "${KUEUE}" == 0 ]] || "${HERE}/build-kueue.sh" >/dev/null
+mark "k8s binaries + helm + kueue (cached)"
 # The image and the test binary.
 make image >&2
 mkdir -p "${LC_DIR%/*}"
@@ -56,6 +59,12 @@ mark "make image + test binary"
 
 "${CL}" up
 mark "cluster up"
+if [[ "${KUEUE}" != 0 ]]; then
+  # The real Kueue (v0.17.0): CRDs, webhooks, its manager in the namespace;
+  # test/cluster/kueue_test.go makes the queues.
+  # Kueue not coming up fails its own test (TestKueueAdmission), not the whole suite.
+  if "${HERE}/kueue.sh" up; then mark "kueue up"; else log "Kueue did not come up (${LC_DIR}/logs/kueue.log)"; KUEUE=failed; fi
+fi
 BIN="$("${CL}" bin-dir)"
 kc() { "${CL}" exec "${BIN}/kubectl" --kubeconfig "${LC_DIR}/admin.kubeconfig" "$@"; }
 
@@ -147,7 +156,8 @@ rc=0
   E2E_REDIS_URL="${REDIS_URL}" E2E_PROXY_ADDR="${PROXY_ADDR}" E2E_TIMINGS="${TIMINGS}" \
   E2E_VERIFY_CONFIGMAP="${VERIFY_CM}" E2E_LOOKUP_CONFIGMAP="${LOOKUP_CM}" E2E_NODE_IP="${NODE_IP}" \
   E2E_SPAMD_PIDFILE="${LC_DIR}/spamd/spamd.pid" \
-  "${TESTBIN}" -test.v -test.count=1 -test.timeout=40m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
+  E2E_HELM="${HELM}" E2E_CHART="${ROOT}/charts/bulkd" E2E_IMAGE_TAG="${TAG}" E2E_KUEUE="${KUEUE}" \
+  "${TESTBIN}" -test.v -test.count=1 -test.timeout=70m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
 mark "e2e suite (rc=${rc})"
 if [[ ${rc} -ne 0 ]]; then
   log "suite failed; pods and logs:"

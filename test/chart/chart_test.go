@@ -963,3 +963,39 @@ admission:
 		})
 	}
 }
+
+// The API's rolling update never leaves the Service without a ready
+// endpoint (maxSurge 1, maxUnavailable 0), and a stopping pod keeps
+// serving for preStopSleepSeconds before its graceful shutdown, within a
+// grace period that leaves the shutdown its 30 s (docs/architecture.md,
+// "Upgrades"; test/cluster/upgrade_test.go measures it).
+func TestAPIServerRollsWithoutGap(t *testing.T) {
+	for _, c := range []struct {
+		name, values string
+		sleep        any // nil: no preStop hook
+		grace        int64
+	}{
+		{"defaults", ``, int64(5), 40},
+		{"off", "apiserver: {preStopSleepSeconds: 0}", nil, 35},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := render(t, "bulkd", "bulkd", parseValues(t, c.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := r.get(t, "Deployment", "bulkd-apiserver")
+			ru := asMap(nested(t, d, "spec", "strategy", "rollingUpdate"))
+			if fmt.Sprint(ru["maxSurge"]) != "1" || fmt.Sprint(ru["maxUnavailable"]) != "0" {
+				t.Errorf("rollingUpdate %v", ru)
+			}
+			if g := nested(t, d, "spec", "template", "spec", "terminationGracePeriodSeconds"); fmt.Sprint(g) != fmt.Sprint(c.grace) {
+				t.Errorf("terminationGracePeriodSeconds %v, want %d", g, c.grace)
+			}
+			api := containers(t, d)[0]
+			sleep, _, _ := unstructured.NestedFieldNoCopy(api, "lifecycle", "preStop", "sleep", "seconds")
+			if fmt.Sprint(sleep) != fmt.Sprint(c.sleep) {
+				t.Errorf("preStop sleep %v, want %v", sleep, c.sleep)
+			}
+		})
+	}
+}
