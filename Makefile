@@ -54,6 +54,18 @@ bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.
 	bin/loadgen lookup --bin bin/bulkd --domains 1000 --per-domain 4 --drops 40 --blocked 10 --shared 100 --retry-delays 16s,30s --rounds 1 --submit-rows 0 --target 500
 	bin/loadgen spam --bin bin/bulkd
 
+# The scale bench of Kubernetes mode (issue 27; hack/kube-bench, docs/benchmarks.md "Kubernetes
+# at scale"): envtest's kube-apiserver and etcd, kube-controller-manager's Job controller and
+# kube-scheduler, KWOK running 1,000 fake nodes, the real `bulkd controller` with its admission,
+# 5,000 BulkJobs from 500 accounts, then one account's 1,000 and another's one. All binaries are
+# built from the Go module proxy into the tools cache. Not in `make test` nor CI: it takes tens of
+# minutes on 2 cores. Smaller: make bench-kube BENCH_KUBE_ARGS='--bulkjobs 500 --accounts 50'.
+BENCH_KUBE_ARGS ?=
+.PHONY: bench-kube
+bench-kube: deps build ## scale bench on KWOK: 1,000 fake nodes, 5,000 BulkJobs, the real controller (prints the figures)
+	$(GO) run ./hack/kube-bench --bin bin/bulkd --assets "$$(hack/envtest.sh)" \
+		--cluster-bins "$$(hack/local-cluster/build-k8s.sh)" --kwok "$$(hack/tools.sh kwok)" $(BENCH_KUBE_ARGS)
+
 # The load and fault suite (test/soak, docs/reliability.md): two `bulkd serve`
 # replicas on one redis-server with its append-only file, 200 API keys at
 # their 20 requests/s for SOAK_DURATION, kill -9 of a replica and of the

@@ -290,9 +290,13 @@ leaderElection:
 	}
 	// KWOK only writes these addresses into the fake objects' status; no
 	// traffic goes to them. Loopback, so nothing outside looks addressed.
+	// No node leases: nothing here marks a node NotReady (no node
+	// lifecycle controller), and 1,000 leases renewed every 10 s would
+	// be 100 writes a second of this 2-core machine's API server that a
+	// real cluster's kubelets make too but that tell nothing of bulkd.
 	if err := procs.start(dir, "kwok", o.kwok, "--kubeconfig", kubeconfig, "--config", stages,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--cidr=127.128.0.1/12", "--node-ip=127.127.0.1", "--server-address=127.0.0.1:0"); err != nil {
+		"--cidr=127.128.0.1/12", "--node-ip=127.127.0.1", "--server-address=127.0.0.1:0", "--node-lease-duration-seconds=0"); err != nil {
 		return nil, err
 	}
 	step("creating %d KWOK nodes", o.nodes)
