@@ -73,6 +73,7 @@ func TestReplicasShareFairness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("submits 300,000 rows to two bulkd processes")
 	}
+	tStart := time.Now()
 	bin := restartBuild(t)
 	srv, err := testredis.StartProcess(t.TempDir())
 	if err != nil {
@@ -111,6 +112,8 @@ func TestReplicasShareFairness(t *testing.T) {
 	}
 	r1, r2 := restartAPI(t, replicas[0]), restartAPI(t, replicas[1])
 
+	t.Logf("built bulkd and started two replicas in %s", time.Since(tStart).Round(time.Millisecond))
+	tSubmit := time.Now()
 	var bigJobs []string
 	for j := 0; j < 3; j++ {
 		rows := make([]companyapi.Row, 100_000)
@@ -124,6 +127,7 @@ func TestReplicasShareFairness(t *testing.T) {
 		bigJobs = append(bigJobs, sub.JobID)
 	}
 
+	t.Logf("A's 3 x 100,000 rows submitted in %s", time.Since(tSubmit).Round(time.Millisecond))
 	// Both replicas busy with A: replica 2 found A's shards on its own
 	// (its resume pass) and runs them through its own website proxy.
 	waitFor(t, 30*time.Second, "both replicas running A's shards", func() bool {
