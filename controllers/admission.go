@@ -451,7 +451,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	// just ended while it has more queued stays known (it keeps its credit
 	// and does not count as a newcomer).
 	var released []string
-	bound := map[types.UID]bool{}
+	bound := make(map[types.UID]bool, len(a.slots))
 	reserved := map[types.UID][]string{} // Job -> its reservations' keys
 	for key, sl := range a.slots {
 		switch {
@@ -517,7 +517,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	// The queue: suspended Jobs, gated pods, and each Job's room (pods the
 	// Job controller is about to make: an account whose only queued pod
 	// was just admitted keeps its turn and credit while the next comes).
-	want := map[string]bool{}
+	want := make(map[string]bool, len(v.pods)+len(v.jobs))
 	for uid, jv := range v.jobs {
 		if ptrTrue(jv.job.Spec.Suspend) {
 			if key := startKey(uid); a.slots[key] == nil {

@@ -7,8 +7,8 @@ package e2e
 // internal/fairshare; the shards of every running job are picked up by
 // every replica (the resume pass, every --lease-ttl) and leases keep two
 // replicas off one shard, so a replica that took a job's submission is not
-// the only one to run it. docs/architecture.md ("Several replicas") says
-// what is global and what is per process.
+// the only one to run it. docs/architecture.md ("Scheduling shards across
+// accounts", Replicas) says what is global and what is per process.
 
 import (
 	"context"
