@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -95,6 +96,10 @@ type admitter struct {
 	// to get (its room), moreSeq numbers them.
 	more    map[types.UID][]string
 	moreSeq uint64
+
+	// podSet, when set, is where the pass reads the processor pods;
+	// without it (or before it synced), a List of the cache.
+	podSet *podSet
 
 	mu        sync.Mutex
 	positions map[types.NamespacedName]int32
@@ -206,14 +211,17 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 	if err := a.client.List(ctx, &jl, managed, noCopy); err != nil {
 		return nil, fmt.Errorf("list Jobs: %w", err)
 	}
-	var pl corev1.PodList
-	if err := a.client.List(ctx, &pl, managed, noCopy); err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
+	pods, err := a.processorPods(ctx)
+	if err != nil {
+		return nil, err
 	}
-	v := &admissionView{jobs: map[types.UID]*jobView{}, pods: map[types.UID]*corev1.Pod{}, running: map[types.UID]*corev1.Pod{}}
+	// Sized up front: a pass at 10,000 pods otherwise spends a tenth of
+	// its time growing these maps (BenchmarkAdmissionPass).
+	v := &admissionView{jobs: make(map[types.UID]*jobView, len(jl.Items)), pods: make(map[types.UID]*corev1.Pod, len(pods)),
+		running: map[types.UID]*corev1.Pod{}}
 	for i := range jl.Items {
 		job := &jl.Items[i]
-		ref := metav1.GetControllerOf(job)
+		ref := metav1.GetControllerOfNoCopy(job)
 		if ref == nil || ref.Kind != "BulkJob" || !job.DeletionTimestamp.IsZero() || jobFinished(job) {
 			continue
 		}
@@ -237,9 +245,16 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 			a.weights[jv.account] = w
 		}
 	}
-	for i := range pl.Items {
-		p := &pl.Items[i]
+	byJob := make(map[types.UID][]*corev1.Pod, len(v.jobs))
+	for _, p := range pods {
 		v.pods[p.UID] = p
+		ref := metav1.GetControllerOfNoCopy(p)
+		var jv *jobView
+		if ref != nil {
+			if jv = v.jobs[ref.UID]; jv != nil {
+				byJob[ref.UID] = append(byJob[ref.UID], p)
+			}
+		}
 		if podFinished(p) {
 			continue
 		}
@@ -247,25 +262,108 @@ func (a *admitter) read(ctx context.Context) (*admissionView, error) {
 			v.running[p.UID] = p
 			continue
 		}
-		ref := metav1.GetControllerOf(p)
 		if ref == nil || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if jv := v.jobs[ref.UID]; jv != nil && !ptrTrue(jv.job.Spec.Suspend) {
+		if jv != nil && !ptrTrue(jv.job.Spec.Suspend) {
 			jv.gated = append(jv.gated, p)
 		}
 	}
-	byJob := map[types.UID][]*corev1.Pod{}
-	for _, p := range v.pods {
-		if ref := metav1.GetControllerOf(p); ref != nil && v.jobs[ref.UID] != nil {
-			byJob[ref.UID] = append(byJob[ref.UID], p)
-		}
-	}
 	for uid, jv := range v.jobs {
-		slices.SortFunc(jv.gated, func(x, y *corev1.Pod) int { return podIndex(x) - podIndex(y) })
+		sortByIndex(jv.gated)
 		jv.pending, jv.occupied = occupancy(jv.job, byJob[uid])
 	}
 	return v, nil
+}
+
+// processorPods are the processor pods in the cache: from podSet, the
+// cache's own objects, not copies (the pass only reads them; what it
+// patches it copies first), once podSet has seen the informer's first
+// list; else a List. A List, even without deep copies, copies every pod
+// struct into the list: at 10,000 pods that was most of a pass's
+// allocations and a third of its time (BenchmarkAdmissionPass).
+func (a *admitter) processorPods(ctx context.Context) ([]*corev1.Pod, error) {
+	if a.podSet != nil {
+		if pods, ok := a.podSet.list(); ok {
+			return pods, nil
+		}
+	}
+	var pl corev1.PodList
+	if err := a.client.List(ctx, &pl, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByController}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	out := make([]*corev1.Pod, len(pl.Items))
+	for i := range pl.Items {
+		out[i] = &pl.Items[i]
+	}
+	return out, nil
+}
+
+// podSet mirrors the manager's pod informer (the processor pods: the
+// cache watches only those, manager.go) by uid, with the informer's own
+// objects, which the informer replaces on update and never changes.
+type podSet struct {
+	mu     sync.Mutex
+	pods   map[types.UID]*corev1.Pod
+	synced func() bool // the handler has seen the informer's first list
+}
+
+func newPodSet() *podSet { return &podSet{pods: map[types.UID]*corev1.Pod{}} }
+
+func (s *podSet) OnAdd(obj any, _ bool) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Labels[v1alpha1.LabelManagedBy] == v1alpha1.ManagedByController {
+		s.mu.Lock()
+		s.pods[p.UID] = p
+		s.mu.Unlock()
+	}
+}
+
+func (s *podSet) OnUpdate(_, obj any) { s.OnAdd(obj, false) }
+
+func (s *podSet) OnDelete(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		s.mu.Lock()
+		delete(s.pods, p.UID)
+		s.mu.Unlock()
+	}
+}
+
+// list is the pods, or false before the first list was seen (a pass
+// then must not count from a partial set: it would admit too many).
+func (s *podSet) list() ([]*corev1.Pod, bool) {
+	if s.synced == nil || !s.synced() {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(s.pods))
+	for _, p := range s.pods {
+		out = append(out, p)
+	}
+	return out, true
+}
+
+// sortByIndex orders a Job's pods by completion index, each pod's index
+// parsed once.
+func sortByIndex(ps []*corev1.Pod) {
+	if len(ps) < 2 {
+		return
+	}
+	type indexed struct {
+		i int
+		p *corev1.Pod
+	}
+	tmp := make([]indexed, len(ps))
+	for k, p := range ps {
+		tmp[k] = indexed{podIndex(p), p}
+	}
+	slices.SortStableFunc(tmp, func(x, y indexed) int { return x.i - y.i })
+	for k := range tmp {
+		ps[k] = tmp[k].p
+	}
 }
 
 // occupancy counts a Job's shards not ended and those of them that hold
@@ -294,17 +392,14 @@ func occupancy(job *batchv1.Job, pods []*corev1.Pod) (pending, occupied int32) {
 			done[i] = true
 		}
 	}
-	live := map[int32]bool{}   // indexes with a pod not finished
-	failed := map[int32]bool{} // indexes whose latest pod failed
+	// held: indexes with a pod not finished, or whose latest pod failed.
+	held := map[int32]bool{}
 	for _, p := range pods {
 		i := int32(podIndex(p))
-		switch {
-		case p.Status.Phase == corev1.PodSucceeded:
+		if p.Status.Phase == corev1.PodSucceeded {
 			done[i] = true // before the Job's status says so
-		case p.Status.Phase == corev1.PodFailed:
-			failed[i] = true
-		default:
-			live[i] = true
+		} else {
+			held[i] = true
 		}
 	}
 	for i := int32(0); i < n; i++ {
@@ -312,7 +407,7 @@ func occupancy(job *batchv1.Job, pods []*corev1.Pod) (pending, occupied int32) {
 			continue
 		}
 		pending++
-		if live[i] || failed[i] {
+		if held[i] {
 			occupied++
 		}
 	}
@@ -327,7 +422,7 @@ func (v *admissionView) podAccount(p *corev1.Pod) string {
 	if acct, ok := p.Labels[v1alpha1.LabelAccount]; ok {
 		return acct
 	}
-	if ref := metav1.GetControllerOf(p); ref != nil {
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 		if jv := v.jobs[ref.UID]; jv != nil {
 			return jv.account
 		}
@@ -361,7 +456,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	// just ended while it has more queued stays known (it keeps its credit
 	// and does not count as a newcomer).
 	var released []string
-	bound := map[types.UID]bool{}
+	bound := make(map[types.UID]bool, len(a.slots))
 	reserved := map[types.UID][]string{} // Job -> its reservations' keys
 	for key, sl := range a.slots {
 		switch {
@@ -427,7 +522,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	// The queue: suspended Jobs, gated pods, and each Job's room (pods the
 	// Job controller is about to make: an account whose only queued pod
 	// was just admitted keeps its turn and credit while the next comes).
-	want := map[string]bool{}
+	want := make(map[string]bool, len(v.pods)+len(v.jobs))
 	for uid, jv := range v.jobs {
 		if ptrTrue(jv.job.Spec.Suspend) {
 			if key := startKey(uid); a.slots[key] == nil {
@@ -461,7 +556,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 	// Admit while the budgets allow.
 	admitted := map[types.UID]*jobView{}
 	for _, u := range act.ungate {
-		if ref := metav1.GetControllerOf(u.pod); ref != nil && v.jobs[ref.UID] != nil {
+		if ref := metav1.GetControllerOfNoCopy(u.pod); ref != nil && v.jobs[ref.UID] != nil {
 			admitted[ref.UID] = v.jobs[ref.UID]
 		}
 	}
@@ -496,7 +591,7 @@ func (a *admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 		default:
 			uid := types.UID(rest)
 			p := v.pods[uid]
-			ref := metav1.GetControllerOf(p)
+			ref := metav1.GetControllerOfNoCopy(p)
 			a.slots[t.Key] = &slot{account: t.Account, job: ref.UID, pod: uid}
 			act.ungate = append(act.ungate, ungate{p, t.Key})
 			admitted[ref.UID] = v.jobs[ref.UID]
@@ -601,7 +696,7 @@ func (a *admitter) rebuild(v *admissionView, unknown []*corev1.Pod, released []s
 	}
 	for _, p := range unknown {
 		sl := &slot{account: v.podAccount(p), pod: p.UID}
-		if ref := metav1.GetControllerOf(p); ref != nil {
+		if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 			sl.job = ref.UID
 		}
 		a.slots[podKey(p.UID)] = sl
@@ -774,6 +869,17 @@ func (a *admitter) publish(v *admissionView, touched map[types.NamespacedName]bo
 // woken by BulkJobs, Jobs and processor pods.
 func (r *BulkJobReconciler) setupAdmission(mgr ctrl.Manager) error {
 	r.admission = newAdmitter(mgr.GetClient(), r.Options, r.Now)
+	inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	set := newPodSet()
+	reg, err := inf.AddEventHandler(set)
+	if err != nil {
+		return fmt.Errorf("pod informer: %w", err)
+	}
+	set.synced = reg.HasSynced
+	r.admission.podSet = set
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{admissionRequest}
 	})

@@ -8,6 +8,7 @@
 # version and returns at once. Messages go to stderr.
 #
 #   hack/tools.sh controller-gen      -> .../tools/controller-gen/v0.21.0/controller-gen
+#   hack/tools.sh kwok                -> .../tools/kwok/v0.8.0/kwok
 #   hack/tools.sh envtest             -> same as hack/envtest.sh (KUBEBUILDER_ASSETS dir)
 #   hack/tools.sh --list              -> the known tools and the versions in force
 #
@@ -17,6 +18,7 @@
 # Environment:
 #   BULKD_TOOLS_CACHE         cache root (default $HOME/.cache/bulkd-tools)
 #   CONTROLLER_TOOLS_VERSION  controller-tools release (default below)
+#   KWOK_VERSION              kwok release (default below)
 #   BULKD_TOOLS_CGO_ENABLED   CGO_ENABLED for the builds (default 0)
 #
 # Why these versions:
@@ -24,6 +26,10 @@
 #   (its go.mod requires k8s.io/api, apimachinery, apiextensions-apiserver
 #   v0.36.0), matching this project's k8s.io v0.36.6 / controller-runtime
 #   v0.24.1. v0.22.0 and later require k8s.io v0.37.
+#   kwok v0.8.0 (the fake-node controller of the scale bench, hack/kube-bench)
+#   is the release built against k8s.io/* v0.36 (its go.mod requires
+#   k8s.io/api, client-go, apiserver v0.36.1) and has no replace directives,
+#   so `go install sigs.k8s.io/kwok/cmd/kwok@v0.8.0` builds it as released.
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,6 +37,7 @@ HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${HACK_DIR}/lib/tools-common.sh"
 
 : "${CONTROLLER_TOOLS_VERSION:=v0.21.0}"
+: "${KWOK_VERSION:=v0.8.0}"
 
 # Bump when a change to this script changes what it builds, so that cached
 # binaries of the old recipe are rebuilt.
@@ -44,6 +51,11 @@ tool_spec() {
       PACKAGE=sigs.k8s.io/controller-tools/cmd/controller-gen
       VERSION="${CONTROLLER_TOOLS_VERSION}"
       ;;
+    kwok)
+      MODULE=sigs.k8s.io/kwok
+      PACKAGE=sigs.k8s.io/kwok/cmd/kwok
+      VERSION="${KWOK_VERSION}"
+      ;;
     *)
       return 1
       ;;
@@ -51,7 +63,7 @@ tool_spec() {
   [[ "${VERSION}" == v* ]] || VERSION="v${VERSION}"
 }
 
-KNOWN_TOOLS=(controller-gen)
+KNOWN_TOOLS=(controller-gen kwok)
 
 usage() {
   cat >&2 <<EOF
