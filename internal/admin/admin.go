@@ -54,7 +54,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-` + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage + SMTPRulesUsage
+` + EraseUsage + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage + SMTPRulesUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -383,3 +383,13 @@ func ledger(ctx context.Context, bl *billing.Billing, env Env, args []string) er
 	}
 	return nil
 }
+
+// EraseUsage is the help of `erase` and `privacy audit`, which
+// internal/serve registers (they need the families; docs/privacy.md).
+const EraseUsage = `  erase --email ADDRESS | --name FIRST LAST --domain D [--actor WHO]
+                                                   erase a person from every job, learned pattern and cache, add
+                                                   them to the suppression list (keyed hash), record it in the audit
+                                                   log; prints a JSON report (hashes and counts only); needs
+                                                   BULKD_PRIVACY_SECRET (or --privacy-secret), the servers' secret
+  privacy audit [--limit N]                        print the privacy audit log (erasures, job deletions) as JSON lines
+`

@@ -82,6 +82,9 @@ type Engine struct {
 	// AnswerBytes is the bytes reserved per distinct input for its answer
 	// until the job completes (0: DefaultAnswerBytes).
 	AnswerBytes int64
+	// Deleted, when set, is told of each job deleted (DeleteJob), after
+	// its keys are gone: the webhook service announces job.deleted.
+	Deleted func(ctx context.Context, d *Deletion)
 
 	// failpoint, when set (tests only), is called before each step of a
 	// submission; an error there behaves like a failure of that step.
@@ -137,13 +140,16 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(e.Retention),
 	}
 	j.Shards = (b.Distinct() + j.ShardSize - 1) / j.ShardSize
-	if j.Distinct == 0 { // nothing to answer: the job is complete on arrival
+	// Inputs naming a suppressed person are answered already (Suppress)
+	// and paid for by nobody.
+	payable := j.Distinct - int64(b.Suppressed())
+	if payable == 0 { // nothing to answer: the job is complete on arrival
 		j.Status, j.CompletedAt = StatusCompleted, now
 	}
 	if m.Quota != nil {
-		j.QuotaUnits, j.QuotaWindow = j.Distinct, m.Quota.Window.Name
+		j.QuotaUnits, j.QuotaWindow = payable, m.Quota.Window.Name
 	} else {
-		amt, err := m.Price.Mul(j.Distinct)
+		amt, err := m.Price.Mul(payable)
 		if err != nil {
 			return nil, err
 		}

@@ -35,6 +35,9 @@ type Event struct {
 	Status    string           `json:"status"`
 	Counts    map[string]int64 `json:"counts"`
 	Links     Links            `json:"links"`
+	// CreditsRefunded is set on job.deleted only: what the deletion gave
+	// back (the inputs it never processed).
+	CreditsRefunded *float64 `json:"credits_refunded,omitempty"`
 }
 
 // Links point at the job's status and results: paths relative to the API,
