@@ -128,7 +128,7 @@ type deletedJob struct {
 	// PreviousStatus is the job's status when it was stopped, in its
 	// family's words (running, in_progress, completed, ...).
 	PreviousStatus string `json:"previous_status"`
-	TotalRows      int64  `json:"total_rows"`     // rows removed
+	TotalRows      int64  `json:"total_rows"`      // rows removed
 	TotalProcessed int64  `json:"total_processed"` // rows that had an answer
 	// Unprocessed is the distinct inputs that were never answered.
 	Unprocessed     int64   `json:"unprocessed_inputs"`

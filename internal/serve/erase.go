@@ -28,7 +28,9 @@ import (
 // (admin.Env.Extra), so package admin stays free of the families.
 func AdminCommands(extra ...Extra) map[string]admin.Command {
 	return map[string]admin.Command{
-		"erase":   func(ctx context.Context, rdb redis.UniversalClient, env admin.Env, args []string) error { return erase(ctx, rdb, env, args, extra) },
+		"erase": func(ctx context.Context, rdb redis.UniversalClient, env admin.Env, args []string) error {
+			return erase(ctx, rdb, env, args, extra)
+		},
 		"privacy": privacyCmd,
 	}
 }
