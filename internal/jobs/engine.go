@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
@@ -134,10 +135,17 @@ const (
 // account's limits (usage.go); nothing was taken.
 func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, m Metering) (*Job, error) {
 	now := e.Now().UTC()
+	// The account's retention, if it chose one (docs/privacy.md): read
+	// here, not from the principal, so that a change applies to the next
+	// submission whatever authenticated it.
+	days, err := e.Store.rdb.HGet(ctx, accounts.AccountKey(p.Account.ID), "retention_days").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read the account's retention: %w", err)
+	}
 	j := &Job{
 		ID: cmp.Or(b.ID, uuid.NewString()), Family: b.Family, AccountID: p.Account.ID, KeyID: p.Key.ID, Status: StatusRunning,
 		TotalRows: int64(b.Rows()), TotalInvalid: b.Invalid(), Distinct: int64(b.Distinct()),
-		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(e.Retention),
+		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(accounts.Retention(days, e.Retention)),
 	}
 	j.Shards = (b.Distinct() + j.ShardSize - 1) / j.ShardSize
 	// Inputs naming a suppressed person are answered already (Suppress)

@@ -440,3 +440,46 @@ func TestDeleteLargeJob(t *testing.T) {
 	scan(t, env, logs, "deleting a 100,000-row job")
 	reconcile(t, env, acct)
 }
+
+// TestAccountRetention: an account's retention (bulkd admin account
+// retention) sets its new jobs' expiry, never past the deployment's.
+func TestAccountRetention(t *testing.T) {
+	env := start(t, &logBuf{}, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) { c.Retention = 10 * 24 * time.Hour }))
+	ctx := context.Background()
+	acct, key := env.Account(credits.Whole(100))
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		err := admin.Run(ctx, env.Redis, admin.Env{Stdout: &out, Stderr: &errb, Now: time.Now}, args)
+		return strings.TrimSpace(out.String()), err
+	}
+	ttl := func() time.Duration {
+		id := submit(t, env, key, submission{"/v1/bulk", map[string]any{"emails": []string{"john.smith@" + markerDomain}}})
+		d, err := env.Redis.PTTL(ctx, "bulkd:job:{"+id+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	near := func(got, want time.Duration) bool { return got > want-time.Minute && got <= want }
+	if out, err := run("account", "retention", acct); err != nil || out != "default" {
+		t.Fatalf("retention of a new account: %q %v", out, err)
+	}
+	if d := ttl(); !near(d, 10*24*time.Hour) {
+		t.Fatalf("default retention: a job's TTL is %s", d)
+	}
+	if out, err := run("account", "retention", acct, "2"); err != nil || out != "2" {
+		t.Fatalf("set 2 days: %q %v", out, err)
+	}
+	if d := ttl(); !near(d, 2*24*time.Hour) {
+		t.Fatalf("2 days: a job's TTL is %s", d)
+	}
+	if _, err := run("account", "retention", acct, "31"); err == nil {
+		t.Fatal("31 days accepted")
+	}
+	if out, err := run("account", "retention", acct, "20"); err != nil || out != "20" {
+		t.Fatalf("set 20 days: %q %v", out, err)
+	}
+	if d := ttl(); !near(d, 10*24*time.Hour) { // the deployment's maximum wins
+		t.Fatalf("20 days under a 10-day maximum: a job's TTL is %s", d)
+	}
+}
