@@ -152,6 +152,7 @@ func (s *Store) Purge(ctx context.Context, j *Job) (int64, error) {
 	pipe.ZRem(ctx, retryingKey, j.ID)
 	pipe.ZRem(ctx, settlingKey, j.ID)
 	pipe.ZRem(ctx, webhookJobsKey, j.ID)
+	pipe.ZRem(ctx, expiringKey, j.ID)
 	pipe.ZRem(ctx, accountJobsKey(j.AccountID), j.ID)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("purge job %s: its sets: %w", j.ID, err)

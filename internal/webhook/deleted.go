@@ -29,7 +29,7 @@ func (s *Service) JobDeleted(ctx context.Context, d *jobs.Deletion) {
 func (s *Service) jobDeleted(ctx context.Context, d *jobs.Deletion) error {
 	sw := s.Sweeper
 	j := d.Job
-	ids := []string{EventID(j.ID, TypeCompleted)}
+	ids := []string{EventID(j.ID, TypeCompleted), EventID(j.ID, TypeExpiring)}
 	m, ok := sw.Events.mount(j)
 	if ok {
 		if st, ok := family.RetryingStatus(m.Family); ok {

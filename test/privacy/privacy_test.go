@@ -483,3 +483,39 @@ func TestAccountRetention(t *testing.T) {
 		t.Fatalf("20 days under a 10-day maximum: a job's TTL is %s", d)
 	}
 }
+
+// TestEraseThroughput measures the erasure's scan: 10 stored jobs of
+// 10,000 addresses each (100,000 rows), the marker in one of them.
+func TestEraseThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 rows")
+	}
+	env := start(t, &logBuf{}, bulkdtest.NoWorkers())
+	ctx := context.Background()
+	_, key := env.Account(credits.Whole(100000))
+	for j := 0; j < 10; j++ {
+		emails := make([]string, 10000)
+		for i := range emails {
+			emails[i] = "person" + strconv.Itoa(j*10000+i) + "@" + markerDomain
+		}
+		if j == 7 {
+			emails[5000] = markerEmail
+		}
+		submit(t, env, key, submission{"/v1/bulk", map[string]any{"emails": emails}})
+	}
+	var out, errb bytes.Buffer
+	t.Setenv(config.EnvName("privacy-secret"), secret)
+	start := time.Now()
+	if err := admin.Run(ctx, env.Redis, admin.Env{Stdout: &out, Stderr: &errb, Now: time.Now, Extra: serve.AdminCommands()},
+		[]string{"erase", "--email", markerEmail}); err != nil {
+		t.Fatal(err, errb.String())
+	}
+	took := time.Since(start)
+	t.Logf("erase over 10 jobs, 100,000 rows: %s (%.0f rows/s): %s", took, 100000/took.Seconds(), strings.TrimSpace(out.String()))
+	var rep struct {
+		Inputs int `json:"inputs_erased"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Inputs != 1 {
+		t.Fatalf("report %s (%v)", out.String(), err)
+	}
+}
