@@ -59,7 +59,6 @@ type Report struct {
 	Inputs   int64    `json:"inputs_erased"`
 	Rows     int64    `json:"rows_erased"`
 	Patterns int64    `json:"patterns_forgotten"`
-	Cache    int64    `json:"cache_entries_removed"`
 	Millis   int64    `json:"duration_ms"`
 }
 
