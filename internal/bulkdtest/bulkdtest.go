@@ -114,7 +114,10 @@ func Start(t testing.TB, opts ...Option) *Env {
 	if LogTo != nil {
 		out = io.MultiWriter(out, LogTo)
 	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if out != io.Discard {
+		log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	clock := &Clock{}
 	parts, err := serve.BuildWith(cfg, rdb, log, serve.Options{Now: clock.Now})
 	if err != nil {
