@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,7 @@ func (s *Server) mountBulk(g chi.Router, b Bulk) {
 	g.With(s.idempotent).Post(b.Path, s.submitBulk(b))
 	g.Get(b.Path+"/{job_id}", s.getBulkJob(b))
 	g.Get(b.Path+"/{job_id}/results", s.getBulkResults(b))
+	g.Delete(b.Path+"/{job_id}", s.deleteBulkJob(b))
 }
 
 func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
@@ -69,6 +71,9 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 			return
 		}
 		b.ID = id
+		if c, _ := r.Context().Value(idemClaimKey{}).(*idemClaim); c != nil {
+			b.IdemKey = c.rk // deleting the job deletes the record that replays it
+		}
 		j, err := s.Jobs.Submit(r.Context(), p, b, met)
 		if s.chargeFailed(w, r, err) {
 			return
@@ -91,6 +96,12 @@ func (s *Server) decodeBulk(ctx context.Context, p *accounts.Principal, m Bulk, 
 	if e := wb.check(ctx, s.Webhooks); e != nil {
 		return nil, jobs.Metering{}, e
 	}
+	if err := s.Suppress.Apply(ctx, m.Family, b); err != nil {
+		// Fail closed: a person who asked to be forgotten is not
+		// processed because the list could not be read.
+		s.Logger.Error("suppression list unavailable", "err", err)
+		return nil, jobs.Metering{}, apierr.New(http.StatusServiceUnavailable, "The service is temporarily unavailable; try again.")
+	}
 	met := m.Family.Metering().Jobs()
 	if m.Keys == UnlimitedPlan {
 		met = s.bulkSearches(p)
@@ -110,6 +121,62 @@ func (s *Server) getBulkJob(m Bulk) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, m.Family.Status(j))
 	}
+}
+
+// deletedJob is the answer to DELETE .../{job_id} (docs/privacy.md).
+type deletedJob struct {
+	JobID  string `json:"job_id"`
+	Status string `json:"status"` // always "deleted"
+	// PreviousStatus is the job's status when it was stopped, in its
+	// family's words (running, in_progress, completed, ...).
+	PreviousStatus string `json:"previous_status"`
+	TotalRows      int64  `json:"total_rows"`      // rows removed
+	TotalProcessed int64  `json:"total_processed"` // rows that had an answer
+	// Unprocessed is the distinct inputs that were never answered.
+	Unprocessed     int64   `json:"unprocessed_inputs"`
+	CreditsRefunded float64 `json:"credits_refunded"`
+	// Removed names what is gone: every trace of the job.
+	Removed []string `json:"removed"`
+}
+
+// removedTraces is what a deletion removes, in the answer's words.
+var removedTraces = []string{"status", "rows", "results", "inputs", "cached_results", "idempotency_record", "webhook_events"}
+
+func (s *Server) deleteBulkJob(m Bulk) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := jobIDParam(w, r, m.Family)
+		if !ok {
+			return
+		}
+		d, err := s.Jobs.Delete(r.Context(), PrincipalFrom(r.Context()).Key.ID, m.Family.Name(), id)
+		if errors.Is(err, jobs.ErrJobNotFound) {
+			apierr.Write(w, apierr.ErrJobNotFound)
+			return
+		}
+		if err != nil {
+			s.internalError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, deletedJob{JobID: id, Status: "deleted", PreviousStatus: familyStatus(m.Family, d.Job),
+			TotalRows: d.Job.TotalRows, TotalProcessed: family.Processed(m.Family, d.Job), Unprocessed: d.Unprocessed,
+			CreditsRefunded: float64(d.Refunded) / credits.Scale, Removed: removedTraces})
+	}
+}
+
+// familyStatus is the status field of j's status answer in its family's
+// vocabulary (each family names its statuses).
+func familyStatus(f family.Family, j *jobs.Job) string {
+	raw, err := json.Marshal(f.Status(j))
+	if err != nil {
+		return j.Status
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(raw, &st) != nil || st.Status == "" {
+		return j.Status
+	}
+	return st.Status
 }
 
 func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {

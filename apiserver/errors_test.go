@@ -97,7 +97,7 @@ func TestErrorBodies(t *testing.T) {
 	for path, allow := range map[string]string{
 		"/v1/credits":                   "GET",
 		"/v1/company-enrichment/bulk":   "POST",
-		"/v1/company-enrichment/bulk/x": "GET",
+		"/v1/company-enrichment/bulk/x": "GET, DELETE", // DELETE: docs/privacy.md
 		"/v1/unlimited/usage":           "GET",
 		"/healthz":                      "GET",
 	} {

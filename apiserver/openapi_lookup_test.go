@@ -13,6 +13,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/lookup"
 	"github.com/bulkd/bulkd/internal/ratelimit"
@@ -369,8 +370,8 @@ func TestOpenAPILookupContract(t *testing.T) {
 		statuses []string
 		subs     []string
 	}{
-		{"LookupResultRow", rowFields, []string{"found", "not_found", "pending"}, // ambiguous: two rows of one job, one address, or an address against the domain's pattern
-			append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), append(append([]string{}, substatuses[4:]...), "processing_error", lookup.SubQueued, lookup.SubRetrying)...)},
+		{"LookupResultRow", rowFields, []string{"found", "not_found", family.OutcomeSuppressed, "pending"}, // ambiguous: two rows of one job, one address, or an address against the domain's pattern; suppressed: a person erased on their request (docs/privacy.md)
+			append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), append(append([]string{}, substatuses[4:]...), "processing_error", lookup.SubQueued, lookup.SubRetrying, family.OutcomeSuppressed)...)},
 		{"LookupResponse", append(append([]string{}, rowFields...), "credits_consumed"), []string{"found", "not_found"},
 			append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), substatuses[4:len(substatuses)-1]...)}, // unknown is a 502
 	} {
@@ -393,7 +394,7 @@ func TestOpenAPILookupContract(t *testing.T) {
 	closed("LookupJobStatus", schemas["LookupJobStatus"].Value, "job_id", "status", "total_rows", "total_processed",
 		"summary", "credits_consumed", "created_at", "completed_at")
 	closed("LookupJobStatus.summary", schemas["LookupJobStatus"].Value.Properties["summary"].Value,
-		"total_found", "total_not_found", "total_retrying", "total_pending")
+		"total_found", "total_not_found", "total_suppressed", "total_retrying", "total_pending")
 	enumIs("LookupJobStatus.status", schemas["LookupJobStatus"].Value.Properties["status"].Value.Enum, "running", "completed")
 	closed("LookupResultsPage", schemas["LookupResultsPage"].Value, "job_id", "total_rows", "total_processed", "limit", "offset", "results")
 	if schemas["LookupResultsPage"].Value.Properties["results"].Value.Items.Value != schemas["LookupResultRow"].Value {

@@ -21,6 +21,7 @@ import (
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/privacy"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
@@ -73,6 +74,10 @@ type Deps struct {
 	// constructor called once, here, closes that loop where a field set
 	// after both were built used to.
 	Dashboard func(api *Server) http.Handler
+	// Suppress is the suppression list of erased people (docs/privacy.md):
+	// a submission's inputs naming one are answered suppressed, not
+	// charged, never processed. Nil: nothing is suppressed.
+	Suppress *privacy.Suppressions
 	// Webhooks is the policy a submission's webhook_url must pass
 	// (webhook.go); nil: https to public addresses only.
 	Webhooks *webhook.Policy

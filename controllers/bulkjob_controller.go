@@ -227,10 +227,16 @@ func (r *BulkJobReconciler) ensureFinalizer(ctx context.Context, bj *v1alpha1.Bu
 
 // retentionLeft is how long the BulkJob has before its retention is over.
 func (r *BulkJobReconciler) retentionLeft(bj *v1alpha1.BulkJob, now time.Time) time.Duration {
-	if bj.CreationTimestamp.IsZero() { // always set by the API server
-		return r.Options.Retention
+	left := r.Options.Retention
+	if !bj.CreationTimestamp.IsZero() { // always set by the API server
+		left = bj.CreationTimestamp.Add(r.Options.Retention).Sub(now)
 	}
-	return bj.CreationTimestamp.Add(r.Options.Retention).Sub(now)
+	// The job's own expiry (its account's retention, docs/privacy.md),
+	// when it comes first: the BulkJob goes with the job's data.
+	if at, err := time.Parse(time.RFC3339, bj.Annotations[v1alpha1.AnnotationExpiresAt]); err == nil {
+		left = min(left, at.Sub(now))
+	}
+	return left
 }
 
 // expire deletes a BulkJob past its retention (its finalizer then deletes

@@ -411,6 +411,30 @@ func TestReconcileDeletesBulkJobsPastTheirRetention(t *testing.T) {
 	}
 }
 
+// A BulkJob whose job expires sooner (its account's retention,
+// annotation bulkd.io/expires-at) is deleted then, not at --retention.
+func TestReconcileDeletesBulkJobsAtTheirAccountsRetention(t *testing.T) {
+	data := newFakeData(builders.MakeJobData(id).Obj())
+	created := time.Now().Add(-3 * 24 * time.Hour).Truncate(time.Second)
+	bj := builders.MakeBulkJob(id, ns).Finalizer().Created(created).Phase(v1alpha1.PhaseCompleted).Obj()
+	bj.Annotations = map[string]string{v1alpha1.AnnotationExpiresAt: created.Add(2 * 24 * time.Hour).UTC().Format(time.RFC3339)}
+	s := newScenario(t, data, bj)
+	s.now = created.Add(24 * time.Hour)
+	if res := s.mustReconcile(); res.RequeueAfter != 24*time.Hour {
+		t.Fatalf("requeue after %v, want the day left of the account's 2 days", res.RequeueAfter)
+	}
+	s.now = created.Add(2*24*time.Hour + time.Second)
+	s.mustReconcile() // deletes: the finalizer holds it
+	s.mustReconcile() // finalizes
+	if len(data.deleted) != 1 {
+		t.Fatalf("data not deleted: %v", data.deleted)
+	}
+	var got v1alpha1.BulkJob
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &got); !apierrors.IsNotFound(err) {
+		t.Fatalf("BulkJob still there: %v", err)
+	}
+}
+
 // setData changes the job's data in Redis.
 func (d *fakeData) setData(id string, f func(j *jobs.Job)) {
 	d.mu.Lock()

@@ -16,6 +16,11 @@ const (
 	// whose budget and turn its shards take. The API sets it; the
 	// controller fills it from the job's data when it is missing.
 	LabelAccount = "bulkd.io/account"
+	// AnnotationExpiresAt is on BulkJobs: when the job's data expires
+	// (RFC 3339), its account's retention if shorter than the
+	// deployment's (docs/privacy.md). The controller deletes the BulkJob
+	// then, or at its own --retention, whichever comes first.
+	AnnotationExpiresAt = "bulkd.io/expires-at"
 	// LabelPlan is on BulkJobs, Jobs and pods when the account had an
 	// unlimited plan at submission: the plan (starter, standard,
 	// professional), which weighs the account's share.

@@ -79,7 +79,7 @@ func main() {
 	case "processor":
 		err = runProcessor(ctx, os.Args[2:])
 	case "admin":
-		err = admin.Main(ctx, os.Args[2:], admin.Env{Stdout: os.Stdout, Stderr: os.Stderr})
+		err = admin.Main(ctx, os.Args[2:], admin.Env{Stdout: os.Stdout, Stderr: os.Stderr, Extra: serve.AdminCommands()})
 	case "version", "--version", "-version":
 		fmt.Printf("bulkd %s (commit %s)\n", version, commit)
 	case "help", "-h", "--help":

@@ -73,6 +73,11 @@ type Account struct {
 	PlanState PlanState
 	PeriodEnd time.Time // end of the current billing period; zero when no plan
 	CreatedAt time.Time
+	// RetentionDays is how long the account's jobs are kept, in days
+	// (1..30, field retention_days; 0: the deployment's --retention). The
+	// deployment's retention is the most any account gets
+	// (docs/privacy.md).
+	RetentionDays int
 	// Overrides are the account's own limits (limits.go): limit name ->
 	// value, absent where the default applies. Authenticate reads only
 	// the request rate's.
@@ -229,7 +234,37 @@ func accountFromMap(m map[string]string) *Account {
 		a.PeriodEnd = time.Unix(pe, 0).UTC()
 	}
 	a.Overrides = overridesFrom(m)
+	a.RetentionDays, _ = strconv.Atoi(m["retention_days"])
 	return a
+}
+
+// MaxRetentionDays is the longest retention an account may choose.
+const MaxRetentionDays = 30
+
+// SetRetention sets how many days the account's jobs are kept (1 to
+// MaxRetentionDays), or with 0 goes back to the deployment's retention.
+// Jobs submitted before keep the expiry they were given.
+func (s *Store) SetRetention(ctx context.Context, id string, days int) error {
+	if days < 0 || days > MaxRetentionDays {
+		return fmt.Errorf("retention must be 1 to %d days (0: the deployment's)", MaxRetentionDays)
+	}
+	if _, err := s.Account(ctx, id); err != nil {
+		return err
+	}
+	if days == 0 {
+		return s.rdb.HDel(ctx, AccountKey(id), "retention_days").Err()
+	}
+	return s.rdb.HSet(ctx, AccountKey(id), "retention_days", days).Err()
+}
+
+// Retention is how long a job of an account with retentionDays is kept
+// under a deployment whose retention is max: the account's choice, never
+// longer than max.
+func Retention(retentionDays int, max time.Duration) time.Duration {
+	if retentionDays <= 0 {
+		return max
+	}
+	return min(time.Duration(retentionDays)*24*time.Hour, max)
 }
 
 // ListAccounts returns every account id.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,8 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
   account create --name NAME [--credits N]         print the new account id
   account show ACCOUNT                             print the account as JSON
   account list                                     print account ids, one a line
+  account retention ACCOUNT [DAYS|default]         print, or set, how many days the account's jobs are kept
+                                                   (1..30, never more than the servers' --retention; docs/privacy.md)
 ` + LimitsUsage + `  credits add ACCOUNT AMOUNT [--note TEXT]         print the new balance
   credits remove ACCOUNT AMOUNT [--note TEXT]      print the new balance (never below 0)
   key create ACCOUNT [--type payg|unlimited]       print the new key (shown only this once)
@@ -54,7 +57,7 @@ const Usage = `usage: bulkd admin [--redis-url URL] COMMAND ...
                                                    set the unlimited plan (starter|standard|professional|none),
                                                    state (active|lapsed) and billing period end
   ledger ACCOUNT [--limit N] [--after ENTRY_ID]    print ledger entries as JSON lines, oldest first
-` + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage + SMTPRulesUsage
+` + EraseUsage + LedgerUsage + CompaniesUsage + ListsUsage + WebhookUsage + UserUsage + SMTPRulesUsage
 
 // Main parses the global flags and runs a command.
 func Main(ctx context.Context, args []string, env Env) error {
@@ -132,6 +135,8 @@ func Run(ctx context.Context, rdb redis.UniversalClient, env Env, args []string)
 	switch verb {
 	case "account limits":
 		return accountLimits(ctx, rdb, st, env, rest)
+	case "account retention":
+		return accountRetention(ctx, st, env, rest)
 	case "account create":
 		return accountCreate(ctx, st, env, rest)
 	case "account show":
@@ -381,5 +386,46 @@ func ledger(ctx context.Context, bl *billing.Billing, env Env, args []string) er
 			return err
 		}
 	}
+	return nil
+}
+
+// EraseUsage is the help of `erase` and `privacy audit`, which
+// internal/serve registers (they need the families; docs/privacy.md).
+const EraseUsage = `  erase --email ADDRESS | --name FIRST LAST --domain D [--actor WHO]
+                                                   erase a person from every job, learned pattern and cache, add
+                                                   them to the suppression list (keyed hash), record it in the audit
+                                                   log; prints a JSON report (hashes and counts only); needs
+                                                   BULKD_PRIVACY_SECRET (or --privacy-secret), the servers' secret
+  privacy audit [--limit N]                        print the privacy audit log (erasures, job deletions) as JSON lines
+`
+
+// accountRetention prints or sets an account's job retention in days
+// (docs/privacy.md): "default" goes back to the deployment's --retention.
+func accountRetention(ctx context.Context, st *accounts.Store, env Env, args []string) error {
+	if len(args) < 1 || len(args) > 2 {
+		return errors.New("usage: account retention ACCOUNT [DAYS|default]")
+	}
+	if len(args) == 2 {
+		days := 0
+		if args[1] != "default" {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 {
+				return fmt.Errorf("retention: %q is not a number of days (1..%d) or default", args[1], accounts.MaxRetentionDays)
+			}
+			days = n
+		}
+		if err := st.SetRetention(ctx, args[0], days); err != nil {
+			return err
+		}
+	}
+	a, err := st.Account(ctx, args[0])
+	if err != nil {
+		return err
+	}
+	if a.RetentionDays == 0 {
+		fmt.Fprintln(env.Stdout, "default")
+		return nil
+	}
+	fmt.Fprintln(env.Stdout, a.RetentionDays)
 	return nil
 }

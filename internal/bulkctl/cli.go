@@ -52,6 +52,8 @@ const usageText = `usage: bulkctl COMMAND [flags]
   bulkctl wait    JOB           wait until the jobs finish (progress on stderr)
   bulkctl results JOB --out F   every result row in submission order to F.csv or F.jsonl
                                 (continues a file that already holds rows)
+  bulkctl delete  JOB           delete the jobs and everything they stored (a running job is stopped,
+                                its unprocessed rows refunded); prints each answer as JSON
   bulkctl credits               GET /v1/credits (pay-as-you-go key)
   bulkctl usage                 GET /v1/unlimited/usage (unlimited-plan key)
   bulkctl version
@@ -219,6 +221,8 @@ func run(ctx context.Context, args []string, env Env) error {
 		return runSubmit(ctx, f, rest[1:], env)
 	case "status", "wait", "results":
 		return runJob(ctx, cmd, rest, env)
+	case "delete":
+		return runDelete(ctx, rest, env)
 	case "credits", "usage":
 		return runAccount(ctx, cmd, rest, env)
 	}
@@ -353,6 +357,39 @@ func runJob(ctx context.Context, cmd string, args []string, env Env) error {
 	}
 	if ro.Out != "" && ro.Out != "-" {
 		log("%s: %d rows written, %d in all", ro.Out, n, cb.Total)
+	}
+	return nil
+}
+
+// runDelete deletes every job of a handle (DELETE on each job's status
+// path, docs/privacy.md) and prints each answer, one JSON line a job.
+func runDelete(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("delete JOB", env)
+	var cm common
+	cm.register(fs)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return flagErr(err)
+	}
+	if len(pos) != 1 {
+		return usagef("usage: bulkctl delete JOB [flags] (JOB: a handle FAMILY:ID[,ID...], a job id or a manifest file)")
+	}
+	c, err := cm.client(env)
+	if err != nil {
+		return err
+	}
+	h, err := ResolveArg(ctx, c, pos[0])
+	if err != nil {
+		return err
+	}
+	for _, id := range h.Jobs {
+		r, err := c.Do(ctx, http.MethodDelete, h.Family.Path+"/"+id, nil, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(env.Stdout, "%s\n", bytes.TrimSpace(r.Body)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

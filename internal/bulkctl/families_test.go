@@ -3,6 +3,7 @@ package bulkctl_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -194,5 +195,31 @@ func TestLookupSubmitWaitResults(t *testing.T) {
 	// The payg key on the unlimited endpoint: refused, exit 2.
 	if r := c.run("usage"); r.code != bulkctl.ExitRefused || !strings.Contains(r.stderr, "wrong_key_plan") {
 		t.Fatalf("usage with a payg key: %+v", r)
+	}
+}
+
+// delete: a finished job's handle is deleted (one JSON answer a job), and
+// its status is then 404 (bulkctl status exits with the API's error).
+func TestDeleteJob(t *testing.T) {
+	env := startWithWorld(t)
+	_, key := env.Account(credits.Whole(10))
+	c := ctl{t: t, url: env.URL, key: key}
+	c.stdin = "email\nalice@acme.test\nnobody@acme.test\n"
+	h := c.must("verify", "submit", "-")
+	c.must("wait", h, "--interval", "50ms", "--timeout", "30s")
+	out := c.must("delete", h)
+	var d struct {
+		Status string `json:"status"`
+		Rows   int    `json:"total_rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.Status != "deleted" || d.Rows != 2 {
+		t.Fatalf("delete answered %q (%v)", out, err)
+	}
+	id := strings.TrimPrefix(h, "verify:")
+	if r := env.Get("/v1/bulk/"+id, key); r.Status != http.StatusNotFound {
+		t.Fatalf("status after delete: %d %s", r.Status, r.Body)
+	}
+	if r := c.run("delete", h); r.code == 0 {
+		t.Fatalf("a second delete exited 0: %s", r.stdout)
 	}
 }

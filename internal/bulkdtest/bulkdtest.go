@@ -86,6 +86,11 @@ func WithMailWorld(w *mailworld.World) Option {
 // pending until StartWorkers.
 func NoWorkers() Option { return func(c *config.Config) { c.Workers = -1 } }
 
+// LogTo, when set before Start, receives every log line of the bulkd it
+// starts, debug level included (a test that proves what the logs do not
+// contain: test/privacy). Tests that set it must not run in parallel.
+var LogTo io.Writer
+
 // Start runs a standalone bulkd for t. Redirect checks are off unless an
 // option turns them on (they need a local website server).
 func Start(t testing.TB, opts ...Option) *Env {
@@ -102,9 +107,16 @@ func Start(t testing.TB, opts ...Option) *Env {
 	if !start {
 		cfg.Workers = 4
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var out io.Writer = io.Discard
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(&tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		out = &tlog{t}
+	}
+	if LogTo != nil {
+		out = io.MultiWriter(out, LogTo)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if out != io.Discard {
+		log = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	clock := &Clock{}
 	parts, err := serve.BuildWith(cfg, rdb, log, serve.Options{Now: clock.Now})

@@ -65,6 +65,12 @@ type Config struct {
 	Workers   int           // in-process shard workers (standalone mode)
 	BatchSize int           // distinct inputs a shard processor answers per batch
 	Retention time.Duration // how long job data is kept
+	// PrivacySecret keys the hashes of the suppression list and the audit
+	// log (docs/privacy.md); without it nothing is suppressed and nobody
+	// can be erased.
+	PrivacySecret string
+	// PrivacyAuditRetention is how long the audit log keeps an entry.
+	PrivacyAuditRetention time.Duration
 	// ResultsCacheBytes bounds the memory kept for rendered results rows of
 	// completed jobs (0: no cache; every page is read from Redis).
 	ResultsCacheBytes int64
@@ -191,30 +197,31 @@ func (c *Config) validateLimits() error {
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		Listen:            "127.0.0.1:8080",
-		RedisURL:          "redis://127.0.0.1:6379/0",
-		LogFormat:         "json",
-		LogLevel:          "info",
-		SMTPPort:          25,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
-		MaxBodyBytes:      64 << 20,
-		BodyMinRate:       64 << 10,
-		BodyGrace:         5 * time.Second,
-		MetricsListen:     "127.0.0.1:9090",
-		RateLimit:         20,
-		DemoKeysFile:      "var/demo-keys.env",
-		ShardSize:         1000,
-		Workers:           16, // shards mostly wait on mail servers (docs/benchmarks.md, "Verification speed")
-		BatchSize:         500,
-		Retention:         30 * 24 * time.Hour,
-		ResultsCacheBytes: 256 << 20,
-		LeaseTTL:          30 * time.Second,
-		FairPreempt:       true,
-		NetworkHosts:      "linkedin.com",
-		RedirectChecks:    true,
+		Listen:                "127.0.0.1:8080",
+		RedisURL:              "redis://127.0.0.1:6379/0",
+		LogFormat:             "json",
+		LogLevel:              "info",
+		SMTPPort:              25,
+		ReadTimeout:           60 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		IdleTimeout:           120 * time.Second,
+		ShutdownTimeout:       30 * time.Second,
+		MaxBodyBytes:          64 << 20,
+		BodyMinRate:           64 << 10,
+		BodyGrace:             5 * time.Second,
+		MetricsListen:         "127.0.0.1:9090",
+		RateLimit:             20,
+		DemoKeysFile:          "var/demo-keys.env",
+		ShardSize:             1000,
+		Workers:               16, // shards mostly wait on mail servers (docs/benchmarks.md, "Verification speed")
+		BatchSize:             500,
+		Retention:             30 * 24 * time.Hour,
+		PrivacyAuditRetention: 3 * 365 * 24 * time.Hour,
+		ResultsCacheBytes:     256 << 20,
+		LeaseTTL:              30 * time.Second,
+		FairPreempt:           true,
+		NetworkHosts:          "linkedin.com",
+		RedirectChecks:        true,
 
 		SMTPHelo:            "bulkd.localhost",
 		SMTPSessionsPerHost: 3,
@@ -272,6 +279,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.Workers, "workers", "in-process shard workers in standalone mode")
 	num(fs, &c.BatchSize, "batch-size", "distinct inputs a shard processor answers per batch (and records at once)")
 	dur(fs, &c.Retention, "retention", "how long job data (status and results) is kept after submission")
+	str(fs, &c.PrivacySecret, "privacy-secret", "secret keying the suppression list's and the audit log's hashes of erased people (docs/privacy.md); unset: no suppression, no erasure")
+	dur(fs, &c.PrivacyAuditRetention, "privacy-audit-retention", "how long the privacy audit log keeps an entry (erasures, job deletions)")
 	num64(fs, &c.ResultsCacheBytes, "results-cache-bytes", "memory for the rendered results rows of completed jobs, in bytes (0: off; pages are then read from Redis each time)")
 	dur(fs, &c.LeaseTTL, "lease-ttl", "how long a shard stays claimed without a heartbeat (and how often unfinished shards are looked for)")
 	str(fs, &c.InstanceID, "instance-id", "stable id of this instance for shard leases (default: hostname/listen address)")

@@ -1,6 +1,7 @@
 package family
 
 import (
+	"strings"
 	"time"
 
 	"github.com/bulkd/bulkd/internal/jobs"
@@ -118,4 +119,40 @@ func (s RetrySchedule) Answers(n int, attempts []int, temporary func(i int) bool
 		out[i] = ans
 	}
 	return out, nil
+}
+
+// Subjects is a family whose inputs name people (docs/privacy.md): email
+// verification (an address) and email lookup (a person at a domain). An
+// erasure (`bulkd admin erase`) finds a person's rows through it, and a
+// submission naming a suppressed person answers those rows
+// OutcomeSuppressed, uncharged and unprocessed. A family without it
+// (company enrichment: companies, not people) is neither searched nor
+// suppressed.
+type Subjects interface {
+	// Subjects are the canonical subjects (EmailSubject, PersonSubject)
+	// that an input payload names.
+	Subjects(payload string) []string
+	// SuppressedAnswer is the answer recorded for an input naming a
+	// suppressed or erased subject: outcome OutcomeSuppressed, and no
+	// personal data in it.
+	SuppressedAnswer() jobs.Answer
+}
+
+// OutcomeSuppressed is the outcome of an input that names a person on the
+// suppression list (erased on their request): not processed, not charged,
+// its input not stored (docs/privacy.md).
+const OutcomeSuppressed = "suppressed"
+
+// EmailSubject is the canonical subject of an email address: what the
+// suppression list's keyed hash is taken of.
+func EmailSubject(address string) string {
+	return "email:" + strings.ToLower(strings.TrimSpace(address))
+}
+
+// PersonSubject is the canonical subject of a person at a domain (email
+// lookup's input), the fields trimmed and case-folded as lookup
+// deduplicates them.
+func PersonSubject(first, last, domain string) string {
+	f := func(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+	return "person:" + f(first) + "\x00" + f(last) + "\x00" + f(domain)
 }

@@ -2,8 +2,10 @@ package finder
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -237,4 +239,66 @@ func (s *RedisPatterns) LearnMany(ctx context.Context, domains, patterns []strin
 	}
 	_, err := pipe.Exec(ctx)
 	return err
+}
+
+// forgetScript takes one count from each field of a domain's hash and
+// deletes the fields that reach 0, and the key when none is left.
+// KEYS = the domain's hash. ARGV = fields. Returns how many fields went.
+var forgetScript = redis.NewScript(`
+local gone = 0
+for i = 1, #ARGV do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then
+    if redis.call('HINCRBY', KEYS[1], ARGV[i], -1) <= 0 then
+      redis.call('HDEL', KEYS[1], ARGV[i])
+      gone = gone + 1
+    end
+  end
+end
+return gone
+`)
+
+// Forget undoes what one person's verified address taught (an erasure,
+// docs/privacy.md): every pattern that writes the address's local part
+// for the name loses the count it gave; a pattern learned from that
+// address alone (count 1) is forgotten. It returns how many patterns were
+// forgotten.
+func (s *RedisPatterns) Forget(ctx context.Context, first, last, address string) (int, error) {
+	local, domain, ok := strings.Cut(strings.ToLower(strings.TrimSpace(address)), "@")
+	if !ok {
+		return 0, nil
+	}
+	n := parseName(first, last)
+	fields := patternsOf(n, local)
+	if len(fields) == 0 {
+		return 0, nil
+	}
+	return s.forget(ctx, domain, fields)
+}
+
+// ForgetShape takes back the count a verified address gave its shape
+// (field shape:<s>, docs/privacy.md); a shape counted from that address
+// alone is forgotten. The domain's HyperLogLog of local parts seen keeps
+// its registers: they name no one and cannot be read back.
+func (s *RedisPatterns) ForgetShape(ctx context.Context, address string) (int, error) {
+	local, domain, ok := strings.Cut(strings.ToLower(strings.TrimSpace(address)), "@")
+	if !ok {
+		return 0, nil
+	}
+	sh, ok := shapeOf(local)
+	if !ok {
+		return 0, nil
+	}
+	return s.forget(ctx, domain, []string{shapeField + sh})
+}
+
+func (s *RedisPatterns) forget(ctx context.Context, domain string, fields []string) (int, error) {
+	args := make([]any, len(fields))
+	for i, f := range fields {
+		args[i] = f
+	}
+	n, err := forgetScript.Run(ctx, s.rdb, []string{s.Key(domain)}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("finder: forget patterns of %s: %w", domain, err)
+	}
+	return n, nil
 }

@@ -48,12 +48,22 @@ type Builder struct {
 	// WebhookURL, when set, is where the job's transitions are announced
 	// (the submission's webhook_url, checked by the API).
 	WebhookURL string
+	// IdemKey, when set, is the Redis key of the Idempotency-Key record
+	// that replays this submission's answer: deleting the job deletes it
+	// too (delete.go), or a retry with the key would answer with a job
+	// that no longer exists.
+	IdemKey string
 
 	// EchoTag is how many bytes at the start of every echo are the
 	// family's own tag, not the submitted value (company enrichment: 1,
 	// which field the value came from): the cap of invalid rows' echoes
 	// keeps them and counts only what follows (AddInvalid).
 	EchoTag int
+
+	// suppressed are the distinct inputs answered at submission because
+	// they name a suppressed person (Suppress), with that answer.
+	suppressed     map[int32]Answer
+	suppressedRows int64
 
 	// enc is the encoded row map and inputs (encode), kept so that
 	// measuring them and storing them encode once.
@@ -163,6 +173,43 @@ func CapEcho(echo string) (string, int, bool) {
 	}
 	return echo[:cut] + InvalidEchoMarker, n, true
 }
+
+// Payloads calls f with each distinct input's index and payload.
+func (b *Builder) Payloads(f func(i int, payload string)) {
+	for i := range b.inputs {
+		f(i, b.inputs[i].Payload)
+	}
+}
+
+// Suppress answers the distinct inputs idx at submission with a: they name
+// a person on the suppression list (docs/privacy.md). They are not
+// charged and never processed, and neither their payload nor the echo of
+// any row pointing at them is stored.
+func (b *Builder) Suppress(idx []int, a Answer) {
+	if len(idx) == 0 {
+		return
+	}
+	if b.suppressed == nil {
+		b.suppressed = make(map[int32]Answer, len(idx))
+	}
+	for _, i := range idx {
+		if _, ok := b.suppressed[int32(i)]; ok {
+			continue
+		}
+		b.suppressed[int32(i)] = a
+		b.inputs[i].Payload = ""
+		b.suppressedRows += b.inputs[i].Rows
+	}
+	for r := range b.rows {
+		if _, ok := b.suppressed[b.rows[r].Index]; ok && b.rows[r].Index >= 0 {
+			b.rows[r].Echo = ""
+		}
+	}
+	b.enc = nil // encoded before: encode again
+}
+
+// Suppressed is how many distinct inputs Suppress answered.
+func (b *Builder) Suppressed() int { return len(b.suppressed) }
 
 // Rows is the number of rows in the row map.
 func (b *Builder) Rows() int { return len(b.rows) }

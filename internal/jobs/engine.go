@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/billing"
@@ -82,6 +83,9 @@ type Engine struct {
 	// AnswerBytes is the bytes reserved per distinct input for its answer
 	// until the job completes (0: DefaultAnswerBytes).
 	AnswerBytes int64
+	// Deleted, when set, is told of each job deleted (DeleteJob), after
+	// its keys are gone: the webhook service announces job.deleted.
+	Deleted func(ctx context.Context, d *Deletion)
 
 	// failpoint, when set (tests only), is called before each step of a
 	// submission; an error there behaves like a failure of that step.
@@ -131,19 +135,29 @@ const (
 // account's limits (usage.go); nothing was taken.
 func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, m Metering) (*Job, error) {
 	now := e.Now().UTC()
+	// The account's retention, if it chose one (docs/privacy.md): read
+	// here, not from the principal, so that a change applies to the next
+	// submission whatever authenticated it.
+	days, err := e.Store.rdb.HGet(ctx, accounts.AccountKey(p.Account.ID), "retention_days").Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read the account's retention: %w", err)
+	}
 	j := &Job{
 		ID: cmp.Or(b.ID, uuid.NewString()), Family: b.Family, AccountID: p.Account.ID, KeyID: p.Key.ID, Status: StatusRunning,
 		TotalRows: int64(b.Rows()), TotalInvalid: b.Invalid(), Distinct: int64(b.Distinct()),
-		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(e.Retention),
+		ShardSize: e.shardSizeFor(b.Distinct()), CreatedAt: now, ExpiresAt: now.Add(accounts.Retention(days, e.Retention)),
 	}
 	j.Shards = (b.Distinct() + j.ShardSize - 1) / j.ShardSize
-	if j.Distinct == 0 { // nothing to answer: the job is complete on arrival
+	// Inputs naming a suppressed person are answered already (Suppress)
+	// and paid for by nobody.
+	payable := j.Distinct - int64(b.Suppressed())
+	if payable == 0 { // nothing to answer: the job is complete on arrival
 		j.Status, j.CompletedAt = StatusCompleted, now
 	}
 	if m.Quota != nil {
-		j.QuotaUnits, j.QuotaWindow = j.Distinct, m.Quota.Window.Name
+		j.QuotaUnits, j.QuotaWindow = payable, m.Quota.Window.Name
 	} else {
-		amt, err := m.Price.Mul(j.Distinct)
+		amt, err := m.Price.Mul(payable)
 		if err != nil {
 			return nil, err
 		}

@@ -99,6 +99,9 @@ type Job struct {
 	WebhookURL          string
 	WebhookRetryingAt   time.Time
 	WebhookRetryingSent bool
+	// Erased counts the erasures that changed the job (redact.go): its
+	// rendered rows are not cached from the first on.
+	Erased int64
 }
 
 // Pending is the number of rows not answered yet.

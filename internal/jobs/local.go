@@ -220,13 +220,20 @@ func (l *Local) lookupWeights(ctx context.Context, accts ...string) {
 	}
 }
 
-// Cancel drops a job's queued shards; a running shard stops at its next
-// batch when it finds the job gone.
+// Cancel drops a job's queued shards and stops its running ones (their
+// contexts: an SMTP session in flight ends now, not when its batch is
+// done); a running shard that still gets to record finds the job stopped
+// (its tombstone, or its keys gone) and records nothing.
 func (l *Local) Cancel(ctx context.Context, jobID string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.canceled[jobID] = true
 	l.scheduler().Remove(func(t fairshare.Task[task]) bool { return t.Key.job == jobID })
+	for t, cancel := range l.cancels {
+		if t.job == jobID {
+			cancel()
+		}
+	}
 	return nil
 }
 

@@ -101,7 +101,13 @@ func (e *Engine) Results(ctx context.Context, keyID, jobID string, offset, limit
 		if j.KeyID != keyID || j.Family != f.Name() {
 			return nil, ErrJobNotFound
 		}
-		return &Results{Job: j, Parts: parts, Cached: true}, nil
+		if j.Erased == 0 {
+			return &Results{Job: j, Parts: parts, Cached: true}, nil
+		}
+		// A person was erased from it (redact.go) after its rows were
+		// cached: the cache holds what was erased. Drop it, and render
+		// from Redis from now on.
+		e.RowCache.DropJob(ck)
 	}
 	p, err := e.Page(ctx, keyID, jobID, offset, limit)
 	if err != nil {
@@ -111,7 +117,7 @@ func (e *Engine) Results(ctx context.Context, keyID, jobID string, offset, limit
 		return nil, ErrJobNotFound
 	}
 	render := f.RenderRow
-	if e.RowCache != nil && p.Job.Status == StatusCompleted && len(p.Rows) > 0 {
+	if e.RowCache != nil && p.Job.Status == StatusCompleted && p.Job.Erased == 0 && len(p.Rows) > 0 {
 		parts, err := e.fillWindow(ctx, p, ck, offset, render)
 		if err == nil {
 			return &Results{Job: p.Job, Parts: parts, Cached: true}, nil

@@ -110,6 +110,30 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	if j.WebhookURL = b.WebhookURL; j.WebhookURL != "" {
 		meta["webhook_url"] = j.WebhookURL
 	}
+	if b.IdemKey != "" {
+		meta["idem"] = b.IdemKey
+	}
+	if len(b.suppressed) > 0 {
+		// Answered at submission (Builder.Suppress): counted as the
+		// record script would have counted them.
+		meta["rows_processed"] = j.TotalInvalid + b.suppressedRows
+		meta["distinct_processed"] = len(b.suppressed)
+		var abytes int64
+		answers := make(map[string]any, len(b.suppressed))
+		for i, a := range b.suppressed {
+			val := a.Outcome + "\n" + string(a.Data)
+			answers[strconv.Itoa(int(i))] = val
+			abytes += int64(len(val))
+			meta["out:"+a.Outcome] = b.suppressedRows // one outcome for all of them
+		}
+		meta["answer_bytes"] = abytes
+		if err := s.rdb.HSet(ctx, answersKey(j.ID), answers).Err(); err != nil {
+			return fmt.Errorf("store job %s: %w", j.ID, err)
+		}
+		if err := s.rdb.PExpireAt(ctx, answersKey(j.ID), exp).Err(); err != nil {
+			return fmt.Errorf("store job %s: %w", j.ID, err)
+		}
+	}
 	tx := s.rdb.TxPipeline() // every key here carries the job's hash tag
 	tx.HSet(ctx, metaKey(j.ID), meta)
 	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
@@ -168,7 +192,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read job %s: %w", id, err)
 	}
-	if len(m) == 0 || m["id"] == "" {
+	if len(m) == 0 || m["id"] == "" || m["deleted_at"] != "" { // a deleted job is gone from its tombstone on
 		return nil, ErrJobNotFound
 	}
 	j := jobFromMap(m)
@@ -195,8 +219,8 @@ func jobFromMap(m map[string]string) *Job {
 		RowsProcessed: i("rows_processed"), DistinctProcessed: i("distinct_processed"),
 		Shards: int(i("shards")), ShardSize: int(i("shard_size")), ShardsDone: i("shards_done"),
 		Retrying: i("retrying"), Price: credits.Amount(i("price")), RefundOutcome: m["refund_outcome"],
-		Refunded: credits.Amount(i("refunded")),
-		Charge:   credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
+		Refunded: credits.Amount(i("refunded")), Erased: i("erased"),
+		Charge: credits.Amount(i("charge")), QuotaUnits: i("quota_units"), QuotaWindow: m["quota_window"],
 		CreatedAt: t("created_at"), CompletedAt: t("completed_at"), ExpiresAt: t("expires_at"),
 		Outcomes: map[string]int64{},
 	}
@@ -299,7 +323,7 @@ func (s *Store) ReadPage(ctx context.Context, id string, offset, limit int) (*Pa
 		return nil, fmt.Errorf("read page of %s: %w", id, err)
 	}
 	m := metaCmd.Val()
-	if len(m) == 0 || m["id"] == "" {
+	if len(m) == 0 || m["id"] == "" || m["deleted_at"] != "" {
 		return nil, ErrJobNotFound
 	}
 	p := &Page{Job: jobFromMap(m), Answers: map[int32]StoredAnswer{}}

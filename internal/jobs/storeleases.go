@@ -14,7 +14,7 @@ import (
 
 // markShardDoneScript: KEYS = meta, shard bitmap. ARGV = shard, expires ms.
 var markShardDoneScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'deleted_at') == 1 then return -1 end
 if redis.call('SETBIT', KEYS[2], ARGV[1], 1) == 0 then
   redis.call('PEXPIREAT', KEYS[2], ARGV[2])
   return redis.call('HINCRBY', KEYS[1], 'shards_done', 1)

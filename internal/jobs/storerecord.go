@@ -55,7 +55,7 @@ type Recorded struct {
 // job's last input (it is settling); refund due the credits (milli) its
 // uncharged outcome gives back.
 var recordScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, -1, 0, 0} end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'deleted_at') == 1 then return {-1, -1, 0, 0} end
 local replace = ARGV[4] == 'replace'
 local rows, fresh, changed, retrying, touched, abytes = 0, 0, 0, 0, false, 0
 for i = 5, #ARGV, 5 do

@@ -25,11 +25,22 @@ import (
 // only then notes it (wh_retrying_sent) or drops the job from the set.
 const webhookJobsKey = prefix + "jobs:webhooks" // zset: job id -> submitted (ms)
 
+// expiringKey holds the jobs with a webhook that are owed a job.expiring
+// event a day before they expire (docs/privacy.md), scored by when (ms).
+const expiringKey = prefix + "jobs:expiring"
+
+// ExpiringNotice is how long before its expiry a job with a webhook is
+// announced as expiring.
+const ExpiringNotice = 24 * time.Hour
+
 // watchWebhook queues, on pipe, a job with a webhook's entry in the set of
 // jobs that may owe an event.
 func watchWebhook(ctx context.Context, pipe redis.Pipeliner, j *Job) {
 	if j.WebhookURL != "" {
 		pipe.ZAdd(ctx, webhookJobsKey, redis.Z{Score: float64(j.CreatedAt.UnixMilli()), Member: j.ID})
+		// A job kept a day or less is announced at once.
+		at := max(j.ExpiresAt.Add(-ExpiringNotice).UnixMilli(), j.CreatedAt.UnixMilli())
+		pipe.ZAdd(ctx, expiringKey, redis.Z{Score: float64(at), Member: j.ID})
 	}
 }
 
@@ -143,4 +154,19 @@ func (s *Store) UnwatchWebhook(ctx context.Context, id string) error {
 		return fmt.Errorf("drop %s from the jobs with webhooks: %w", id, err)
 	}
 	return nil
+}
+
+// ExpiringDue lists up to n jobs whose job.expiring event is due at now.
+func (s *Store) ExpiringDue(ctx context.Context, now time.Time, n int64) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, expiringKey, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: n}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list expiring jobs: %w", err)
+	}
+	return ids, nil
+}
+
+// DoneExpiring drops a job from the expiring set: its event is enqueued,
+// or it is gone.
+func (s *Store) DoneExpiring(ctx context.Context, id string) error {
+	return s.rdb.ZRem(ctx, expiringKey, id).Err()
 }

@@ -88,6 +88,9 @@ func BulkJobFor(j *jobs.Job, namespace string, parallelism int32) *v1alpha1.Bulk
 	if j.AccountID != "" && len(validation.IsValidLabelValue(j.AccountID)) == 0 {
 		bj.Labels[v1alpha1.LabelAccount] = j.AccountID
 	}
+	if !j.ExpiresAt.IsZero() {
+		bj.Annotations = map[string]string{v1alpha1.AnnotationExpiresAt: j.ExpiresAt.UTC().Format(time.RFC3339)}
+	}
 	return bj
 }
 

@@ -235,10 +235,14 @@ func (f *Family) Processed(j *jobs.Job) int64 {
 // total_rows is the unique rows, as in the submission response.
 func (f *Family) Status(j *jobs.Job) any {
 	found, notFound, retrying := j.Outcomes[OutcomeFound], j.Outcomes[OutcomeNotFound], j.Outcomes[OutcomeRetrying]
+	// Suppressed rows (a person erased on their request, docs/privacy.md)
+	// are neither processed (SPEC 2.7: found + not_found is
+	// total_processed, each charged) nor pending.
+	suppressed := j.Outcomes[family.OutcomeSuppressed]
 	st := StatusResponse{JobID: j.ID, Status: "running", TotalRows: j.TotalRows, TotalProcessed: f.Processed(j),
 		CreditsConsumed: j.Charge, CreatedAt: j.CreatedAt,
-		Summary: map[string]int64{"total_found": found, "total_not_found": notFound,
-			"total_retrying": retrying, "total_pending": j.TotalRows - found - notFound - retrying}}
+		Summary: map[string]int64{"total_found": found, "total_not_found": notFound, "total_suppressed": suppressed,
+			"total_retrying": retrying, "total_pending": j.TotalRows - found - notFound - retrying - suppressed}}
 	if j.Status == jobs.StatusCompleted {
 		st.Status = "completed"
 		c := j.CompletedAt
@@ -278,6 +282,22 @@ func (f *Family) Retry(ctx context.Context, payloads []string, attempts []int) (
 			}
 			return jobs.Answer{Outcome: outcome, Data: data}, nil
 		})
+}
+
+// Subjects implements family.Subjects: the person a row names.
+func (f *Family) Subjects(payload string) []string {
+	var p finder.Person
+	if json.Unmarshal([]byte(payload), &p) != nil {
+		return nil
+	}
+	return []string{family.PersonSubject(p.FirstName, p.LastName, p.Domain)}
+}
+
+// SuppressedAnswer implements family.Subjects: status and substatus
+// suppressed, every other field null.
+func (f *Family) SuppressedAnswer() jobs.Answer {
+	data, _ := json.Marshal(finder.Result{Status: family.OutcomeSuppressed, Substatus: family.OutcomeSuppressed})
+	return jobs.Answer{Outcome: family.OutcomeSuppressed, Data: data}
 }
 
 // ErrorAnswer implements jobs.Answerer: a row bulkd could not answer at all

@@ -30,6 +30,7 @@ import (
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/lookup"
+	"github.com/bulkd/bulkd/internal/privacy"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/redisconn"
 	"github.com/bulkd/bulkd/internal/rowcache"
@@ -146,12 +147,20 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		return nil, err
 	}
 	whPolicy := webhookPolicy(cfg)
+	var suppress *privacy.Suppressions
+	if cfg.PrivacySecret != "" {
+		h, err := privacy.NewHasher(cfg.PrivacySecret)
+		if err != nil {
+			return nil, err
+		}
+		suppress = privacy.NewSuppressions(rdb, h)
+	}
 	var dash *dashboard.Dashboard
 	api := apiserver.New(apiserver.Deps{
 		Redis: rdb, Accounts: st, Billing: bl, Limiter: ratelimit.New(rdb, cfg.RateLimit),
 		Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, MaxDecodingBytes: cfg.MaxDecodingBytes, Jobs: eng,
 		Bulk: fams.bulk, Singles: fams.singles,
-		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy,
+		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy, Suppress: suppress,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits:       cfg.AccountLimits(),
 		ReadyDetails: func() map[string]any { return map[string]any{"smtp_egress": fams.helo.Results()} },
@@ -163,8 +172,18 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	// The SMTP verifier's counters (bulkd_smtp_blocks_total) on /metrics.
 	api.Metrics.Registry.MustRegister(verify.Collectors()...)
 	api.Metrics.Registry.MustRegister(egress.Collectors()...) // bulkd_smtp_egress_helo_check
+	wh := newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry)
+	audit := privacy.NewAudit(rdb, cfg.PrivacyAuditRetention)
+	eng.Deleted = func(ctx context.Context, d *jobs.Deletion) {
+		wh.JobDeleted(ctx, d) // job.deleted
+		// Who deleted what, and what it cost: no row of it.
+		if err := audit.Record(ctx, privacy.Entry{Actor: "key:bkd_" + d.Job.KeyID, Action: "delete_job", Job: d.Job.ID, Account: d.Job.AccountID,
+			Counts: map[string]int64{"rows": d.Job.TotalRows, "unprocessed": d.Unprocessed, "refunded_milli": int64(d.Refunded), "keys": d.Keys}}); err != nil {
+			log.Error("privacy audit log", "job", d.Job.ID, "err", err)
+		}
+	}
 	return &Components{API: api, Dashboard: dash, Engine: eng, Processor: proc, Local: local, Companies: fams.companies, Normalize: fams.company.Normalizer,
-		Webhooks: newWebhooks(cfg, rdb, log, fams, whPolicy, api.Metrics.Registry), Lists: fams.lists}, nil
+		Webhooks: wh, Lists: fams.lists}, nil
 }
 
 // SpamCheck builds the content spam check: the daily allowances (defaults

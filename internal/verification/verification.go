@@ -193,7 +193,7 @@ type StatusResponse struct {
 func (f *Family) Status(j *jobs.Job) any {
 	st := StatusResponse{JobID: j.ID, Status: WireStatus(j), TotalEmails: j.Distinct, TotalProcessed: j.RowsProcessed,
 		TotalRetrying: j.Retrying, CreditsConsumed: j.Charge - j.Refunded, CreditsRefunded: j.Refunded, CreatedAt: j.CreatedAt, Summary: map[string]int64{}}
-	for _, s := range []string{verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusRisky, verify.StatusUnknown} {
+	for _, s := range []string{verify.StatusDeliverable, verify.StatusUndeliverable, verify.StatusRisky, verify.StatusUnknown, family.OutcomeSuppressed} {
 		st.Summary[s] = j.Outcomes[s]
 	}
 	st.Summary["pending"] = j.Pending()
@@ -387,6 +387,17 @@ func (f *Family) ErrorAnswer() jobs.Answer {
 	return jobs.Answer{Outcome: verify.StatusUnknown, Data: data}
 }
 
+// Subjects implements family.Subjects: the address (the payload is its
+// normalized form).
+func (f *Family) Subjects(payload string) []string { return []string{family.EmailSubject(payload)} }
+
+// SuppressedAnswer implements family.Subjects: status and reason
+// suppressed, no address, nothing checked.
+func (f *Family) SuppressedAnswer() jobs.Answer {
+	data, _ := json.Marshal(stored{Result: verify.Result{Status: family.OutcomeSuppressed, Reason: family.OutcomeSuppressed}})
+	return jobs.Answer{Outcome: family.OutcomeSuppressed, Data: data}
+}
+
 // ReasonProcessingError is the reason of an address bulkd could not check
 // at all (its shard failed for good).
 const ReasonProcessingError = "processing_error"
@@ -399,8 +410,9 @@ func (f *Family) RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnsw
 	in, _ := json.Marshal(row.Echo)
 	buf.Write(in)
 	buf.WriteString(`,"credits_consumed":`)
-	// Unknown is not charged: its 0.2 is refunded when the job completes.
-	if row.First && (ans == nil || ans.Outcome != verify.StatusUnknown) {
+	// Unknown is not charged: its 0.2 is refunded when the job completes;
+	// suppressed never was.
+	if row.First && (ans == nil || (ans.Outcome != verify.StatusUnknown && ans.Outcome != family.OutcomeSuppressed)) {
 		buf.WriteString(f.price)
 	} else {
 		buf.WriteString("0")

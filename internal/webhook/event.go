@@ -35,6 +35,12 @@ type Event struct {
 	Status    string           `json:"status"`
 	Counts    map[string]int64 `json:"counts"`
 	Links     Links            `json:"links"`
+	// CreditsRefunded is set on job.deleted only: what the deletion gave
+	// back (the inputs it never processed).
+	CreditsRefunded *float64 `json:"credits_refunded,omitempty"`
+	// ExpiresAt is set on job.expiring only: when the job and its results
+	// are deleted (its retention ends).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // Links point at the job's status and results: paths relative to the API,
@@ -146,9 +152,65 @@ type Sweeper struct {
 	Enqueued func(typ string)
 }
 
+// TypeExpiring announces, a day ahead (jobs.ExpiringNotice), that a job
+// and its results will be deleted when its retention ends.
+const TypeExpiring = "job.expiring"
+
+// sweepExpiring enqueues the job.expiring events that are due.
+func (s *Sweeper) sweepExpiring(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		ids, err := s.Store.ExpiringDue(ctx, s.Now(), 500)
+		if err != nil || len(ids) == 0 {
+			return n, err
+		}
+		js, err := s.Store.GetMany(ctx, ids)
+		if err != nil {
+			return n, err
+		}
+		for i, j := range js {
+			if j != nil && j.WebhookURL != "" {
+				e, ok, err := s.Events.Build(j, false, s.Now())
+				if err != nil {
+					return n, err
+				}
+				if ok {
+					e.EventID, e.Type = EventID(j.ID, TypeExpiring), TypeExpiring
+					exp := j.ExpiresAt.UTC()
+					e.ExpiresAt = &exp
+					body, err := json.Marshal(e)
+					if err != nil {
+						return n, err
+					}
+					added, err := s.Queue.Enqueue(ctx, Queued{ID: e.EventID, Type: e.Type, JobID: j.ID, AccountID: j.AccountID, URL: j.WebhookURL, Body: body},
+						s.Now(), s.MaxAge)
+					if err != nil {
+						return n, err
+					}
+					if added {
+						n++
+						if s.Enqueued != nil {
+							s.Enqueued(e.Type)
+						}
+					}
+				}
+			}
+			if err := s.Store.DoneExpiring(ctx, ids[i]); err != nil {
+				return n, err
+			}
+		}
+	}
+}
+
 // Sweep looks at every job that may owe an event once and enqueues what it
 // owes. It returns how many events it enqueued.
 func (s *Sweeper) Sweep(ctx context.Context) (int, error) {
+	n, err := s.sweepJobs(ctx)
+	m, err2 := s.sweepExpiring(ctx)
+	return n + m, errors.Join(err, err2)
+}
+
+func (s *Sweeper) sweepJobs(ctx context.Context) (int, error) {
 	const batch = 500
 	n := 0
 	var errs []error

@@ -178,3 +178,25 @@ func (q *Queue) finish(ctx context.Context, e *Queued, token, outcome string, re
 func (q *Queue) Pending(ctx context.Context) (int64, error) {
 	return q.rdb.ZCard(ctx, dueKey).Result()
 }
+
+// Forget removes events, queued or kept, by id: a deleted job's (their
+// records and their places in the due queue).
+func (q *Queue) Forget(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	pipe := q.rdb.Pipeline()
+	members := make([]any, len(ids))
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		members[i], keys[i] = id, evKey(id)
+	}
+	pipe.ZRem(ctx, dueKey, members...)
+	for _, k := range keys {
+		pipe.Unlink(ctx, k) // one key a command: the keys share a slot, but one command a key is plainer
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("forget webhook events: %w", err)
+	}
+	return nil
+}
