@@ -178,7 +178,8 @@ func (v *Verifier) throttle(ctx context.Context, srv server) (time.Duration, boo
 	if t == Throttler(v.localThrottle) {
 		_ = v.limiter.Backoff(ctx, srv.key, d)
 	}
-	v.throttled.put(srv.key, true, time.Now().Add(throttleLevelTTL))
+	now := time.Now()
+	v.throttled.put(srv.key, now, now.Add(throttleLevelTTL))
 	return d, started
 }
 
@@ -197,12 +198,18 @@ func (v *Verifier) throttlePauseLeft(ctx context.Context, srv server) time.Durat
 // unthrottle resets srv's level after a session it answered without
 // throttling: only when this process saw it throttle lately, so the
 // common case costs no round trip (another process's level then lapses
-// after throttleLevelTTL).
-func (v *Verifier) unthrottle(ctx context.Context, srv server) {
-	if seen, _ := v.throttled.get(srv.key, time.Now()); !seen {
+// after throttleLevelTTL), and only for a session that started after
+// that throttling reply. A session that was already open then says
+// nothing about what the server allows now: with a connection limit of 1,
+// the one session open keeps answering while every new one is refused,
+// and resetting the level on its answers kept the pause at 5 s, refusal
+// after refusal (issue 25).
+func (v *Verifier) unthrottle(ctx context.Context, srv server, started time.Time) {
+	at, seen := v.throttled.get(srv.key, time.Now())
+	if !seen || at.IsZero() || !started.After(at) {
 		return
 	}
-	v.throttled.put(srv.key, false, time.Now())
+	v.throttled.put(srv.key, time.Time{}, time.Now())
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_ = v.throttler().Unthrottle(ctx, srv.key)
