@@ -96,6 +96,9 @@ type hostQ struct {
 	retry    time.Duration
 	downCode int // the reply code that made it down, when one did (a block)
 	fails    int // sessions that failed before their first transaction
+	// decided counts this call's RCPTs to the host answered accepted or
+	// refused for the address (deferralIsThrottle).
+	decided int
 	// throttles counts the sessions refused with throttling before any
 	// transaction (run.throttled).
 	throttles int

@@ -22,6 +22,7 @@ type sess struct {
 	srv      server // the server (and provider) the session is counted against
 	sent     int    // RCPTs sent (probes included)
 	answered int    // RCPTs answered other than "too many recipients"
+	decided  int    // RCPTs answered accepted or refused for the address (deferralIsThrottle)
 	txs      int    // transactions started
 	tooMany  bool   // a "too many recipients" ended the session's usefulness
 	client   clientID
@@ -621,6 +622,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			probeTemp = rep
 		}
 		s.answered++
+		if decisive(cl) {
+			s.decided++
+		}
 		if verdict != 0 {
 			r.v.noteVerdict(j.dom.name, verdict == 1)
 			r.mu.Lock()
@@ -637,6 +641,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			return false, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
+		if cl == rcGreylisted && r.deferralIsThrottle(h, s, rep) {
+			cl = rcThrottled
+		}
 		countReply("rcpt", cl)
 		if cl == rcBlocked {
 			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
@@ -658,6 +665,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		s.answered++
 		r.mu.Lock()
+		if decisive(cl) {
+			s.decided++
+			h.decided++
+		}
 		if r.answer(it, j.host(), rep, cl, verdict, probeTemp) {
 			grey = append(grey, it)
 		}
@@ -672,6 +683,45 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		r.tooMany(h, s, j, again)
 	}
 	return false, nil
+}
+
+// deferralIsThrottle reports whether rep, a RCPT deferral classified as
+// greylisting, is the server's rate limit instead (docs/egress.md, "Reply
+// classes"): its text has no greylisting word (only "try (again) later",
+// a bare 4.7.x) and the server has already decided on other recipients of
+// ours: in this session (a greylister defers a new triplet from its first
+// RCPT, it does not start deferring in the middle of a session whose
+// recipients it accepts and refuses), or in an earlier session of this
+// call to the host, or it throttled us lately (and no session started
+// since answered cleanly). Exim's default `defer ratelimit` answers "451
+// Temporary local problem - please try later" that way; read as
+// greylisting, its addresses waited for the retry schedule and a quarter
+// of them stayed unknown. Read as throttling, the server is paused briefly
+// (growing) and they are asked again within the call. A real greylister
+// with a vague text that defers a new recipient after others passed costs
+// at most the throttling pauses; its addresses are then rate_limited
+// (Temporary), and the retry pass asks them again.
+func (r *run) deferralIsThrottle(h *hostQ, s *sess, rep reply) bool {
+	if rep.code/100 != 4 || reGreyWord.MatchString(rep.text) {
+		return false
+	}
+	if s.decided > 0 {
+		return true
+	}
+	r.mu.Lock()
+	n := h.decided
+	r.mu.Unlock()
+	if n > 0 {
+		return true
+	}
+	at, ok := r.v.throttled.get(s.srv.key, time.Now())
+	return ok && !at.IsZero()
+}
+
+// decisive reports whether a RCPT reply of class c decided on the
+// address: accepted, or refused as unknown, disabled or full.
+func decisive(c rcptClass) bool {
+	return c == rcAccepted || c == rcNotFound || c == rcDisabled || c == rcFull
 }
 
 // tooMany requeues addresses answered "too many recipients" for a new
