@@ -18,8 +18,8 @@ import (
 // Instead the server (its limitKey: egress + server address, as every
 // politeness key) is paused for a short interval that doubles with each
 // throttling reply that comes after the previous pause ended: 5 s, 10 s,
-// 20 s, ... at most 2 min. A session that answers without throttling
-// resets it; so does a quiet throttleLevelTTL. The pause is the limiter's
+// 20 s, ... at most 2 min. A session started after the throttling reply
+// that answers without throttling resets it; so does a quiet throttleLevelTTL. The pause is the limiter's
 // back-off, so every process sharing the limiter waits it out (the level
 // is shared too: RedisLimiter keeps it in Redis, LocalLimiter in process),
 // and sessions of the same call wait for it (run.waitThrottle) instead of
