@@ -652,7 +652,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		if cl == rcThrottled {
 			// "450 4.7.1 Error: too many recipients from <us>": the rest
 			// of the group would get the same; ask them after the pause.
-			r.throttled(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.throttledAfter(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, s.decided > 0)
 			return true, nil
 		}
 		if cl == rcRateLimited {

@@ -233,6 +233,18 @@ func (r *run) canWait(d time.Duration) bool {
 // RetryAfter. Never blocked, never a 30-minute back-off. The operator
 // sees bulkd_smtp_throttle_pauses_total and one log line per pause.
 func (r *run) throttled(h *hostQ, srv server, rep reply, stage string, rest *job) {
+	r.throttledAfter(h, srv, rep, stage, rest, false)
+}
+
+// throttledAfter is throttled for a session that has already decided on
+// some recipients (progress): the server is pacing us, not refusing, and
+// the rest's addresses were throttled only because they came after the
+// ones it let through. Their throttles are not counted toward
+// maxThrottles then: a rate limit of N per window would otherwise answer
+// the tail of a long queue rate_limited, each of its addresses having
+// waited behind others in every session. Progress in every such session
+// bounds the call; its deadline (canWait) bounds the time.
+func (r *run) throttledAfter(h *hostQ, srv server, rep reply, stage string, rest *job, progress bool) {
 	d, started := r.v.throttle(context.WithoutCancel(r.ctx), srv)
 	r.v.pool.flush(srv.key) // parked sessions would only meet the same limit
 	eg := &r.v.egs[srv.egress]
@@ -262,7 +274,9 @@ func (r *run) throttled(h *hostQ, srv server, rep reply, stage string, rest *job
 		if it.done {
 			continue
 		}
-		it.throttles++
+		if !progress {
+			it.throttles++
+		}
 		if it.throttles >= maxThrottles || !r.canWait(d) {
 			r.finish([]*item{it}, ReasonRateLimited, rest.host(), rep.code)
 			it.retryAfter = max(d, retryHint(rep.text))
