@@ -207,11 +207,13 @@
 //     address is backed off for RateLimitBackoff (30 s) through the limiter,
 //     for every process, and the unanswered addresses move to the next MX,
 //     else rate_limited. When
-//     the 421 refuses a new session while the call already has sessions to
-//     the server's address (by any MX name), it is read as the server's
-//     concurrency limit instead: its session cap is lowered to what was
-//     open, for every name of it (remembered for an hour), and the queue is
-//     left to the open sessions, without back-off.
+//     the 421 (or "too many connections") refuses a new session while
+//     sessions of ours to the server's address are open (by any MX name,
+//     in any call or process: the limiter's count), it is read as the
+//     server's concurrency limit instead: its session cap is lowered to
+//     what was open, for every name of it and as the limiter slot's cap of
+//     every call (remembered for an hour), and the queue is left to the
+//     open sessions, without back-off.
 //   - 452 / x.5.3 too many recipients: not a verdict; the rest go to a new
 //     session, and the server's RCPTs-per-session limit is learned (for an
 //     hour) so later sessions stay within it. An address refused so as the

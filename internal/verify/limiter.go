@@ -36,6 +36,14 @@ type BackoffAwareLimiter interface {
 	SessionsPerHost() int
 }
 
+// SessionCounter is implemented by both limiters here: how many sessions
+// of a key are open now, over every call (and, for RedisLimiter, every
+// process). A server that refuses a new session as "too many connections"
+// counts all of them, not only the refused call's (banner421).
+type SessionCounter interface {
+	Holders(ctx context.Context, host string) (int64, error)
+}
+
 // LimiterOptions configure a limiter.
 type LimiterOptions struct {
 	// SessionsPerHost is the cap of concurrent sessions per host, default 3.
@@ -317,6 +325,16 @@ func (l *LocalLimiter) release(key string) {
 	if h.open <= 0 && !h.tat.After(now) && !h.backoff.After(now) && !h.levelUntil.After(now) {
 		delete(l.hosts, key)
 	}
+}
+
+// Holders implements SessionCounter.
+func (l *LocalLimiter) Holders(_ context.Context, host string) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.hosts[host]; h != nil {
+		return int64(max(h.open, 0)), nil
+	}
+	return 0, nil
 }
 
 // Backoff implements HostLimiter. A back-off only ever extends.

@@ -243,7 +243,7 @@ func (r *run) slot(h *hostQ, srv server) (ic *idleConn, release func(), backoff 
 	p := r.v.pool
 	for {
 		if !p.enabled() {
-			release, backoff, err = r.v.acquire(r.ctx, h, srv, r.serverCap(h))
+			release, backoff, err = r.v.acquire(r.ctx, h, srv, r.slotCap(h, srv))
 			return nil, release, backoff, err
 		}
 		parked, unwatch := p.watchHost(srv.key)
@@ -259,7 +259,7 @@ func (r *run) slot(h *hostQ, srv server) (ic *idleConn, release func(), backoff 
 			case <-actx.Done():
 			}
 		}()
-		release, backoff, err = r.v.acquire(actx, h, srv, r.serverCap(h))
+		release, backoff, err = r.v.acquire(actx, h, srv, r.slotCap(h, srv))
 		woken := actx.Err() != nil
 		cancel()
 		unwatch()

@@ -96,6 +96,9 @@ type hostQ struct {
 	retry    time.Duration
 	downCode int // the reply code that made it down, when one did (a block)
 	fails    int // sessions that failed before their first transaction
+	// decided counts this call's RCPTs to the host answered accepted or
+	// refused for the address (deferralIsThrottle).
+	decided int
 	// throttles counts the sessions refused with throttling before any
 	// transaction (run.throttled).
 	throttles int
@@ -443,6 +446,20 @@ func (r *run) ipCap(h *hostQ) int {
 		return min(r.serverCap(h), h.sessionLimit)
 	}
 	return r.serverCap(h)
+}
+
+// slotCap is the cap of srv's limiter slot for a session of h: the
+// server's cap, lowered by the session cap learned from a refusal
+// (banner421) in this call or, read again at each acquisition, in any
+// call of this process. The learned cap has to be the limiter's, not
+// only this call's: the sessions a server counts are every call's.
+func (r *run) slotCap(h *hostQ, srv server) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n, ok := r.v.sessionLimits.get(srv.key, time.Now()); ok && (h.sessionLimit == 0 || n < h.sessionLimit) {
+		h.sessionLimit = n
+	}
+	return r.ipCap(h)
 }
 
 // budget is the RCPTs a session to h may send: the configured maximum,

@@ -22,6 +22,7 @@ type sess struct {
 	srv      server // the server (and provider) the session is counted against
 	sent     int    // RCPTs sent (probes included)
 	answered int    // RCPTs answered other than "too many recipients"
+	decided  int    // RCPTs answered accepted or refused for the address (deferralIsThrottle)
 	txs      int    // transactions started
 	tooMany  bool   // a "too many recipients" ended the session's usefulness
 	client   clientID
@@ -135,12 +136,11 @@ func (r *run) converse(h *hostQ, srv server, c *smtpConn, start time.Time, ic *i
 		_ = c.send("QUIT")
 		r.blocked(h, srv, banner, "banner", nil)
 		return false
-	case banner.code == 421:
+	case banner.code == 421 || isThrottle(banner, stageConnect):
+		if banner.code != 421 {
+			_ = c.send("QUIT")
+		}
 		r.banner421(h, srv, banner)
-		return false
-	case isThrottle(banner, stageConnect):
-		_ = c.send("QUIT")
-		r.throttled(h, srv, banner, "banner", nil)
 		return false
 	case banner.code != 220:
 		// 554 "no service here" (RFC 5321 3.1): this host refuses us.
@@ -247,7 +247,7 @@ func (r *run) transactions(h *hostQ, c *smtpConn, s *sess, release func()) (park
 			}
 		}
 		if s.answered > 0 {
-			r.v.unthrottle(ctx, s.srv) // answered without throttling: the next pause starts short
+			r.v.unthrottle(ctx, s.srv, s.started) // answered without throttling: the next pause starts short
 		}
 		if !s.tooMany {
 			r.mu.Lock()
@@ -446,26 +446,49 @@ func (r *run) rateLimited(h *hostQ, srv server, unanswered *job) {
 	}
 }
 
-// banner421 handles a new session refused with 421. While this call has
-// other sessions open to the host, the 421 says how many it allows us: the
-// host's session cap is lowered to that (for an hour) and its queue is left
-// to the open sessions, with no back-off. Otherwise the host is rate
-// limiting us: back off.
+// banner421 handles a new session refused with 421, or with throttling
+// words ("too many connections from <us>"). While other sessions of ours
+// are open to the server's address, the refusal says how many it allows
+// us: the server's session cap is lowered to that (for an hour, for every
+// call of this process: the limiter's slot cap, so no call opens one
+// beyond it) and the host's queue is left to the open sessions, with no
+// back-off. Otherwise the server is rate limiting us: a throttling pause
+// (throttling words) or a back-off (a bare 421).
 //
-// The sessions counted are this call's to the server's address, whatever
-// MX name led there, and the cap learned applies to every name of it.
-//
-// A 421 with throttling words ("too many connections from <us>") and no
-// other session open pauses the server briefly (throttled) instead.
+// The sessions counted are every open one of ours to the server's address
+// through this egress, whatever MX name led there: this call's, and the
+// limiter's count over every call and process (SessionCounter), minus the
+// refused one. Counting only this call's missed the usual case: two jobs
+// at once, each with one session to a server allowing one (Postfix anvil's
+// smtpd_client_connection_count_limit, Exim's smtp_accept_max_per_host);
+// the second job's refusal was read as a rate limit, and after a 5 s pause
+// it was refused again while the first job's session was still open.
 func (r *run) banner421(h *hostQ, srv server, rep reply) {
+	open := 0
+	if sc, ok := r.v.limiter.(SessionCounter); ok {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+		n, err := sc.Holders(ctx, srv.key)
+		cancel()
+		if err == nil {
+			open = int(n)
+		}
+	}
 	r.mu.Lock()
-	if others := r.ipActive[ipEgress{srv.ip, srv.egress}] - 1; others > 0 {
-		h.sessionLimit = others
+	others := max(r.ipActive[ipEgress{srv.ip, srv.egress}], open) - 1
+	if others > 0 {
+		if h.sessionLimit == 0 || others < h.sessionLimit {
+			h.sessionLimit = others
+		}
 		for _, p := range r.byIP[srv.ip] {
-			p.sessionLimit = others
+			if p.sessionLimit == 0 || others < p.sessionLimit {
+				p.sessionLimit = others
+			}
 		}
 		r.v.sessionLimits.put(srv.key, others, time.Now().Add(limitTTL))
 		r.mu.Unlock()
+		r.v.log.Info("smtp: the mail server refused a session beyond the ones open; its session cap is learned",
+			"host", h.name, "server", srv.ip.String(), "provider", srv.provider, "egress", r.v.egs[srv.egress].Name,
+			"code", rep.code, "reply", redactReply(rep.text), "cap", others)
 		return
 	}
 	r.mu.Unlock()
@@ -599,6 +622,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			probeTemp = rep
 		}
 		s.answered++
+		if decisive(cl) {
+			s.decided++
+		}
 		if verdict != 0 {
 			r.v.noteVerdict(j.dom.name, verdict == 1)
 			r.mu.Lock()
@@ -615,6 +641,9 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 			return false, err
 		}
 		cl := classifyAt(rep, stageRcpt, s.client)
+		if cl == rcGreylisted && r.deferralIsThrottle(h, s, rep) {
+			cl = rcThrottled
+		}
 		countReply("rcpt", cl)
 		if cl == rcBlocked {
 			r.blocked(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
@@ -623,7 +652,7 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		if cl == rcThrottled {
 			// "450 4.7.1 Error: too many recipients from <us>": the rest
 			// of the group would get the same; ask them after the pause.
-			r.throttled(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi})
+			r.throttledAfter(h, s.srv, rep, "rcpt", &job{dom: j.dom, items: j.items[i:], mxi: j.mxi}, s.decided > 0)
 			return true, nil
 		}
 		if cl == rcRateLimited {
@@ -636,6 +665,10 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		}
 		s.answered++
 		r.mu.Lock()
+		if decisive(cl) {
+			s.decided++
+			h.decided++
+		}
 		if r.answer(it, j.host(), rep, cl, verdict, probeTemp) {
 			grey = append(grey, it)
 		}
@@ -650,6 +683,45 @@ func (r *run) transaction(g *group, h *hostQ, s *sess, t *tx) (limited bool, err
 		r.tooMany(h, s, j, again)
 	}
 	return false, nil
+}
+
+// deferralIsThrottle reports whether rep, a RCPT deferral classified as
+// greylisting, is the server's rate limit instead (docs/egress.md, "Reply
+// classes"): its text has no greylisting word (only "try (again) later",
+// a bare 4.7.x) and the server has already decided on other recipients of
+// ours: in this session (a greylister defers a new triplet from its first
+// RCPT, it does not start deferring in the middle of a session whose
+// recipients it accepts and refuses), or in an earlier session of this
+// call to the host, or it throttled us lately (and no session started
+// since answered cleanly). Exim's default `defer ratelimit` answers "451
+// Temporary local problem - please try later" that way; read as
+// greylisting, its addresses waited for the retry schedule and a quarter
+// of them stayed unknown. Read as throttling, the server is paused briefly
+// (growing) and they are asked again within the call. A real greylister
+// with a vague text that defers a new recipient after others passed costs
+// at most the throttling pauses; its addresses are then rate_limited
+// (Temporary), and the retry pass asks them again.
+func (r *run) deferralIsThrottle(h *hostQ, s *sess, rep reply) bool {
+	if rep.code/100 != 4 || reGreyWord.MatchString(rep.text) {
+		return false
+	}
+	if s.decided > 0 {
+		return true
+	}
+	r.mu.Lock()
+	n := h.decided
+	r.mu.Unlock()
+	if n > 0 {
+		return true
+	}
+	at, ok := r.v.throttled.get(s.srv.key, time.Now())
+	return ok && !at.IsZero()
+}
+
+// decisive reports whether a RCPT reply of class c decided on the
+// address: accepted, or refused as unknown, disabled or full.
+func decisive(c rcptClass) bool {
+	return c == rcAccepted || c == rcNotFound || c == rcDisabled || c == rcFull
 }
 
 // tooMany requeues addresses answered "too many recipients" for a new

@@ -18,8 +18,8 @@ import (
 // Instead the server (its limitKey: egress + server address, as every
 // politeness key) is paused for a short interval that doubles with each
 // throttling reply that comes after the previous pause ended: 5 s, 10 s,
-// 20 s, ... at most 2 min. A session that answers without throttling
-// resets it; so does a quiet throttleLevelTTL. The pause is the limiter's
+// 20 s, ... at most 2 min. A session started after the throttling reply
+// that answers without throttling resets it; so does a quiet throttleLevelTTL. The pause is the limiter's
 // back-off, so every process sharing the limiter waits it out (the level
 // is shared too: RedisLimiter keeps it in Redis, LocalLimiter in process),
 // and sessions of the same call wait for it (run.waitThrottle) instead of
@@ -178,7 +178,8 @@ func (v *Verifier) throttle(ctx context.Context, srv server) (time.Duration, boo
 	if t == Throttler(v.localThrottle) {
 		_ = v.limiter.Backoff(ctx, srv.key, d)
 	}
-	v.throttled.put(srv.key, true, time.Now().Add(throttleLevelTTL))
+	now := time.Now()
+	v.throttled.put(srv.key, now, now.Add(throttleLevelTTL))
 	return d, started
 }
 
@@ -197,12 +198,18 @@ func (v *Verifier) throttlePauseLeft(ctx context.Context, srv server) time.Durat
 // unthrottle resets srv's level after a session it answered without
 // throttling: only when this process saw it throttle lately, so the
 // common case costs no round trip (another process's level then lapses
-// after throttleLevelTTL).
-func (v *Verifier) unthrottle(ctx context.Context, srv server) {
-	if seen, _ := v.throttled.get(srv.key, time.Now()); !seen {
+// after throttleLevelTTL), and only for a session that started after
+// that throttling reply. A session that was already open then says
+// nothing about what the server allows now: with a connection limit of 1,
+// the one session open keeps answering while every new one is refused,
+// and resetting the level on its answers kept the pause at 5 s, refusal
+// after refusal (issue 25).
+func (v *Verifier) unthrottle(ctx context.Context, srv server, started time.Time) {
+	at, seen := v.throttled.get(srv.key, time.Now())
+	if !seen || at.IsZero() || !started.After(at) {
 		return
 	}
-	v.throttled.put(srv.key, false, time.Now())
+	v.throttled.put(srv.key, time.Time{}, time.Now())
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_ = v.throttler().Unthrottle(ctx, srv.key)
@@ -226,6 +233,18 @@ func (r *run) canWait(d time.Duration) bool {
 // RetryAfter. Never blocked, never a 30-minute back-off. The operator
 // sees bulkd_smtp_throttle_pauses_total and one log line per pause.
 func (r *run) throttled(h *hostQ, srv server, rep reply, stage string, rest *job) {
+	r.throttledAfter(h, srv, rep, stage, rest, false)
+}
+
+// throttledAfter is throttled for a session that has already decided on
+// some recipients (progress): the server is pacing us, not refusing, and
+// the rest's addresses were throttled only because they came after the
+// ones it let through. Their throttles are not counted toward
+// maxThrottles then: a rate limit of N per window would otherwise answer
+// the tail of a long queue rate_limited, each of its addresses having
+// waited behind others in every session. Progress in every such session
+// bounds the call; its deadline (canWait) bounds the time.
+func (r *run) throttledAfter(h *hostQ, srv server, rep reply, stage string, rest *job, progress bool) {
 	d, started := r.v.throttle(context.WithoutCancel(r.ctx), srv)
 	r.v.pool.flush(srv.key) // parked sessions would only meet the same limit
 	eg := &r.v.egs[srv.egress]
@@ -255,7 +274,9 @@ func (r *run) throttled(h *hostQ, srv server, rep reply, stage string, rest *job
 		if it.done {
 			continue
 		}
-		it.throttles++
+		if !progress {
+			it.throttles++
+		}
 		if it.throttles >= maxThrottles || !r.canWait(d) {
 			r.finish([]*item{it}, ReasonRateLimited, rest.host(), rep.code)
 			it.retryAfter = max(d, retryHint(rep.text))

@@ -248,9 +248,10 @@ type Verifier struct {
 	// same K confirms it as the host's limit (dropLimit).
 	drops *ttlCache[string, dropSeen]
 	// throttled are the servers (server.key) this process saw throttle
-	// lately (throttleLevelTTL), whose level a clean session resets;
-	// localThrottle keeps the pauses when the limiter is no Throttler.
-	throttled     *ttlCache[string, bool]
+	// lately (throttleLevelTTL), with when, whose level a clean session
+	// started after that resets; localThrottle keeps the pauses when the
+	// limiter is no Throttler.
+	throttled     *ttlCache[string, time.Time]
 	localThrottle *LocalLimiter
 	log           *slog.Logger
 	pool          *connPool // sessions parked between calls
@@ -341,7 +342,7 @@ func New(cfg Config, l *Lists, limiter HostLimiter) (*Verifier, error) {
 		sessionLimits: newTTLCache[string, int](catchAllEntries), depths: newTTLCache[string, int](catchAllEntries),
 		paced: newTTLCache[string, bool](catchAllEntries), blocks: newTTLCache[string, bool](catchAllEntries),
 		drops: newTTLCache[string, dropSeen](catchAllEntries), log: cfg.Logger, egs: cfg.Egresses, proxyWarned: map[string]time.Time{},
-		pool: newConnPool(cfg.SessionIdle), throttled: newTTLCache[string, bool](catchAllEntries),
+		pool: newConnPool(cfg.SessionIdle), throttled: newTTLCache[string, time.Time](catchAllEntries),
 		localThrottle: NewLocalLimiter(LimiterOptions{})}, nil
 }
 
