@@ -50,18 +50,17 @@ func (c *Checker) Handler(next http.Handler, report func([]string)) http.Handler
 		ex := &Exchange{Method: r.Method, RequestURI: requestURI(r), Header: r.Header.Clone()}
 		var body *teeBody
 		if r.Body != nil && r.Body != http.NoBody {
+			// On a copy of the request: the server looks at its own
+			// request's Body after the handler (to drain or not what is
+			// left of it), and must find its own type there.
 			body = &teeBody{rc: r.Body}
+			r = r.WithContext(r.Context())
 			r.Body = body
 		} else {
 			ex.BodyComplete = true
 		}
 		rw := &recorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rw, r)
-		// The answer goes out before it is checked, so that checking never
-		// delays a client (tests measure answer times).
-		if !rw.hijacked {
-			_ = http.NewResponseController(w).Flush()
-		}
 		// A hijacked connection (none of the API's answers) is not an
 		// answer to check; a panic never gets here, as it never answers.
 		if rw.hijacked {
