@@ -3,6 +3,7 @@ package apiserver_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/idempotency"
 )
 
 // documentedOp is one /v1 operation of the document, with the statuses it
@@ -157,6 +159,66 @@ func TestEveryOperationAnswers503WhenRedisIsAway(t *testing.T) {
 		for _, key := range []string{k, ""} {
 			if got := send(t, env, op, key); got != http.StatusServiceUnavailable && !(key == "" && got == http.StatusUnauthorized) {
 				t.Errorf("%s %s (key %v) with Redis away: %d, want 503", op.method, op.path, key != "", got)
+			}
+		}
+	}
+}
+
+// TestEveryBodyAndIdempotencyAnswer produces, on every documented
+// operation that has them, the answers of the machinery every request body
+// and every charging request goes through: 408 for a body that stalls
+// past the grace (admission control), and 409 idempotency_in_progress for
+// an Idempotency-Key another request of the API key still holds.
+func TestEveryBodyAndIdempotencyAnswer(t *testing.T) {
+	ctx := context.Background()
+	env := bulkdtest.Start(t, bulkdtest.NoWorkers(), bulkdtest.WithConfig(func(c *config.Config) {
+		c.BodyGrace = 300 * time.Millisecond
+	}))
+	acct, payg := env.Account(credits.Whole(100))
+	unl := env.Key(acct, accounts.Unlimited)
+	if err := env.Parts.API.Accounts.SetPlan(ctx, acct, accounts.PlanStarter, accounts.StateActive, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	idem := idempotency.New(env.Redis, idempotency.Options{}, time.Now)
+	for i, op := range v1Operations(t) {
+		key := payg
+		if unlimitedRoute(op) {
+			key = unl
+		}
+		if op.statuses["408"] {
+			u := startUpload(t, env, op.path, key, 1000, []byte(`{"a":`))
+			r, closing := u.answer(t, 10*time.Second)
+			if r.Status != http.StatusRequestTimeout || !closing {
+				t.Errorf("%s %s, a body that stalls: %d (closing %v), want 408: %s", op.method, op.path, r.Status, closing, r.Body)
+			}
+		}
+		if op.statuses["409"] {
+			// Another request (another owner) holds the key's claim.
+			p, err := env.Parts.API.Accounts.Authenticate(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ik := fmt.Sprintf("held-%d", i)
+			if _, err := idem.Claim(ctx, idempotency.Key(p.Key.ID, ik), "another-request"); err != nil {
+				t.Fatal(err)
+			}
+			var body io.Reader
+			if op.method != http.MethodGet {
+				body = strings.NewReader(`{}`)
+			}
+			req, _ := http.NewRequest(op.method, env.URL+op.path, body)
+			req.Header.Set("X-API-Key", key)
+			req.Header.Set("Idempotency-Key", ik)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			// The verification results' 409 is another one (a job not
+			// complete), produced by the tests of that family.
+			if res.StatusCode != http.StatusConflict && !strings.HasSuffix(op.path, "/results") {
+				t.Errorf("%s %s with an Idempotency-Key in use: %d, want 409", op.method, op.path, res.StatusCode)
 			}
 		}
 	}
