@@ -98,7 +98,8 @@ Never "any address": issue 26 found Redis' port open to every address.
 {{- include "bulkd.np.cidrPeers" (list (ternary (printf "%s/128" $host) (printf "%s/32" $host) (contains ":" $host))) }}
 {{- else }}
 {{- $parts := splitList "." $host }}
-{{- $ns := ternary (index $parts 1) .Release.Namespace (gt (len $parts) 1) }}
+{{- $ns := .Release.Namespace }}
+{{- if gt (len $parts) 1 }}{{ $ns = index $parts 1 }}{{ end }}
 {{- $svc := lookup "v1" "Service" $ns (first $parts) }}
 {{- with (dig "spec" "selector" dict $svc) }}
 - namespaceSelector:
