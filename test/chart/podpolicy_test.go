@@ -112,13 +112,13 @@ func TestControllerMayOnlyUngateItsPods(t *testing.T) {
 		pod   *corev1.Pod
 		patch client.Patch
 	}{
-		"a label":                   {own("p-label"), jsonPatch(map[string]any{"op": "replace", "path": "/metadata/labels/app.kubernetes.io~1component", "value": "x"})},
-		"an annotation":             {own("p-annotation"), jsonPatch(map[string]any{"op": "add", "path": "/metadata/annotations", "value": map[string]string{"a": "b"}})},
-		"the image":                 {own("p-image"), jsonPatch(map[string]any{"op": "replace", "path": "/spec/containers/0/image", "value": "evil.example/x"})},
-		"another gate":              {own("p-othergate"), jsonPatch(map[string]any{"op": "remove", "path": "/spec/schedulingGates/0"})},
-		"a gate added":              {own("p-addgate"), jsonPatch(map[string]any{"op": "add", "path": "/spec/schedulingGates/-", "value": map[string]string{"name": "x.example/y"}})},
-		"the node selector":         {own("p-node"), jsonPatch(map[string]any{"op": "add", "path": "/spec/nodeSelector", "value": map[string]string{"kubernetes.io/hostname": "n1"}})},
-		"a toleration":              {own("p-tol"), jsonPatch(map[string]any{"op": "add", "path": "/spec/tolerations", "value": []map[string]string{{"operator": "Exists"}}})},
+		"a label":           {own("p-label"), jsonPatch(map[string]any{"op": "replace", "path": "/metadata/labels/app.kubernetes.io~1component", "value": "x"})},
+		"an annotation":     {own("p-annotation"), jsonPatch(map[string]any{"op": "add", "path": "/metadata/annotations", "value": map[string]string{"a": "b"}})},
+		"the image":         {own("p-image"), jsonPatch(map[string]any{"op": "replace", "path": "/spec/containers/0/image", "value": "evil.example/x"})},
+		"another gate":      {own("p-othergate"), jsonPatch(map[string]any{"op": "remove", "path": "/spec/schedulingGates/0"})},
+		"the node selector": {own("p-node"), jsonPatch(map[string]any{"op": "add", "path": "/spec/nodeSelector", "value": map[string]string{"kubernetes.io/hostname": "n1"}})},
+		"the deadline":      {own("p-deadline"), jsonPatch(map[string]any{"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 1})},
+		// (Adding a gate or a toleration the API server refuses itself.)
 		"the gate and a label":      {own("p-both"), jsonPatch(map[string]any{"op": "remove", "path": "/spec/schedulingGates/1"}, map[string]any{"op": "add", "path": "/metadata/labels/x", "value": "y"})},
 		"another pod's gate":        {stranger, removeGate},
 		"another pod's annotations": {stranger, jsonPatch(map[string]any{"op": "add", "path": "/metadata/annotations", "value": map[string]string{"a": "b"}})},
