@@ -16,6 +16,7 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apicontract"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
@@ -72,7 +73,9 @@ func newTestAPI(t *testing.T, opts ...option) *testAPI {
 		o(&d)
 	}
 	s := apiserver.New(d)
-	ts := httptest.NewServer(s)
+	// Every exchange is checked against the published document
+	// (internal/apicontract; contract_test.go lists what no test produced).
+	ts := httptest.NewServer(apicontract.Serve(t, s))
 	t.Cleanup(ts.Close)
 	return &testAPI{t: t, URL: ts.URL, Redis: rdb, Accounts: d.Accounts, Billing: d.Billing, Clock: clk, Server: s,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 200}}}

@@ -257,11 +257,11 @@ func TestOpenAPILookupContract(t *testing.T) {
 		responses []string
 	}{
 		"/v1/bulk-lookup":                            {"POST", with(metered, "200", "408", "409", "503")},
-		"/v1/bulk-lookup/{job_id}":                   {"GET", []string{"200", "400", "401", "403", "404", "429", "500"}},
-		"/v1/bulk-lookup/{job_id}/results":           {"GET", with(metered, "200", "404")},
+		"/v1/bulk-lookup/{job_id}":                   {"GET", []string{"200", "400", "401", "403", "404", "429", "500", "503"}},
+		"/v1/bulk-lookup/{job_id}/results":           {"GET", with(metered, "200", "404", "503")},
 		"/v1/unlimited/bulk-lookup":                  {"POST", with(metered, "200", "402", "408", "409", "503")},
-		"/v1/unlimited/bulk-lookup/{job_id}":         {"GET", []string{"200", "400", "401", "402", "403", "404", "429", "500"}},
-		"/v1/unlimited/bulk-lookup/{job_id}/results": {"GET", with(metered, "200", "402", "404")},
+		"/v1/unlimited/bulk-lookup/{job_id}":         {"GET", []string{"200", "400", "401", "402", "403", "404", "429", "500", "503"}},
+		"/v1/unlimited/bulk-lookup/{job_id}/results": {"GET", with(metered, "200", "402", "404", "503")},
 		"/v1/email-lookup":                           {"POST", with(metered, "200", "408", "409", "502", "503")},
 		"/v1/unlimited/email-lookup":                 {"POST", with(metered, "200", "402", "408", "409", "502", "503")},
 	}

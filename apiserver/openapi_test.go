@@ -162,9 +162,9 @@ func TestOpenAPICompanyContract(t *testing.T) {
 		responses []string
 	}{
 		"/v1/company-enrichment/bulk":                  {"POST", []string{"200", "400", "401", "403", "408", "409", "422", "429", "500", "503"}},
-		"/v1/company-enrichment/bulk/{job_id}":         {"GET", []string{"200", "401", "403", "404", "422", "429", "500"}},
-		"/v1/company-enrichment/bulk/{job_id}/results": {"GET", []string{"200", "401", "403", "404", "422", "429", "500"}},
-		"/v1/company-enrichment":                       {"GET", []string{"200", "401", "403", "409", "422", "429", "500"}},
+		"/v1/company-enrichment/bulk/{job_id}":         {"GET", []string{"200", "401", "403", "404", "422", "429", "500", "503"}},
+		"/v1/company-enrichment/bulk/{job_id}/results": {"GET", []string{"200", "401", "403", "404", "422", "429", "500", "503"}},
+		"/v1/company-enrichment":                       {"GET", []string{"200", "401", "403", "409", "422", "429", "500", "503"}},
 	}
 	for path, want := range ops {
 		item := doc.Paths.Find(path)

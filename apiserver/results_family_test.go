@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkd/bulkd/internal/apicontract"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/credits"
@@ -66,7 +67,7 @@ func TestResultsOfAnotherFamilyDoNotFillTheCache(t *testing.T) {
 	if replica.Engine.RowCache != nil {
 		t.Fatal("the replica has a row cache")
 	}
-	ts := httptest.NewServer(replica.API)
+	ts := httptest.NewServer(apicontract.Serve(t, replica.API))
 	defer ts.Close()
 	get := func(path string) bulkdtest.Response {
 		t.Helper()

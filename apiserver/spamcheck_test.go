@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apicontract"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/spamc"
@@ -186,7 +187,7 @@ func TestSpamCheckDailyAllowance(t *testing.T) {
 	d2 := apiserver.Deps{Redis: api.Redis, Accounts: api.Accounts, Billing: api.Billing, Limiter: api.Server.Limiter,
 		Logger: api.Server.Logger, Now: api.Clock.Now}
 	withSpamd(sd.Addr, al)(&d2)
-	replica := httptest.NewServer(apiserver.New(d2))
+	replica := httptest.NewServer(apicontract.Serve(t, apiserver.New(d2)))
 	t.Cleanup(replica.Close)
 
 	acct, k1 := api.account(credits.Whole(1), accounts.PayAsYouGo)

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/apicontract"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
@@ -125,7 +126,8 @@ func Start(t testing.TB, opts ...Option) *Env {
 	}
 	parts.Local.Backoff = 20 * time.Millisecond
 	e := &Env{T: t, Redis: rdb, Parts: parts, Config: cfg, Clock: clock, client: &http.Client{Timeout: 30 * time.Second}}
-	ts := httptest.NewServer(parts.API)
+	// Every exchange is checked against the published OpenAPI document.
+	ts := httptest.NewServer(apicontract.Serve(t, parts.API))
 	e.URL = ts.URL
 	t.Cleanup(ts.Close)
 	if start {

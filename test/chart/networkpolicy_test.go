@@ -14,8 +14,10 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -253,13 +255,31 @@ func TestNetworkPolicies(t *testing.T) {
 				}
 			}
 		}
-		// Unconfigured, the Kubernetes API and the external Redis can be
-		// anywhere but link-local: their ports only.
-		if !egressAllowed(nps, ns, api, addr("10.96.0.1"), "TCP", 443) || !egressAllowed(nps, ns, ctl, addr("172.18.0.2"), "TCP", 6443) {
-			t.Error("the Kubernetes API fallback is missing")
+		// Unconfigured and not looked up (no cluster at render), the
+		// Kubernetes API and the external Redis are closed (issue 26: they
+		// were open on every address but link-local), and NOTES.txt says
+		// which values open them.
+		for name, labels := range pods {
+			for _, dst := range []string{"10.96.0.1:443", "172.18.0.2:6443", "10.4.4.4:6379", "93.184.216.34:6379"} {
+				ip, port, _ := strings.Cut(dst, ":")
+				p := map[string]int{"443": 443, "6443": 6443, "6379": 6379}[port]
+				if egressAllowed(nps, ns, labels, addr(ip), "TCP", p) {
+					t.Errorf("%s: %s allowed with nothing known of the Kubernetes API and Redis", name, dst)
+				}
+			}
+			// NAT64, 6to4 and Teredo addresses carry an IPv4 address
+			// (here 10.0.0.1) that a translator or relay would reach.
+			for _, ip := range []string{"64:ff9b::a00:1", "2002:a00:1::1", "2001:0:4136:e378:8000:63bf:f5ff:fffe"} {
+				if egressAllowed(nps, ns, labels, addr(ip), "TCP", 443) {
+					t.Errorf("%s: the IPv6 transition address %s allowed", name, ip)
+				}
+			}
 		}
-		if !egressAllowed(nps, ns, processorLabels(), addr("10.4.4.4"), "TCP", 6379) {
-			t.Error("the external Redis fallback is missing")
+		notes := r.notes
+		for _, want := range []string{"networkPolicy.kubeAPI.cidrs", "redis.networkPolicyCIDRs"} {
+			if !strings.Contains(notes, want) {
+				t.Errorf("NOTES.txt does not tell to set %s:\n%s", want, notes)
+			}
 		}
 		// The policies are in the chart's ConfigMap's company: no
 		// allowance by default.
@@ -375,10 +395,25 @@ networkPolicy:
 `)
 		nps := policies(t, r)
 		api := podLabels(t, r.get(t, "Deployment", "bulkd-apiserver"))
-		if !egressAllowed(nps, ns, api, addr("10.9.9.9"), "TCP", 6380) || egressAllowed(nps, ns, api, addr("10.9.9.9"), "TCP", 6379) ||
-			egressAllowed(nps, ns, api, addr("169.254.169.254"), "TCP", 6380) {
-			t.Error("the external Redis rule is not redis.url's port on any address but link-local")
+		// A Redis named by DNS outside the cluster, its address not given:
+		// closed, never "any address on its port".
+		if egressAllowed(nps, ns, api, addr("10.9.9.9"), "TCP", 6380) || egressAllowed(nps, ns, api, pub4, "TCP", 6380) {
+			t.Error("an external Redis of unknown address is reachable")
 		}
+		r = renderOK(t, `{redis: {url: "rediss://:pw@redis.example.com:6380/1", networkPolicyCIDRs: [10.9.9.9/32]}}`)
+		nps = policies(t, r)
+		if !egressAllowed(nps, ns, api, addr("10.9.9.9"), "TCP", 6380) || egressAllowed(nps, ns, api, addr("10.9.9.9"), "TCP", 6379) ||
+			egressAllowed(nps, ns, api, addr("10.9.9.10"), "TCP", 6380) {
+			t.Error("redis.networkPolicyCIDRs: not exactly its addresses on redis.url's port")
+		}
+		// An address in the URL is the address.
+		r = renderOK(t, `{redis: {url: "redis://10.3.3.3:6379/0"}}`)
+		nps = policies(t, r)
+		if !egressAllowed(nps, ns, processorLabels(), addr("10.3.3.3"), "TCP", 6379) || egressAllowed(nps, ns, processorLabels(), addr("10.3.3.4"), "TCP", 6379) {
+			t.Error("redis.url's IP address is not the Redis rule")
+		}
+		r = renderOK(t, `{spamd: {address: "spamd.mail.svc:7830"}, networkPolicy: {spamd: {cidrs: [10.7.0.0/24]}}}`)
+		nps = policies(t, r)
 		if !egressAllowed(nps, ns, api, addr("10.7.0.5"), "TCP", 7830) || egressAllowed(nps, ns, api, addr("10.8.0.5"), "TCP", 7830) {
 			t.Error("the external spamd rule is not spamd.address' port on networkPolicy.spamd.cidrs")
 		}
@@ -429,6 +464,37 @@ networkPolicy:
 			}
 		}
 		t.Logf("Kubernetes API looked up: %s:%d", epIP, epPort)
+	})
+
+	// helm install with the default redis.url (a Service "redis" in the
+	// release's namespace): its pods and its cluster IP, looked up.
+	t.Run("redis Service looked up", func(t *testing.T) {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "redis"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "my-redis"},
+				Ports: []corev1.ServicePort{{Port: 6379}}}}
+		if err := c.Create(context.Background(), svc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), svc) })
+		r, err := renderWith(t, "bulkd", ns, parseValues(t, ""), k8sConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dryRunApply(t, c, r.objs)
+		nps := policies(t, r)
+		redisPod := endpoint{pod: map[string]string{"app": "my-redis"}, ns: ns, nsTags: map[string]string{"kubernetes.io/metadata.name": ns}}
+		other := endpoint{pod: map[string]string{"app": "other"}, ns: ns, nsTags: map[string]string{"kubernetes.io/metadata.name": ns}}
+		for _, labels := range []map[string]string{podLabels(t, r.get(t, "Deployment", "bulkd-apiserver")), processorLabels()} {
+			if !egressAllowed(nps, ns, labels, redisPod, "TCP", 6379) || !egressAllowed(nps, ns, labels, addr(svc.Spec.ClusterIP), "TCP", 6379) {
+				t.Errorf("the looked-up Redis (pods app=my-redis, %s) refused", svc.Spec.ClusterIP)
+			}
+			if egressAllowed(nps, ns, labels, other, "TCP", 6379) || egressAllowed(nps, ns, labels, addr("10.4.4.4"), "TCP", 6379) {
+				t.Error("Redis' port open beyond the looked-up Service")
+			}
+		}
+		if strings.Contains(r.notes, "redis.networkPolicyCIDRs") {
+			t.Error("NOTES.txt warns of an unknown Redis although it was looked up")
+		}
 	})
 }
 

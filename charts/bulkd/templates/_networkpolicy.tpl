@@ -74,20 +74,59 @@ app.kubernetes.io/managed-by: bulkd-controller
 {{- end }}
 {{- end }}
 
-{{/* Redis: the chart's Redis pods, or networkPolicy.redis.cidrs, or any address but link-local on Redis' port. */}}
+{{/*
+bulkd.np.redisPeers: the peers Redis is reached at, as YAML (empty: not
+known, and Redis' egress stays closed; NOTES.txt warns). In order: the
+chart's Redis pods; redis.networkPolicyCIDRs (and networkPolicy.redis.cidrs,
+its older name); redis.url's host when it is an IP address; the Service
+redis.url names in the cluster ("name", "name.namespace", "name.namespace.svc..."),
+looked up at install: its pods (the Service's selector) and its cluster IPs.
+Never "any address": issue 26 found Redis' port open to every address.
+*/}}
+{{- define "bulkd.np.redisPeers" -}}
+{{- $cidrs := concat (default list .Values.redis.networkPolicyCIDRs) (default list .Values.networkPolicy.redis.cidrs) }}
+{{- if .Values.redis.server.enabled }}
+- podSelector:
+    matchLabels:
+      {{- include "bulkd.selectorLabels" (dict "ctx" . "component" "redis") | nindent 6 }}
+{{- else if $cidrs }}
+{{- include "bulkd.np.cidrPeers" $cidrs }}
+{{- else if and (not .Values.redis.existingSecret) .Values.redis.url }}
+{{- $host := (urlParse .Values.redis.url).host | replace "[" "" | replace "]" "" }}
+{{- $host = regexReplaceAll ":[0-9]+$" $host "" }}
+{{- if regexMatch "^[0-9.]+$|:" $host }}
+{{- include "bulkd.np.cidrPeers" (list (ternary (printf "%s/128" $host) (printf "%s/32" $host) (contains ":" $host))) }}
+{{- else }}
+{{- $parts := splitList "." $host }}
+{{- $ns := .Release.Namespace }}
+{{- if gt (len $parts) 1 }}{{ $ns = index $parts 1 }}{{ end }}
+{{- $svc := lookup "v1" "Service" $ns (first $parts) }}
+{{- with (dig "spec" "selector" dict $svc) }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ $ns }}
+  podSelector:
+    matchLabels:
+      {{- toYaml . | nindent 6 }}
+{{- end }}
+{{- range (dig "spec" "clusterIPs" list $svc) }}
+{{- if ne . "None" }}
+- ipBlock:
+    cidr: {{ ternary (printf "%s/128" .) (printf "%s/32" .) (contains ":" .) | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Redis: bulkd.np.redisPeers on Redis' port; no rule when they are not known. */}}
 {{- define "bulkd.np.redis" -}}
+{{- with include "bulkd.np.redisPeers" . | trim }}
 - to:
-    {{- if .Values.redis.server.enabled }}
-    - podSelector:
-        matchLabels:
-          {{- include "bulkd.selectorLabels" (dict "ctx" . "component" "redis") | nindent 10 }}
-    {{- else if .Values.networkPolicy.redis.cidrs }}
-    {{- include "bulkd.np.cidrPeers" .Values.networkPolicy.redis.cidrs | trim | nindent 4 }}
-    {{- else }}
-    {{- include "bulkd.np.anyButLinkLocal" . | trim | nindent 4 }}
-    {{- end }}
+    {{- . | nindent 4 }}
   ports:
-    {{- include "bulkd.np.tcpPorts" (include "bulkd.np.redisPorts" . | fromJsonArray) | trim | nindent 4 }}
+    {{- include "bulkd.np.tcpPorts" (include "bulkd.np.redisPorts" $ | fromJsonArray) | trim | nindent 4 }}
+{{- end }}
 {{- end }}
 
 {{/* spamd (the API only): the chart's spamd pods, or spamd.address on networkPolicy.spamd.cidrs or any address but link-local; nothing without a spamd. */}}
@@ -117,8 +156,10 @@ The Kubernetes API (the API creates BulkJobs, the controller runs them):
 networkPolicy.kubeAPI.cidrs, else the addresses and ports of the
 EndpointSlice default/kubernetes and the Service's cluster IP, looked up at
 install (a policy may be applied before or after the Service's address
-translation, depending on the network plugin), else (helm template: no
-lookup) any address but link-local on the API's usual ports.
+translation, depending on the network plugin), else (helm template, Argo
+CD: no lookup) no rule: the API stays closed until networkPolicy.kubeAPI.cidrs
+is set (NOTES.txt says so). Issue 26: the old fallback opened every
+private address on 443 and 6443.
 */}}
 {{- define "bulkd.np.kubeAPI" -}}
 {{- $k := .Values.networkPolicy.kubeAPI }}
@@ -144,14 +185,12 @@ lookup) any address but link-local on the API's usual ports.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if $cidrs }}
 - to:
-    {{- if $cidrs }}
     {{- include "bulkd.np.cidrPeers" (uniq $cidrs) | trim | nindent 4 }}
-    {{- else }}
-    {{- include "bulkd.np.anyButLinkLocal" . | trim | nindent 4 }}
-    {{- end }}
   ports:
     {{- include "bulkd.np.tcpPorts" (uniq (default (list 443 6443) $ports)) | trim | nindent 4 }}
+{{- end }}
 {{- end }}
 
 {{/* Public addresses on networkPolicy.publicPorts: everything but networkPolicy.nonPublicCIDRs, IPv4 and IPv6. */}}
