@@ -336,6 +336,12 @@ func TestLedgerIsNeverTrimmedSilently(t *testing.T) {
 		}
 		src := string(b)
 		checked++
+		if rel == filepath.Join("internal", "privacy", "audit.go") {
+			// The privacy audit log is not the ledger: it is kept for
+			// --privacy-audit-retention and trimmed by age as it is
+			// appended to, by design (docs/privacy.md).
+			return nil
+		}
 		if m := xadd.FindString(src); m != "" {
 			t.Errorf("%s trims a stream as it appends (%q): the ledger must never be trimmed silently", rel, m)
 		}

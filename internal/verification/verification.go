@@ -392,9 +392,10 @@ func (f *Family) ErrorAnswer() jobs.Answer {
 func (f *Family) Subjects(payload string) []string { return []string{family.EmailSubject(payload)} }
 
 // SuppressedAnswer implements family.Subjects: status and reason
-// suppressed, no address, nothing checked.
+// suppressed, no address, nothing checked; checked_at is when the
+// suppression list answered for it.
 func (f *Family) SuppressedAnswer() jobs.Answer {
-	data, _ := json.Marshal(stored{Result: verify.Result{Status: family.OutcomeSuppressed, Reason: family.OutcomeSuppressed}})
+	data, _ := json.Marshal(stored{Result: verify.Result{Status: family.OutcomeSuppressed, Reason: family.OutcomeSuppressed, CheckedAt: time.Now().UTC()}})
 	return jobs.Answer{Outcome: family.OutcomeSuppressed, Data: data}
 }
 
