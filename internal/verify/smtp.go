@@ -297,50 +297,62 @@ func classifyAt(r reply, stage blockStage, c clientID) rcptClass {
 		return rcTempFail
 	}
 	if r.hasEnh() {
-		subj, det := r.enh[1], r.enh[2]
-		switch {
-		case subj == 5 && det == 3:
-			return rcTooMany
-		case subj == 2 && det == 2:
-			return rcFull
-		case (subj == 3 && det != 4) || (temp && subj == 4):
-			// X.3.x is the mail system's status (not accepting messages,
-			// full, misconfigured; X.3.4, too big, is the message's), 4.4.x
-			// a routing problem for now: nothing about the mailbox,
-			// whatever the first digit.
-			return rcTempFail
-		case temp && subj == 7 && (r.code == 450 || r.code == 451):
-			return rcGreylisted
-		case temp:
-			// A 4.1.1 or 4.2.1 is not a verdict: the server could not
-			// decide now (directory down, mailbox being moved).
-			if reGrey.MatchString(r.text) && !reFull.MatchString(r.text) {
-				return rcGreylisted
-			}
-			return rcTempFail
-		case subj == 1 && (det == 1 || det == 6):
-			return rcNotFound
-		case subj == 2 && det == 1:
-			return rcDisabled
-		default:
-			// Other permanent enhanced codes (policy, system, routing)
-			// refuse the recipient without naming the mailbox as missing;
-			// the text may still be more specific.
-			switch {
-			case reTooMany.MatchString(r.text):
-				return rcTooMany
-			case reNotFound.MatchString(r.text):
-				return rcNotFound
-			case reDisabled.MatchString(r.text):
-				return rcDisabled
-			case reFull.MatchString(r.text):
-				return rcFull
-			case reSystemFull.MatchString(r.text):
-				return rcTempFail
-			}
-			return rcRejected
-		}
+		return classifyEnh(r, temp)
 	}
+	return classifyText(r, temp)
+}
+
+// classifyEnh classifies a reply by its RFC 3463 enhanced status code
+// (the text only refines a permanent code that names no mailbox).
+func classifyEnh(r reply, temp bool) rcptClass {
+	subj, det := r.enh[1], r.enh[2]
+	switch {
+	case subj == 5 && det == 3:
+		return rcTooMany
+	case subj == 2 && det == 2:
+		return rcFull
+	case (subj == 3 && det != 4) || (temp && subj == 4):
+		// X.3.x is the mail system's status (not accepting messages,
+		// full, misconfigured; X.3.4, too big, is the message's), 4.4.x
+		// a routing problem for now: nothing about the mailbox,
+		// whatever the first digit.
+		return rcTempFail
+	case temp && subj == 7 && (r.code == 450 || r.code == 451):
+		return rcGreylisted
+	case temp:
+		// A 4.1.1 or 4.2.1 is not a verdict: the server could not
+		// decide now (directory down, mailbox being moved).
+		if reGrey.MatchString(r.text) && !reFull.MatchString(r.text) {
+			return rcGreylisted
+		}
+		return rcTempFail
+	case subj == 1 && (det == 1 || det == 6):
+		return rcNotFound
+	case subj == 2 && det == 1:
+		return rcDisabled
+	default:
+		// Other permanent enhanced codes (policy, system, routing)
+		// refuse the recipient without naming the mailbox as missing;
+		// the text may still be more specific.
+		switch {
+		case reTooMany.MatchString(r.text):
+			return rcTooMany
+		case reNotFound.MatchString(r.text):
+			return rcNotFound
+		case reDisabled.MatchString(r.text):
+			return rcDisabled
+		case reFull.MatchString(r.text):
+			return rcFull
+		case reSystemFull.MatchString(r.text):
+			return rcTempFail
+		}
+		return rcRejected
+	}
+}
+
+// classifyText classifies a reply without an enhanced status code: by its
+// basic code, then its text.
+func classifyText(r reply, temp bool) rcptClass {
 	switch r.code {
 	case 452:
 		switch {
