@@ -88,8 +88,8 @@ func Harden(spec Spec, opts HardenOptions) (Spec, Hostility) {
 		}
 		first := len(spec.Hosts)
 		for i := range opts.SharedServers {
-			spec.Hosts = append(spec.Hosts, Host{Name: fmt.Sprintf("srv%d.%s", i+1, SharedMXSuffix),
-				MaxConns: opts.SharedMaxConns, MaxRcpts: 100, Provider: SharedProvider})
+			spec.Hosts = append(spec.Hosts, NewHost(fmt.Sprintf("srv%d.%s", i+1, SharedMXSuffix),
+				Limits(opts.SharedMaxConns, 100), RunBy(SharedProvider)))
 		}
 		for n, i := range shared {
 			d := &spec.Domains[i]
@@ -104,11 +104,11 @@ func Harden(spec Spec, opts HardenOptions) (Spec, Hostility) {
 	for n, i := range drops {
 		d := &spec.Domains[i]
 		k := n%3 + 1
-		spec.Hosts[hostIdx[canon(d.MX[0])]].DropAfterRcpts = k + 1
+		Give(&spec.Hosts[hostIdx[canon(d.MX[0])]], DropsAfter(k))
 		hy.Drops[canon(d.Name)] = k
 	}
 	if len(blocks) > 0 {
-		spec.Hosts = append(spec.Hosts, Host{Name: BlockHost, BlockClient: true})
+		spec.Hosts = append(spec.Hosts, NewHost(BlockHost, BlocksClient()))
 		for _, i := range blocks {
 			d := &spec.Domains[i]
 			// The domain's old host stays (nothing lists it any more).
@@ -118,7 +118,7 @@ func Harden(spec Spec, opts HardenOptions) (Spec, Hostility) {
 		for i, c := range spec.Cases {
 			at := strings.LastIndexByte(c.Email, '@')
 			if at >= 0 && hy.Blocks[canon(c.Email[at+1:])] {
-				spec.Cases[i] = Case{Email: c.Email, Status: Unknown, Reason: "blocked", Knowable: true}
+				spec.Cases[i] = BlockedCase(c.Email)
 			}
 		}
 	}

@@ -66,6 +66,26 @@ type HostileOptions struct {
 //
 // Cases are shuffled as a real upload.
 func Hostile(opts HostileOptions) Spec {
+	opts = opts.withDefaults()
+	b := &hostileBuilder{opts: opts, s: Spec{RTT: opts.RTT},
+		rng: rand.New(rand.NewPCG(uint64(opts.Seed), 0x686f7374696c65))} // "hostile"
+	b.providers = []string{"mx.hostile-provider-a.test", "mx.hostile-provider-b.test", "mx.hostile-provider-c.test"}
+	for _, p := range b.providers {
+		b.s.Hosts = append(b.s.Hosts, NewHost(p, Limits(3, 100)))
+	}
+	b.s.Hosts = append(b.s.Hosts, NewHost("mx.blocked.hostile.test", BlocksClient()))
+	b.ordinary()
+	b.sharedTenants()
+	b.hostileDomains()
+	b.combined()
+	b.serverKinds()
+	b.unreachable()
+	s := b.s
+	b.rng.Shuffle(len(s.Cases), func(a, c int) { s.Cases[a], s.Cases[c] = s.Cases[c], s.Cases[a] })
+	return s
+}
+
+func (opts HostileOptions) withDefaults() HostileOptions {
 	if opts.Ordinary <= 0 {
 		opts.Ordinary = 30
 	}
@@ -84,208 +104,235 @@ func Hostile(opts HostileOptions) Spec {
 	if opts.Stuck <= 0 {
 		opts.Stuck = 3 * time.Second
 	}
-	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x686f7374696c65)) // "hostile"
-	s := Spec{RTT: opts.RTT}
-	providers := []string{"mx.hostile-provider-a.test", "mx.hostile-provider-b.test", "mx.hostile-provider-c.test"}
-	for _, p := range providers {
-		s.Hosts = append(s.Hosts, Host{Name: p, MaxConns: 3, MaxRcpts: 100})
-	}
-	s.Hosts = append(s.Hosts, Host{Name: "mx.blocked.hostile.test", BlockClient: true})
-	n := 0
-	name := func(kind string) string {
-		n++
-		return fmt.Sprintf("%s-%03d.test", kind, n)
-	}
-	ownHost := func(d *Domain, h Host) {
-		h.Name = "mx." + d.Name
-		s.Hosts = append(s.Hosts, h)
-		d.MX = []string{h.Name}
-	}
-	// mix fills a domain that answers every mailbox truthfully.
-	mix := func(d *Domain) {
-		for _, local := range hostileLocals(rng, opts.PerDomain) {
-			email := local + "@" + d.Name
-			switch r := rng.Float64(); {
-			case r < 0.20:
-				s.Cases = append(s.Cases, bad(email, "mailbox_not_found"))
-			case r < 0.22:
-				d.Full = append(d.Full, local)
-				s.Cases = append(s.Cases, risky(email, "mailbox_full"))
-			case r < 0.24:
-				d.Disabled = append(d.Disabled, local)
-				s.Cases = append(s.Cases, bad(email, "mailbox_disabled"))
-			case r < 0.26:
-				d.SenderBlocked = append(d.SenderBlocked, local)
-				s.Cases = append(s.Cases, bad(email, "rejected"))
-			default:
-				d.Users = append(d.Users, local)
-				s.Cases = append(s.Cases, ok(email))
-			}
-		}
-	}
-	// same gives every address of d the one expected answer c; the
-	// mailboxes (for Spec.Truth) are about 70 % of them.
-	same := func(d *Domain, c Case) {
-		for _, local := range hostileLocals(rng, opts.PerDomain) {
-			if rng.Float64() < 0.7 {
-				d.Users = append(d.Users, local)
-			}
-			c.Email = local + "@" + d.Name
-			s.Cases = append(s.Cases, c)
-		}
-	}
-	add := func(d Domain) { s.Domains = append(s.Domains, d) }
+	return opts
+}
 
-	for range opts.Ordinary {
-		d := Domain{Name: name("ok")}
-		if rng.Float64() < 0.4 {
-			d.MX = []string{providers[rng.IntN(len(providers))]}
-		} else {
-			ownHost(&d, Host{MaxConns: 3, MaxRcpts: 100})
+// hostileBuilder builds Hostile's world, one kind of domain at a time
+// (in a fixed order: the draws of rng depend on it).
+type hostileBuilder struct {
+	opts      HostileOptions
+	rng       *rand.Rand
+	s         Spec
+	n         int
+	providers []string
+}
+
+// name is the next domain name of kind.
+func (b *hostileBuilder) name(kind string) string {
+	b.n++
+	return fmt.Sprintf("%s-%03d.test", kind, b.n)
+}
+
+// ownHost gives d a host of its own, mx.<domain>, with the behaviours.
+func (b *hostileBuilder) ownHost(d *Domain, bs ...Behaviour) {
+	h := NewHost("mx."+d.Name, bs...)
+	b.s.Hosts = append(b.s.Hosts, h)
+	d.MX = []string{h.Name}
+}
+
+// mix fills a domain that answers every mailbox truthfully.
+func (b *hostileBuilder) mix(d *Domain) {
+	for _, local := range hostileLocals(b.rng, b.opts.PerDomain) {
+		email := local + "@" + d.Name
+		switch r := b.rng.Float64(); {
+		case r < 0.20:
+			b.s.Cases = append(b.s.Cases, bad(email, "mailbox_not_found"))
+		case r < 0.22:
+			d.Full = append(d.Full, local)
+			b.s.Cases = append(b.s.Cases, risky(email, "mailbox_full"))
+		case r < 0.24:
+			d.Disabled = append(d.Disabled, local)
+			b.s.Cases = append(b.s.Cases, bad(email, "mailbox_disabled"))
+		case r < 0.26:
+			d.SenderBlocked = append(d.SenderBlocked, local)
+			b.s.Cases = append(b.s.Cases, bad(email, "rejected"))
+		default:
+			d.Users = append(d.Users, local)
+			b.s.Cases = append(b.s.Cases, ok(email))
 		}
-		mix(&d)
-		add(d)
 	}
-	// Shared servers: 8 tenants whose MX names
-	// (<tenant>.mail.protection.hostile.test) each resolve to 2 of the 3
-	// servers of one provider (3 sessions per server, 6 over the
-	// provider): the caps are the servers', whatever name led there.
+}
+
+// same gives every address of d the one expected answer c; the
+// mailboxes (for Spec.Truth) are about 70 % of them.
+func (b *hostileBuilder) same(d *Domain, c Case) {
+	for _, local := range hostileLocals(b.rng, b.opts.PerDomain) {
+		if b.rng.Float64() < 0.7 {
+			d.Users = append(d.Users, local)
+		}
+		c.Email = local + "@" + d.Name
+		b.s.Cases = append(b.s.Cases, c)
+	}
+}
+
+func (b *hostileBuilder) add(d Domain) { b.s.Domains = append(b.s.Domains, d) }
+
+// ordinary adds the ok- domains: about 40 % on the provider hosts.
+func (b *hostileBuilder) ordinary() {
+	for range b.opts.Ordinary {
+		d := Domain{Name: b.name("ok")}
+		if b.rng.Float64() < 0.4 {
+			d.MX = []string{b.providers[b.rng.IntN(len(b.providers))]}
+		} else {
+			b.ownHost(&d, Limits(3, 100))
+		}
+		b.mix(&d)
+		b.add(d)
+	}
+}
+
+// sharedTenants adds 8 tenants whose MX names
+// (<tenant>.mail.protection.hostile.test) each resolve to 2 of the 3
+// servers of one provider (3 sessions per server, 6 over the provider):
+// the caps are the servers', whatever name led there.
+func (b *hostileBuilder) sharedTenants() {
+	s := &b.s
 	if s.ProviderMaxConns == nil {
 		s.ProviderMaxConns = map[string]int{}
 	}
 	s.ProviderMaxConns[HostileProvider] = 6
 	pool := len(s.Hosts)
 	for i := range 3 {
-		s.Hosts = append(s.Hosts, Host{Name: fmt.Sprintf("srv%d.hostilecloud.test", i+1), MaxConns: 3, MaxRcpts: 100,
-			Provider: HostileProvider})
+		h := NewHost(fmt.Sprintf("srv%d.hostilecloud.test", i+1), Limits(3, 100))
+		h.Provider = HostileProvider
+		s.Hosts = append(s.Hosts, h)
 	}
 	for ti := range 8 {
-		d := Domain{Name: name("shared")}
+		d := Domain{Name: b.name("shared")}
 		mx := strings.TrimSuffix(d.Name, ".test") + ".mail.protection.hostilecloud.test"
 		for p := range 2 {
 			h := &s.Hosts[pool+(ti+p)%3]
 			h.Aliases = append(h.Aliases, mx)
 		}
 		d.MX = []string{mx}
-		mix(&d)
-		add(d)
+		b.mix(&d)
+		b.add(d)
 	}
+}
+
+// hostileDomains adds the catch-, grey-, drop- and blocked- domains.
+func (b *hostileBuilder) hostileDomains() {
 	for range 3 {
-		d := Domain{Name: name("catch"), CatchAll: true}
-		ownHost(&d, Host{MaxConns: 3})
-		same(&d, risky("", "catch_all"))
-		add(d)
+		d := Domain{Name: b.name("catch"), CatchAll: true}
+		b.ownHost(&d, Limits(3, 0))
+		b.same(&d, risky("", "catch_all"))
+		b.add(d)
 	}
 	for i := range 3 {
-		d := Domain{Name: name("grey"), Greylist: opts.Greylist}
+		d := Domain{Name: b.name("grey"), Greylist: b.opts.Greylist}
 		if i == 0 {
-			d.MX = []string{providers[0]} // greylisting behind a shared host
+			d.MX = []string{b.providers[0]} // greylisting behind a shared host
 		} else {
-			ownHost(&d, Host{MaxConns: 3})
+			b.ownHost(&d, Limits(3, 0))
 		}
-		mix(&d)
-		add(d)
+		b.mix(&d)
+		b.add(d)
 	}
 	for i := range 6 {
-		d := Domain{Name: name("drop")}
-		ownHost(&d, Host{DropAfterRcpts: i%3 + 2}) // drops after K = 1, 2, 3
-		mix(&d)
-		add(d)
+		d := Domain{Name: b.name("drop")}
+		b.ownHost(&d, DropsAfter(i%3+1)) // K = 1, 2, 3
+		b.mix(&d)
+		b.add(d)
 	}
 	for i := range 3 {
 		// The third is also catch-all: its probe is blocked all the same.
-		d := Domain{Name: name("blocked"), MX: []string{"mx.blocked.hostile.test"}, CatchAll: i == 2}
-		same(&d, Case{Status: Unknown, Reason: "blocked", Knowable: true})
-		add(d)
+		d := Domain{Name: b.name("blocked"), MX: []string{"mx.blocked.hostile.test"}, CatchAll: i == 2}
+		b.same(&d, BlockedCase(""))
+		b.add(d)
 	}
-	// Behaviours together: a shared host that drops after 2 RCPTs for
-	// three domains, drop-after-K hosts that greylist, a catch-all domain
-	// that greylists (its probe too).
-	s.Hosts = append(s.Hosts, Host{Name: "mx.dropshared.hostile.test", DropAfterRcpts: 3, MaxConns: 3})
+}
+
+// combined adds behaviours together: a shared host that drops after 2
+// RCPTs for three domains, drop-after-K hosts that greylist, a catch-all
+// domain that greylists (its probe too).
+func (b *hostileBuilder) combined() {
+	b.s.Hosts = append(b.s.Hosts, NewHost("mx.dropshared.hostile.test", DropsAfter(2), Limits(3, 0)))
 	for range 3 {
-		d := Domain{Name: name("dropshared"), MX: []string{"mx.dropshared.hostile.test"}}
-		mix(&d)
-		add(d)
+		d := Domain{Name: b.name("dropshared"), MX: []string{"mx.dropshared.hostile.test"}}
+		b.mix(&d)
+		b.add(d)
 	}
 	for i := range 2 {
-		d := Domain{Name: name("dropgrey"), Greylist: opts.Greylist}
-		ownHost(&d, Host{DropAfterRcpts: i + 2})
-		mix(&d)
-		add(d)
+		d := Domain{Name: b.name("dropgrey"), Greylist: b.opts.Greylist}
+		b.ownHost(&d, DropsAfter(i+1))
+		b.mix(&d)
+		b.add(d)
 	}
+	d := Domain{Name: b.name("catchgrey"), CatchAll: true, Greylist: b.opts.Greylist}
+	b.ownHost(&d, Limits(3, 0))
+	b.same(&d, risky("", "catch_all"))
+	b.add(d)
+}
+
+// serverKinds adds the bounce-, tarpit-, tight-, nopipe-, backup- and
+// implicit- domains.
+func (b *hostileBuilder) serverKinds() {
 	{
-		d := Domain{Name: name("catchgrey"), CatchAll: true, Greylist: opts.Greylist}
-		ownHost(&d, Host{MaxConns: 3})
-		same(&d, risky("", "catch_all"))
-		add(d)
-	}
-	{
-		d := Domain{Name: name("bounce")}
-		ownHost(&d, Host{AcceptThenBounce: true})
-		same(&d, risky("", "catch_all"))
-		add(d)
+		d := Domain{Name: b.name("bounce")}
+		b.ownHost(&d, AcceptsThenBounces())
+		b.same(&d, risky("", "catch_all"))
+		b.add(d)
 	}
 	for range 2 {
-		d := Domain{Name: name("tarpit")}
-		ownHost(&d, Host{Tarpit: opts.Slow})
-		mix(&d)
-		add(d)
+		d := Domain{Name: b.name("tarpit")}
+		b.ownHost(&d, Tarpits(b.opts.Slow))
+		b.mix(&d)
+		b.add(d)
 	}
 	for range 2 {
-		d := Domain{Name: name("tight")}
-		ownHost(&d, Host{MaxConns: 1, MaxRcpts: 5})
-		mix(&d)
-		add(d)
+		d := Domain{Name: b.name("tight")}
+		b.ownHost(&d, Limits(1, 5))
+		b.mix(&d)
+		b.add(d)
 	}
 	{
-		d := Domain{Name: name("nopipe")}
-		ownHost(&d, Host{NoPipelining: true})
-		mix(&d)
-		add(d)
+		d := Domain{Name: b.name("nopipe")}
+		b.ownHost(&d, NoPipelining())
+		b.mix(&d)
+		b.add(d)
 	}
 	{
-		d := Domain{Name: name("backup")}
-		s.Hosts = append(s.Hosts, Host{Name: "mx1." + d.Name, Refuse: true}, Host{Name: "mx2." + d.Name})
+		d := Domain{Name: b.name("backup")}
+		b.s.Hosts = append(b.s.Hosts, NewHost("mx1."+d.Name, Refuses()), NewHost("mx2."+d.Name))
 		d.MX = []string{"mx1." + d.Name, "mx2." + d.Name}
-		mix(&d)
-		add(d)
+		b.mix(&d)
+		b.add(d)
 	}
-	{
-		d := Domain{Name: name("implicit"), DNS: DNSNoMXWithA}
-		ownHost(&d, Host{})
-		mix(&d)
-		add(d)
-	}
+	d := Domain{Name: b.name("implicit"), DNS: DNSNoMXWithA}
+	b.ownHost(&d)
+	b.mix(&d)
+	b.add(d)
+}
+
+// unreachable adds the domains with no answer to find: no mail, stuck,
+// dead and SERVFAIL.
+func (b *hostileBuilder) unreachable() {
 	for _, c := range []struct {
 		kind   string
 		dns    DNSKind
 		reason string
 	}{{"nullmx", DNSNullMX, "null_mx"}, {"nx", DNSNXDomain, "no_such_domain"}, {"nomail", DNSNoMail, "no_mail_server"}} {
-		d := Domain{Name: name(c.kind), DNS: c.dns}
-		same(&d, bad("", c.reason))
+		d := Domain{Name: b.name(c.kind), DNS: c.dns}
+		b.same(&d, bad("", c.reason))
 		d.Users = nil
-		add(d)
+		b.add(d)
 	}
 	{
-		d := Domain{Name: name("stuck")}
-		ownHost(&d, Host{Tarpit: opts.Stuck})
-		same(&d, unknown("", "timeout"))
-		add(d)
+		d := Domain{Name: b.name("stuck")}
+		b.ownHost(&d, Tarpits(b.opts.Stuck))
+		b.same(&d, unknown("", "timeout"))
+		b.add(d)
 	}
 	{
-		d := Domain{Name: name("dead")}
-		ownHost(&d, Host{Refuse: true})
-		same(&d, unknown("", "connection_failed"))
-		add(d)
+		d := Domain{Name: b.name("dead")}
+		b.ownHost(&d, Refuses())
+		b.same(&d, unknown("", "connection_failed"))
+		b.add(d)
 	}
-	{
-		d := Domain{Name: name("servfail"), DNS: DNSServFail}
-		same(&d, unknown("", "dns_error"))
-		d.Users = nil
-		add(d)
-	}
-	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
-	return s
+	d := Domain{Name: b.name("servfail"), DNS: DNSServFail}
+	b.same(&d, unknown("", "dns_error"))
+	d.Users = nil
+	b.add(d)
 }
 
 // HostileProvider is the Host.Provider of the hostile world's shared
@@ -378,17 +425,17 @@ func HardenPeople(s Spec, cases []PersonCase, slow time.Duration) (Spec, []Perso
 		h := &s.Hosts[hi]
 		switch b {
 		case "drop1", "drop2", "drop3":
-			h.DropAfterRcpts = int(b[4]-'0') + 1
+			Give(h, DropsAfter(int(b[4]-'0')))
 		case "blocked":
-			h.BlockClient = true
+			Give(h, BlocksClient())
 		case "bounce":
-			h.AcceptThenBounce = true
+			Give(h, AcceptsThenBounces())
 		case "tarpit":
-			h.Tarpit = slow
+			Give(h, Tarpits(slow))
 		case "tight":
-			h.MaxConns, h.MaxRcpts = 1, 5
+			Give(h, Limits(1, 5))
 		case "nopipe":
-			h.NoPipelining = true
+			Give(h, NoPipelining())
 		case "senderblocked":
 			for _, c := range cases {
 				if canon(c.Domain) == name && c.Email != "" {

@@ -69,19 +69,19 @@ func Classes(opts ClassOptions) Spec {
 	}
 	s := Spec{RTT: opts.RTT}
 	s.Hosts = []Host{
-		{Name: "mx.ok.test"},
-		{Name: "mx.catchall.test"},
-		{Name: "mx.grey.test"},
-		{Name: "mx.limited.test", MaxConns: 1},
-		{Name: "mx.many.test", MaxRcpts: 3},
-		{Name: "mx.tarpit.test", Tarpit: opts.Tarpit},
-		{Name: "mx.provider.test"},
-		{Name: "web.implicit.test"},
-		{Name: "mx.refused.test", Refuse: true},
-		{Name: "mx.dropped.test", DropAfterRcpts: 1},
-		{Name: "mx1.backup.test", Refuse: true},
-		{Name: "mx2.backup.test"},
-		{Name: "mx.nopipe.test", NoPipelining: true},
+		NewHost("mx.ok.test"),
+		NewHost("mx.catchall.test"),
+		NewHost("mx.grey.test"),
+		NewHost("mx.limited.test", Limits(1, 0)),
+		NewHost("mx.many.test", Limits(0, 3)),
+		NewHost("mx.tarpit.test", Tarpits(opts.Tarpit)),
+		NewHost("mx.provider.test"),
+		NewHost("web.implicit.test"),
+		NewHost("mx.refused.test", Refuses()),
+		NewHost("mx.dropped.test", DropsAfter(0)),
+		NewHost("mx1.backup.test", Refuses()),
+		NewHost("mx2.backup.test"),
+		NewHost("mx.nopipe.test", NoPipelining()),
 	}
 	mx := func(name string, hosts ...string) Domain { return Domain{Name: name, MX: hosts} }
 
@@ -124,7 +124,14 @@ func Classes(opts ClassOptions) Spec {
 		refused, dropped, backup, nopipe,
 	}
 
-	s.Cases = []Case{
+	s.Cases = classCases(limited.Users, many.Users)
+	return s
+}
+
+// classCases is the truth of Classes' addresses (limited and many: the
+// mailboxes of limited.test and many.test).
+func classCases(limited, many []string) []Case {
+	cases := []Case{
 		ok("alice@ok.test"), ok("bob@ok.test"), ok("Carol@ok.test"),
 		bad("nobody@ok.test", "mailbox_not_found"),
 		risky("info@catchall.test", "catch_all"),
@@ -132,17 +139,17 @@ func Classes(opts ClassOptions) Spec {
 		ok("alice@grey.test"),
 		bad("ghost@grey.test", "mailbox_not_found"),
 	}
-	for _, u := range limited.Users {
-		s.Cases = append(s.Cases, ok(u+"@limited.test"))
+	for _, u := range limited {
+		cases = append(cases, ok(u+"@limited.test"))
 	}
-	s.Cases = append(s.Cases, bad("nobody@limited.test", "mailbox_not_found"))
-	for i, u := range many.Users {
-		s.Cases = append(s.Cases, ok(u+"@many.test"))
+	cases = append(cases, bad("nobody@limited.test", "mailbox_not_found"))
+	for i, u := range many {
+		cases = append(cases, ok(u+"@many.test"))
 		if i%3 == 1 {
-			s.Cases = append(s.Cases, bad(fmt.Sprintf("x%d@many.test", i/3+1), "mailbox_not_found"))
+			cases = append(cases, bad(fmt.Sprintf("x%d@many.test", i/3+1), "mailbox_not_found"))
 		}
 	}
-	s.Cases = append(s.Cases,
+	cases = append(cases,
 		unknown("alice@tarpit.test", "timeout"),
 		ok("alice@full.test"),
 		risky("max@full.test", "mailbox_full"),
@@ -171,7 +178,7 @@ func Classes(opts ClassOptions) Spec {
 		bad("not-an-email", "invalid_syntax"),
 		bad("alice@", "invalid_syntax"),
 	)
-	return s
+	return cases
 }
 
 // BenchOptions tunes Bench; zero fields take the defaults.
@@ -213,25 +220,17 @@ func Bench(opts BenchOptions) Spec {
 	providers := []string{"mx.bigmail.test", "mx.postbox.test", "mx.mailhaus.test", "mx.inboxly.test"}
 	s := Spec{RTT: opts.RTT}
 	for _, p := range providers {
-		s.Hosts = append(s.Hosts, Host{Name: p, MaxConns: opts.MaxConnsPerHost, MaxRcpts: maxRcpts})
+		s.Hosts = append(s.Hosts, NewHost(p, Limits(opts.MaxConnsPerHost, maxRcpts)))
 	}
 
 	n := opts.Domains
 	count := func(frac float64) int { return int(math.Round(float64(n) * frac)) }
-	type class int
-	const (
-		normal class = iota
-		nullMX
-		nxdomain
-		catchAll
-		greylist
-	)
-	classes := make([]class, n)
+	classes := make([]benchClass, n)
 	i := 0
 	for _, c := range []struct {
-		k class
+		k benchClass
 		n int
-	}{{nullMX, count(0.03)}, {nxdomain, count(0.03)}, {catchAll, count(0.08)}, {greylist, count(0.03)}} {
+	}{{benchNullMX, count(0.03)}, {benchNXDomain, count(0.03)}, {benchCatchAll, count(0.08)}, {benchGreylist, count(0.03)}} {
 		for j := 0; j < c.n && i < n; j++ {
 			classes[i] = c.k
 			i++
@@ -243,71 +242,89 @@ func Bench(opts BenchOptions) Spec {
 		name := fmt.Sprintf("%s-%03d.test", words[rng.IntN(len(words))], di+1)
 		d := Domain{Name: name}
 		switch classes[di] {
-		case nullMX:
+		case benchNullMX:
 			d.DNS = DNSNullMX
-		case nxdomain:
+		case benchNXDomain:
 			d.DNS = DNSNXDomain
 		default:
 			if rng.Float64() < 0.4 {
 				d.MX = []string{providers[rng.IntN(len(providers))]}
 			} else {
 				h := "mx." + name
-				s.Hosts = append(s.Hosts, Host{Name: h, MaxConns: opts.MaxConnsPerHost, MaxRcpts: maxRcpts})
+				s.Hosts = append(s.Hosts, NewHost(h, Limits(opts.MaxConnsPerHost, maxRcpts)))
 				d.MX = []string{h}
 			}
 		}
-		if classes[di] == catchAll {
+		if classes[di] == benchCatchAll {
 			d.CatchAll = true
 		}
-		if classes[di] == greylist {
+		if classes[di] == benchGreylist {
 			d.Greylist = 2 * time.Second
 		}
-		seen := map[string]bool{}
-		for range opts.PerDomain {
-			var local string
-			for {
-				local = firstNames[rng.IntN(len(firstNames))] + "." + lastNames[rng.IntN(len(lastNames))]
-				if !seen[local] {
-					break
-				}
-				local += fmt.Sprint(rng.IntN(100))
-				if !seen[local] {
-					break
-				}
-			}
-			seen[local] = true
-			email := local + "@" + name
-			r := rng.Float64()
-			switch classes[di] {
-			case nullMX:
-				s.Cases = append(s.Cases, bad(email, "null_mx"))
-			case nxdomain:
-				s.Cases = append(s.Cases, bad(email, "no_such_domain"))
-			case catchAll:
-				if r < 0.8 {
-					d.Users = append(d.Users, local)
-				}
-				s.Cases = append(s.Cases, risky(email, "catch_all"))
-			default:
-				switch {
-				case r < 0.20:
-					s.Cases = append(s.Cases, bad(email, "mailbox_not_found"))
-				case r < 0.22:
-					d.Full = append(d.Full, local)
-					s.Cases = append(s.Cases, risky(email, "mailbox_full"))
-				case r < 0.24:
-					d.Disabled = append(d.Disabled, local)
-					s.Cases = append(s.Cases, bad(email, "mailbox_disabled"))
-				default:
-					d.Users = append(d.Users, local)
-					s.Cases = append(s.Cases, ok(email))
-				}
-			}
-		}
+		s.Cases = benchAddresses(rng, s.Cases, &d, classes[di], opts.PerDomain)
 		s.Domains = append(s.Domains, d)
 	}
 	rng.Shuffle(len(s.Cases), func(a, b int) { s.Cases[a], s.Cases[b] = s.Cases[b], s.Cases[a] })
 	return s
+}
+
+// What kind of domain a Bench domain is.
+type benchClass int
+
+const (
+	benchNormal benchClass = iota
+	benchNullMX
+	benchNXDomain
+	benchCatchAll
+	benchGreylist
+)
+
+// benchAddresses draws perDomain addresses of the Bench domain d of class
+// cl (its mailboxes into d) and appends their truth to cases.
+func benchAddresses(rng *rand.Rand, cases []Case, d *Domain, cl benchClass, perDomain int) []Case {
+	seen := map[string]bool{}
+	for range perDomain {
+		var local string
+		for {
+			local = firstNames[rng.IntN(len(firstNames))] + "." + lastNames[rng.IntN(len(lastNames))]
+			if !seen[local] {
+				break
+			}
+			local += fmt.Sprint(rng.IntN(100))
+			if !seen[local] {
+				break
+			}
+		}
+		seen[local] = true
+		email := local + "@" + d.Name
+		r := rng.Float64()
+		switch cl {
+		case benchNullMX:
+			cases = append(cases, bad(email, "null_mx"))
+		case benchNXDomain:
+			cases = append(cases, bad(email, "no_such_domain"))
+		case benchCatchAll:
+			if r < 0.8 {
+				d.Users = append(d.Users, local)
+			}
+			cases = append(cases, risky(email, "catch_all"))
+		default:
+			switch {
+			case r < 0.20:
+				cases = append(cases, bad(email, "mailbox_not_found"))
+			case r < 0.22:
+				d.Full = append(d.Full, local)
+				cases = append(cases, risky(email, "mailbox_full"))
+			case r < 0.24:
+				d.Disabled = append(d.Disabled, local)
+				cases = append(cases, bad(email, "mailbox_disabled"))
+			default:
+				d.Users = append(d.Users, local)
+				cases = append(cases, ok(email))
+			}
+		}
+	}
+	return cases
 }
 
 // Demo is the small world `make run` starts (hack/run-local.sh), with no
@@ -421,7 +438,7 @@ func DropsBlocks(opts DropsBlocksOptions) Spec {
 	for di := range nd {
 		name := fmt.Sprintf("drop-%03d.test", di+1)
 		h := "mx." + name
-		s.Hosts = append(s.Hosts, Host{Name: h, DropAfterRcpts: di%3 + 2})
+		s.Hosts = append(s.Hosts, NewHost(h, DropsAfter(di%3+1)))
 		d := Domain{Name: name, MX: []string{h}}
 		for i := range min(opts.PerDomain, left) {
 			local := fmt.Sprintf("u%02d", i+1)
@@ -436,14 +453,14 @@ func DropsBlocks(opts DropsBlocksOptions) Spec {
 		left -= opts.PerDomain
 		s.Domains = append(s.Domains, d)
 	}
-	s.Hosts = append(s.Hosts, Host{Name: "mx.blocked.test", BlockClient: true})
+	s.Hosts = append(s.Hosts, NewHost("mx.blocked.test", BlocksClient()))
 	bd := Domain{Name: "blocked.test", MX: []string{"mx.blocked.test"}, CatchAll: opts.CatchAll}
 	for i := range opts.Blocked {
 		local := fmt.Sprintf("b%02d", i+1)
 		if i%2 == 0 {
 			bd.Users = append(bd.Users, local)
 		}
-		s.Cases = append(s.Cases, Case{local + "@blocked.test", Unknown, "blocked", true})
+		s.Cases = append(s.Cases, BlockedCase(local+"@blocked.test"))
 	}
 	s.Domains = append(s.Domains, bd)
 	if opts.Bounce > 0 {
