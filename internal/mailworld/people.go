@@ -139,6 +139,22 @@ var specials = []special{
 // so a finder that never returns an address it did not verify never
 // returns someone else's on an ordinary domain.
 func People(opts PeopleOptions) (Spec, []PersonCase) {
+	opts = opts.withDefaults()
+	b := &peopleBuilder{opts: opts, s: Spec{RTT: opts.RTT},
+		rng: rand.New(rand.NewPCG(uint64(opts.Seed), 0x70656f706c65))} // "people"
+	for _, p := range peopleProviders {
+		b.s.Hosts = append(b.s.Hosts, NewHost(p.host, Limits(opts.MaxConnsPerHost, peopleMaxRcpts)))
+	}
+	classes := b.classes()
+	for di, k := range classes {
+		b.domain(di, k)
+	}
+	cases := b.cases
+	b.rng.Shuffle(len(cases), func(a, c int) { cases[a], cases[c] = cases[c], cases[a] })
+	return b.s, cases
+}
+
+func (opts PeopleOptions) withDefaults() PeopleOptions {
 	if opts.Domains <= 0 {
 		opts.Domains = 50
 	}
@@ -157,27 +173,43 @@ func People(opts PeopleOptions) (Spec, []PersonCase) {
 	if opts.MaxConnsPerHost <= 0 {
 		opts.MaxConnsPerHost = 3
 	}
-	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x70656f706c65)) // "people"
-	const maxRcpts = 100
-	providers := []struct {
-		host  string
-		share float64
-	}{{"aspmx.l.google.com", 0.40}, {"mail.protection.outlook.com", 0.35}, {"mx.mailhaus.test", 0.15}, {"mx.inboxly.test", 0.10}}
-	s := Spec{RTT: opts.RTT}
-	for _, p := range providers {
-		s.Hosts = append(s.Hosts, Host{Name: p.host, MaxConns: opts.MaxConnsPerHost, MaxRcpts: maxRcpts})
-	}
+	return opts
+}
 
-	type class int
-	const (
-		normal class = iota
-		nxdomain
-		nullMX
-		noMail
-		catchAll
-		greylist
-	)
-	n := opts.Domains
+const peopleMaxRcpts = 100
+
+// peopleProviders are the People world's shared hosts and their shares of
+// the domains on a provider.
+var peopleProviders = []struct {
+	host  string
+	share float64
+}{{"aspmx.l.google.com", 0.40}, {"mail.protection.outlook.com", 0.35}, {"mx.mailhaus.test", 0.15}, {"mx.inboxly.test", 0.10}}
+
+// What kind of domain a People domain is.
+type peopleClass int
+
+const (
+	peopleNormal peopleClass = iota
+	peopleNXDomain
+	peopleNullMX
+	peopleNoMail
+	peopleCatchAll
+	peopleGreylist
+)
+
+// peopleBuilder builds People's world, one domain at a time (the draws of
+// rng depend on the order).
+type peopleBuilder struct {
+	opts        PeopleOptions
+	rng         *rand.Rand
+	s           Spec
+	cases       []PersonCase
+	specialNext int
+}
+
+// classes deals the domains' classes in the world's proportions.
+func (b *peopleBuilder) classes() []peopleClass {
+	n := b.opts.Domains
 	count := func(frac float64) int {
 		c := int(math.Round(float64(n) * frac))
 		if c == 0 && n >= 10 {
@@ -185,99 +217,78 @@ func People(opts PeopleOptions) (Spec, []PersonCase) {
 		}
 		return c
 	}
-	classes := make([]class, n)
+	classes := make([]peopleClass, n)
 	i := 0
 	for _, c := range []struct {
-		k class
+		k peopleClass
 		n int
-	}{{nxdomain, count(0.03)}, {nullMX, count(0.03)}, {noMail, count(0.01)}, {catchAll, count(0.08)}, {greylist, count(0.03)}} {
+	}{{peopleNXDomain, count(0.03)}, {peopleNullMX, count(0.03)}, {peopleNoMail, count(0.01)}, {peopleCatchAll, count(0.08)}, {peopleGreylist, count(0.03)}} {
 		for j := 0; j < c.n && i < n; j++ {
 			classes[i] = c.k
 			i++
 		}
 	}
-	rng.Shuffle(n, func(a, b int) { classes[a], classes[b] = classes[b], classes[a] })
+	b.rng.Shuffle(n, func(a, c int) { classes[a], classes[c] = classes[c], classes[a] })
+	return classes
+}
 
-	pickPattern := func() string {
-		x := rng.Float64()
-		for _, p := range PeoplePatterns {
-			if x < p.Share {
-				return p.Pattern
-			}
-			x -= p.Share
+func (b *peopleBuilder) pickPattern() string {
+	x := b.rng.Float64()
+	for _, p := range PeoplePatterns {
+		if x < p.Share {
+			return p.Pattern
 		}
-		return PeoplePatterns[0].Pattern
+		x -= p.Share
 	}
-	pickProvider := func() string {
-		x := rng.Float64()
-		for _, p := range providers {
-			if x < p.share {
-				return p.host
-			}
-			x -= p.share
+	return PeoplePatterns[0].Pattern
+}
+
+func (b *peopleBuilder) pickProvider() string {
+	x := b.rng.Float64()
+	for _, p := range peopleProviders {
+		if x < p.share {
+			return p.host
 		}
-		return providers[0].host
+		x -= p.share
 	}
+	return peopleProviders[0].host
+}
 
-	var cases []PersonCase
-	specialNext := 0
-	for di := range n {
-		name := fmt.Sprintf("%s-%03d.test", words[rng.IntN(len(words))], di+1)
-		d := Domain{Name: name}
-		k := classes[di]
-		reason := ""
-		switch k {
-		case nxdomain:
-			d.DNS, reason = DNSNXDomain, "no_such_domain"
-		case nullMX:
-			d.DNS, reason = DNSNullMX, "null_mx"
-		case noMail:
-			d.DNS, reason = DNSNoMail, "no_mail_server"
-		default:
-			if rng.Float64() < 0.3 {
-				d.MX = []string{pickProvider()}
-			} else {
-				h := "mx." + name
-				s.Hosts = append(s.Hosts, Host{Name: h, MaxConns: opts.MaxConnsPerHost, MaxRcpts: maxRcpts})
-				d.MX = []string{h}
-			}
+// domain adds the di-th domain, of class k, its people asked about and
+// its other mailboxes.
+func (b *peopleBuilder) domain(di int, k peopleClass) {
+	rng := b.rng
+	name := fmt.Sprintf("%s-%03d.test", words[rng.IntN(len(words))], di+1)
+	d := Domain{Name: name}
+	reason := ""
+	switch k {
+	case peopleNXDomain:
+		d.DNS, reason = DNSNXDomain, "no_such_domain"
+	case peopleNullMX:
+		d.DNS, reason = DNSNullMX, "null_mx"
+	case peopleNoMail:
+		d.DNS, reason = DNSNoMail, "no_mail_server"
+	default:
+		if rng.Float64() < 0.3 {
+			d.MX = []string{b.pickProvider()}
+		} else {
+			h := "mx." + name
+			b.s.Hosts = append(b.s.Hosts, NewHost(h, Limits(b.opts.MaxConnsPerHost, peopleMaxRcpts)))
+			d.MX = []string{h}
 		}
-		d.CatchAll = k == catchAll
-		if k == greylist {
-			d.Greylist = opts.Greylist
-		}
-		mail := reason == ""
-		pattern := ""
-		if mail {
-			pattern = pickPattern()
-		}
-
-		g := newDirectory(pattern)
-		// The people asked about.
-		for j := range opts.PerDomain {
-			inDir := mail && rng.Float64() < 0.8
-			var pc PersonCase
-			var ok bool
-			switch {
-			case j == 0 && mail:
-				sp := specials[specialNext%len(specials)]
-				specialNext++
-				sp2 := sp.spellings[0]
-				if len(sp.spellings) > 1 && rng.Float64() < 0.3 {
-					sp2 = sp.spellings[1]
-				}
-				pc, ok = g.add(sp.first, sp.last, [][2]string{sp2}, sp.spellings, inDir)
-			case j == 1 && mail && initialOnly(pattern):
-				pc, ok = g.addInitial(rng)
-			}
-			for tries := 0; !ok && tries < 200; tries++ {
-				first, last := peopleFirst[rng.IntN(len(peopleFirst))], peopleLast[rng.IntN(len(peopleLast))]
-				fl, ll := strings.ToLower(first), strings.ToLower(last)
-				pc, ok = g.add(first, last, [][2]string{{fl, ll}}, [][2]string{{fl, ll}}, inDir)
-			}
-			if !ok {
-				continue
-			}
+	}
+	d.CatchAll = k == peopleCatchAll
+	if k == peopleGreylist {
+		d.Greylist = b.opts.Greylist
+	}
+	mail := reason == ""
+	pattern := ""
+	if mail {
+		pattern = b.pickPattern()
+	}
+	g := newDirectory(pattern)
+	for j := range b.opts.PerDomain {
+		if pc, ok := b.asked(g, j, mail, pattern); ok {
 			pc.Domain = name
 			if pc.Email != "" {
 				pc.Email += "@" + name
@@ -285,59 +296,94 @@ func People(opts PeopleOptions) (Spec, []PersonCase) {
 			switch {
 			case !mail:
 				pc.Reason = reason
-			case k == catchAll:
+			case k == peopleCatchAll:
 				pc.CatchAll = true
 			default:
 				pc.Findable = pc.Email != ""
-				pc.Greylisted = k == greylist
+				pc.Greylisted = k == peopleGreylist
 			}
 			pc.Pattern = pattern
-			// Some uploads shout or carry stray spaces.
-			switch x := rng.Float64(); {
-			case x < 0.03:
-				pc.FirstName, pc.LastName = strings.ToUpper(pc.FirstName), strings.ToUpper(pc.LastName)
-			case x < 0.05:
-				pc.FirstName, pc.LastName = " "+pc.FirstName, pc.LastName+"  "
-			}
-			cases = append(cases, pc)
+			b.cases = append(b.cases, b.untidy(pc))
 		}
-		if mail {
-			// Employees nobody asks about, and role addresses.
-			for range 3 {
-				for tries := 0; tries < 50; tries++ {
-					first, last := peopleFirst[rng.IntN(len(peopleFirst))], peopleLast[rng.IntN(len(peopleLast))]
-					fl, ll := strings.ToLower(first), strings.ToLower(last)
-					if g.addUnasked(RenderPattern(pattern, fl, ll), fl, ll) {
-						break
-					}
-				}
-			}
-			for _, role := range []string{"info", "sales"} {
-				g.addUnasked(role, "", "")
-			}
-			d.Users = g.users
-			if opts.Collisions > 0 && pattern == "{last}{f}" {
-				added := 0
-				for _, pc := range cases {
-					if added == opts.Collisions {
-						break
-					}
-					f, l := strings.ToLower(strings.TrimSpace(pc.FirstName)), strings.ToLower(strings.TrimSpace(pc.LastName))
-					if pc.Domain != name || !asciiLetters(f) || !asciiLetters(l) {
-						continue
-					}
-					if c := RenderPattern("{first}{l}", f, l); !g.addrs[c] {
-						g.addrs[c] = true
-						d.Users = append(d.Users, c)
-						added++
-					}
-				}
-			}
-		}
-		s.Domains = append(s.Domains, d)
 	}
-	rng.Shuffle(len(cases), func(a, b int) { cases[a], cases[b] = cases[b], cases[a] })
-	return s, cases
+	if mail {
+		b.unasked(&d, g, pattern)
+	}
+	b.s.Domains = append(b.s.Domains, d)
+}
+
+// asked draws the j-th person asked about of a domain into its directory g:
+// the first a special name, the second (where the pattern writes initials
+// only) one that shares them.
+func (b *peopleBuilder) asked(g *directory, j int, mail bool, pattern string) (pc PersonCase, ok bool) {
+	rng := b.rng
+	inDir := mail && rng.Float64() < 0.8
+	switch {
+	case j == 0 && mail:
+		sp := specials[b.specialNext%len(specials)]
+		b.specialNext++
+		sp2 := sp.spellings[0]
+		if len(sp.spellings) > 1 && rng.Float64() < 0.3 {
+			sp2 = sp.spellings[1]
+		}
+		pc, ok = g.add(sp.first, sp.last, [][2]string{sp2}, sp.spellings, inDir)
+	case j == 1 && mail && initialOnly(pattern):
+		pc, ok = g.addInitial(rng)
+	}
+	for tries := 0; !ok && tries < 200; tries++ {
+		first, last := peopleFirst[rng.IntN(len(peopleFirst))], peopleLast[rng.IntN(len(peopleLast))]
+		fl, ll := strings.ToLower(first), strings.ToLower(last)
+		pc, ok = g.add(first, last, [][2]string{{fl, ll}}, [][2]string{{fl, ll}}, inDir)
+	}
+	return pc, ok
+}
+
+// untidy makes some uploads shout or carry stray spaces.
+func (b *peopleBuilder) untidy(pc PersonCase) PersonCase {
+	switch x := b.rng.Float64(); {
+	case x < 0.03:
+		pc.FirstName, pc.LastName = strings.ToUpper(pc.FirstName), strings.ToUpper(pc.LastName)
+	case x < 0.05:
+		pc.FirstName, pc.LastName = " "+pc.FirstName, pc.LastName+"  "
+	}
+	return pc
+}
+
+// unasked adds a mail domain's employees nobody asks about, its role
+// addresses and (Collisions) the colleagues' mailboxes.
+func (b *peopleBuilder) unasked(d *Domain, g *directory, pattern string) {
+	rng := b.rng
+	for range 3 {
+		for tries := 0; tries < 50; tries++ {
+			first, last := peopleFirst[rng.IntN(len(peopleFirst))], peopleLast[rng.IntN(len(peopleLast))]
+			fl, ll := strings.ToLower(first), strings.ToLower(last)
+			if g.addUnasked(RenderPattern(pattern, fl, ll), fl, ll) {
+				break
+			}
+		}
+	}
+	for _, role := range []string{"info", "sales"} {
+		g.addUnasked(role, "", "")
+	}
+	d.Users = g.users
+	if b.opts.Collisions <= 0 || pattern != "{last}{f}" {
+		return
+	}
+	added := 0
+	for _, pc := range b.cases {
+		if added == b.opts.Collisions {
+			break
+		}
+		f, l := strings.ToLower(strings.TrimSpace(pc.FirstName)), strings.ToLower(strings.TrimSpace(pc.LastName))
+		if pc.Domain != d.Name || !asciiLetters(f) || !asciiLetters(l) {
+			continue
+		}
+		if c := RenderPattern("{first}{l}", f, l); !g.addrs[c] {
+			g.addrs[c] = true
+			d.Users = append(d.Users, c)
+			added++
+		}
+	}
 }
 
 // asciiLetters reports whether s is one or more of a-z.

@@ -327,6 +327,24 @@ func (w *World) build() error {
 	if w.provs == nil {
 		w.provs = map[string]*provider{}
 	}
+	if err := w.buildHosts(); err != nil {
+		return err
+	}
+	if err := w.buildDomains(); err != nil {
+		return err
+	}
+	for _, c := range w.spec.Cases {
+		w.expect[c.Email] = c
+		if _, ok := w.expectL[strings.ToLower(c.Email)]; !ok {
+			w.expectL[strings.ToLower(c.Email)] = c
+		}
+	}
+	return nil
+}
+
+// buildHosts checks the spec's hosts, gives each its address (its IP, or
+// the next free one of 127.1.0.0/16) and indexes them by name and alias.
+func (w *World) buildHosts() error {
 	used := map[string]bool{}
 	for _, h := range w.spec.Hosts {
 		if h.IP == "" {
@@ -393,6 +411,11 @@ func (w *World) build() error {
 			}
 		}
 	}
+	return nil
+}
+
+// buildDomains checks the spec's domains and links each to its MX hosts.
+func (w *World) buildDomains() error {
 	for _, d := range w.spec.Domains {
 		name := canon(d.Name)
 		if name == "" {
@@ -431,12 +454,6 @@ func (w *World) build() error {
 			}
 		}
 		w.domains[name] = ds
-	}
-	for _, c := range w.spec.Cases {
-		w.expect[c.Email] = c
-		if _, ok := w.expectL[strings.ToLower(c.Email)]; !ok {
-			w.expectL[strings.ToLower(c.Email)] = c
-		}
 	}
 	return nil
 }
