@@ -137,9 +137,21 @@ func (e *TargetError) Error() string {
 
 // socksConnect runs the greeting, the authentication and CONNECT on nc.
 func (e *Egress) socksConnect(nc net.Conn, target netip.AddrPort) error {
-	perr := func(format string, a ...any) error {
-		return &ProxyError{Egress: e.Name, Proxy: e.ProxyAddr(), Err: fmt.Errorf(format, a...)}
+	if err := e.socksAuth(nc); err != nil {
+		return err
 	}
+	return e.socksRequest(nc, target)
+}
+
+// proxyErr is an error of the egress's proxy.
+func (e *Egress) proxyErr(format string, a ...any) error {
+	return &ProxyError{Egress: e.Name, Proxy: e.ProxyAddr(), Err: fmt.Errorf(format, a...)}
+}
+
+// socksAuth runs the greeting and, when the proxy asks for it, the user
+// name and password authentication (RFC 1929).
+func (e *Egress) socksAuth(nc net.Conn) error {
+	perr := e.proxyErr
 	user, pass := "", ""
 	if e.Proxy.User != nil {
 		user = e.Proxy.User.Username()
@@ -186,7 +198,12 @@ func (e *Egress) socksConnect(nc net.Conn, target netip.AddrPort) error {
 	default:
 		return perr("the proxy chose an authentication method we did not offer (%d)", sel[1])
 	}
+	return nil
+}
 
+// socksRequest sends CONNECT to target and reads the reply.
+func (e *Egress) socksRequest(nc net.Conn, target netip.AddrPort) error {
+	perr := e.proxyErr
 	req := []byte{socksVersion, cmdConnect, 0}
 	if a := target.Addr(); a.Is4() {
 		b := a.As4()

@@ -22,6 +22,37 @@ func (w *World) startPostfix(ctx context.Context, s *Server, base string) error 
 	root := w.opts.Root
 	s.dir = filepath.Join(w.opts.Dir, s.Name)
 	conf, queue, data := filepath.Join(s.dir, "conf"), filepath.Join(s.dir, "queue"), filepath.Join(s.dir, "data")
+	if err := postfixDirs(conf, queue, data, base); err != nil {
+		return err
+	}
+	domains, extra, err := w.postfixMaps(s, conf, base)
+	if err != nil {
+		return err
+	}
+	main := postfixMainCf(s, queue, data, root, conf, domains, extra)
+	if err := writeFile(filepath.Join(conf, "main.cf"), main); err != nil {
+		return err
+	}
+	master := fmt.Sprintf(`# service type private unpriv chroot wakeup maxproc command
+%s:%d inet n - y - - smtpd
+postlog   unix-dgram n  -       n       -       1       postlogd
+anvil     unix  -       -       y       -       1       anvil
+rewrite   unix  -       -       y       -       -       trivial-rewrite
+proxymap  unix  -       -       n       -       -       proxymap
+cleanup   unix  n       -       y       -       0       cleanup
+`, s.IP, w.port)
+	if err := writeFile(filepath.Join(conf, "master.cf"), master); err != nil {
+		return err
+	}
+	cmd, err := w.spawn(ctx, filepath.Join(s.dir, "master.out"), []string{"LD_LIBRARY_PATH=" + filepath.Join(root, "usr/lib/postfix")},
+		filepath.Join(root, "usr/lib/postfix/sbin/master"), "-c", conf, "-d")
+	s.cmd = cmd
+	return err
+}
+
+// postfixDirs makes an instance's directories: its configuration, data
+// and queue directories, and the queue's chroot.
+func postfixDirs(conf, queue, data, base string) error {
 	for _, d := range []string{conf, data, filepath.Join(queue, "etc"), filepath.Join(queue, "pid")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -58,14 +89,21 @@ func (w *World) startPostfix(ctx context.Context, s *Server, base string) error 
 			}
 		}
 	}
+	return nil
+}
+
+// postfixMaps writes the instance's mailbox table (and, for the
+// catch-all server, its alias table) and returns the
+// virtual_mailbox_domains and the postmaster's settings for main.cf.
+func (w *World) postfixMaps(s *Server, conf, base string) (domains, extra string, err error) {
 	boxes := w.mailboxes(s)
 	var mb strings.Builder
 	for _, a := range boxes {
 		fmt.Fprintf(&mb, "%s ok\n", a)
 	}
 	p := planOf(s.Name)
-	extra := strings.ReplaceAll(p.settings, "POSTGREY", base+".60:"+strconv.Itoa(postgreyPort))
-	domains := strings.Join(s.Domains, " ")
+	extra = strings.ReplaceAll(p.settings, "POSTGREY", base+".60:"+strconv.Itoa(postgreyPort))
+	domains = strings.Join(s.Domains, " ")
 	if p.catchAll {
 		// The postmaster's catch-all: every local part of the domain is
 		// an alias of one mailbox on a second, internal domain.
@@ -75,15 +113,20 @@ func (w *World) startPostfix(ctx context.Context, s *Server, base string) error 
 			fmt.Fprintf(&al, "@%s catchall@mailbox.internal.test\n", d)
 		}
 		if err := writeFile(filepath.Join(conf, "aliases"), al.String()); err != nil {
-			return err
+			return "", "", err
 		}
 		extra = "virtual_alias_domains = " + domains + "\nvirtual_alias_maps = texthash:" + filepath.Join(conf, "aliases")
 		domains = "mailbox.internal.test"
 	}
 	if err := writeFile(filepath.Join(conf, "mailboxes"), mb.String()); err != nil {
-		return err
+		return "", "", err
 	}
-	main := fmt.Sprintf(`# Postfix instance %[1]s of the real-MTA world (internal/mtaworld).
+	return domains, extra, nil
+}
+
+// postfixMainCf is the instance's main.cf.
+func postfixMainCf(s *Server, queue, data, root, conf, domains, extra string) string {
+	return fmt.Sprintf(`# Postfix instance %[1]s of the real-MTA world (internal/mtaworld).
 compatibility_level = 3.6
 queue_directory = %[2]s
 data_directory = %[3]s
@@ -116,24 +159,6 @@ biff = no
 # The postmaster's settings:
 %[9]s
 `, s.Name, queue, data, root, conf, s.dir, s.Host, domains, extra)
-	if err := writeFile(filepath.Join(conf, "main.cf"), main); err != nil {
-		return err
-	}
-	master := fmt.Sprintf(`# service type private unpriv chroot wakeup maxproc command
-%s:%d inet n - y - - smtpd
-postlog   unix-dgram n  -       n       -       1       postlogd
-anvil     unix  -       -       y       -       1       anvil
-rewrite   unix  -       -       y       -       -       trivial-rewrite
-proxymap  unix  -       -       n       -       -       proxymap
-cleanup   unix  n       -       y       -       0       cleanup
-`, s.IP, w.port)
-	if err := writeFile(filepath.Join(conf, "master.cf"), master); err != nil {
-		return err
-	}
-	cmd, err := w.spawn(ctx, filepath.Join(s.dir, "master.out"), []string{"LD_LIBRARY_PATH=" + filepath.Join(root, "usr/lib/postfix")},
-		filepath.Join(root, "usr/lib/postfix/sbin/master"), "-c", conf, "-d")
-	s.cmd = cmd
-	return err
 }
 
 // chownMail gives a directory to Debian's "mail" system user, the

@@ -171,31 +171,8 @@ func (s *Server) serve(c net.Conn) {
 	if _, err := io.ReadFull(c, req[:]); err != nil || req[0] != 5 {
 		return
 	}
-	var host string
-	name := false
-	switch req[3] {
-	case 1, 4:
-		b := make([]byte, 4)
-		if req[3] == 4 {
-			b = make([]byte, 16)
-		}
-		if _, err := io.ReadFull(c, b); err != nil {
-			return
-		}
-		a, _ := netip.AddrFromSlice(b)
-		host = a.Unmap().String()
-	case 3:
-		var l [1]byte
-		if _, err := io.ReadFull(c, l[:]); err != nil {
-			return
-		}
-		b := make([]byte, l[0])
-		if _, err := io.ReadFull(c, b); err != nil {
-			return
-		}
-		host, name = string(b), true
-	default:
-		s.reply(c, 8)
+	host, name, ok := s.readHost(c, req[3])
+	if !ok {
 		return
 	}
 	var pb [2]byte
@@ -239,6 +216,37 @@ func (s *Server) serve(c net.Conn) {
 	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
 	<-done
 	<-done
+}
+
+// readHost reads the request's DST.ADDR of address type atyp: an IPv4 or
+// IPv6 address, or a name (name true). ok false: the client is answered
+// (or gone).
+func (s *Server) readHost(c net.Conn, atyp byte) (host string, name, ok bool) {
+	switch atyp {
+	case 1, 4:
+		b := make([]byte, 4)
+		if atyp == 4 {
+			b = make([]byte, 16)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			return "", false, false
+		}
+		a, _ := netip.AddrFromSlice(b)
+		return a.Unmap().String(), false, true
+	case 3:
+		var l [1]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return "", false, false
+		}
+		b := make([]byte, l[0])
+		if _, err := io.ReadFull(c, b); err != nil {
+			return "", false, false
+		}
+		return string(b), true, true
+	default:
+		s.reply(c, 8)
+		return "", false, false
+	}
 }
 
 func closeWrite(c net.Conn) {
