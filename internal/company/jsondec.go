@@ -423,92 +423,21 @@ func decodeRecordJSON(line []byte) (Record, error) {
 		case "industry":
 			r.Industry = d.optStr()
 		case "company_size":
-			r.CompanySize = nil
-			if d.null() {
-				return
-			}
-			cs := &CompanySize{}
-			d.object(func(key string) {
-				switch key {
-				case "label":
-					cs.Label = d.optStr()
-				case "min":
-					cs.Min = d.optIntField()
-				case "max":
-					cs.Max = d.optIntField()
-				default:
-					d.skip()
-				}
-			})
-			r.CompanySize = cs
+			r.CompanySize = d.companySize()
 		case "employee_count":
 			r.EmployeeCount = d.optIntField()
 		case "company_type":
 			r.CompanyType = d.optStr()
 		case "headquarters":
-			r.Headquarters = nil
-			if d.null() {
-				return
-			}
-			hq := &Headquarters{}
-			d.object(func(key string) {
-				switch key {
-				case "text":
-					hq.Text = d.optStr()
-				case "city":
-					hq.City = d.optStr()
-				case "region":
-					hq.Region = d.optStr()
-				case "country":
-					hq.Country = d.optStr()
-				default:
-					d.skip()
-				}
-			})
-			r.Headquarters = hq
+			r.Headquarters = d.headquarters()
 		case "founded_year":
 			r.FoundedYear = d.optIntField()
 		case "specialties":
-			r.Specialties = nil
-			if d.null() {
-				return
-			}
-			r.Specialties = []string{}
-			d.array(func() {
-				s := ""
-				if !d.null() { // null elements decode as "", as in encoding/json
-					s = d.str()
-				}
-				r.Specialties = append(r.Specialties, s)
-			})
+			r.Specialties = d.specialties()
 		case "follower_count":
 			r.FollowerCount = d.optIntField()
 		case "similar_companies":
-			r.SimilarCompanies = nil
-			if d.null() {
-				return
-			}
-			r.SimilarCompanies = []SimilarCompany{}
-			d.array(func() {
-				var sc SimilarCompany
-				if !d.null() {
-					d.object(func(key string) {
-						switch key {
-						case "name":
-							sc.Name = d.optStr()
-						case "network_url":
-							sc.NetworkURL = d.optStr()
-						case "industry":
-							sc.Industry = d.optStr()
-						case "location":
-							sc.Location = d.optStr()
-						default:
-							d.skip()
-						}
-					})
-				}
-				r.SimilarCompanies = append(r.SimilarCompanies, sc)
-			})
+			r.SimilarCompanies = d.similarCompanies()
 		default:
 			d.skip()
 		}
@@ -517,6 +446,95 @@ func decodeRecordJSON(line []byte) (Record, error) {
 		return Record{}, err
 	}
 	return r, nil
+}
+
+// companySize reads a company_size value (nil for null).
+func (d *jsonReader) companySize() *CompanySize {
+	if d.null() {
+		return nil
+	}
+	cs := &CompanySize{}
+	d.object(func(key string) {
+		switch key {
+		case "label":
+			cs.Label = d.optStr()
+		case "min":
+			cs.Min = d.optIntField()
+		case "max":
+			cs.Max = d.optIntField()
+		default:
+			d.skip()
+		}
+	})
+	return cs
+}
+
+// headquarters reads a headquarters value (nil for null).
+func (d *jsonReader) headquarters() *Headquarters {
+	if d.null() {
+		return nil
+	}
+	hq := &Headquarters{}
+	d.object(func(key string) {
+		switch key {
+		case "text":
+			hq.Text = d.optStr()
+		case "city":
+			hq.City = d.optStr()
+		case "region":
+			hq.Region = d.optStr()
+		case "country":
+			hq.Country = d.optStr()
+		default:
+			d.skip()
+		}
+	})
+	return hq
+}
+
+// specialties reads a specialties value (nil for null).
+func (d *jsonReader) specialties() []string {
+	if d.null() {
+		return nil
+	}
+	out := []string{}
+	d.array(func() {
+		s := ""
+		if !d.null() { // null elements decode as "", as in encoding/json
+			s = d.str()
+		}
+		out = append(out, s)
+	})
+	return out
+}
+
+// similarCompanies reads a similar_companies value (nil for null).
+func (d *jsonReader) similarCompanies() []SimilarCompany {
+	if d.null() {
+		return nil
+	}
+	out := []SimilarCompany{}
+	d.array(func() {
+		var sc SimilarCompany
+		if !d.null() {
+			d.object(func(key string) {
+				switch key {
+				case "name":
+					sc.Name = d.optStr()
+				case "network_url":
+					sc.NetworkURL = d.optStr()
+				case "industry":
+					sc.Industry = d.optStr()
+				case "location":
+					sc.Location = d.optStr()
+				default:
+					d.skip()
+				}
+			})
+		}
+		out = append(out, sc)
+	})
+	return out
 }
 
 // decodePDLJSON parses one line of the PDL NDJSON format. Every field may
