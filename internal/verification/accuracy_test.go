@@ -2,20 +2,16 @@ package verification
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/mailworld"
-	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/internal/verify"
 )
@@ -88,7 +84,7 @@ func TestAccuracyHostileWorld(t *testing.T) {
 func hostileRound(t *testing.T, label string, w *mailworld.World, spec mailworld.Spec, cases []mailworld.Case,
 	rdb redis.UniversalClient) (float64, int) {
 	t.Helper()
-	v, err := verify.New(verify.Config{
+	v := worldVerifier(t, verify.Config{
 		DNSServer:      w.DNSAddr(),
 		SMTPPort:       w.SMTPPort(),
 		DNSTimeout:     300 * time.Millisecond,
@@ -100,79 +96,17 @@ func hostileRound(t *testing.T, label string, w *mailworld.World, spec mailworld
 		// so it must here (1.2 s + 1.5 s). Without it a 421 drawn by
 		// another pod's parked sessions outlasts every retry.
 		RateLimitBackoff: 1500 * time.Millisecond,
-		Policy:           &outbound.Policy{Allow: outbound.LoopbackPrefixes},
-		Probes:           verify.NewRedisProbes(rdb),
-	}, nil, verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 3}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil, rdb, verify.LimiterOptions{SessionsPerHost: 3})
 	fam := New(v, []time.Duration{1200 * time.Millisecond, 1500 * time.Millisecond})
-	final := make(map[string]verify.Result, len(cases))
-	pending := make([]string, len(cases))
+	emails := make([]string, len(cases))
 	for i, c := range cases {
-		pending[i] = c.Email
+		emails[i] = c.Email
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const shard = 1000
-	start := time.Now()
-	var firstPass time.Duration
-	for attempt := 1; len(pending) > 0; attempt++ {
-		attempts := make([]int, len(pending))
-		for i := range attempts {
-			attempts[i] = attempt
-		}
-		// Shards of at most 1,000 addresses (the default --shard-size),
-		// answered at once as the engine's workers do.
-		answers := make([]jobs.Answer, len(pending))
-		var wg sync.WaitGroup
-		errs := make(chan error, len(pending)/shard+1)
-		for off := 0; off < len(pending); off += shard {
-			end := min(off+shard, len(pending))
-			wg.Go(func() {
-				a, err := fam.Retry(ctx, pending[off:end], attempts[off:end])
-				if err != nil {
-					errs <- fmt.Errorf("attempt %d: %w", attempt, err)
-					return
-				}
-				copy(answers[off:], a)
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if attempt == 1 {
-			firstPass = time.Since(start)
-		}
-		var again []string
-		var due time.Time
-		for i, a := range answers {
-			var s stored
-			if err := json.Unmarshal(a.Data, &s); err != nil {
-				t.Fatal(err)
-			}
-			if a.RetryAt.IsZero() {
-				final[pending[i]] = s.Result
-				continue
-			}
-			again = append(again, pending[i])
-			if a.RetryAt.After(due) {
-				due = a.RetryAt
-			}
-		}
-		t.Logf("%s, attempt %d: %d addresses, %d to retry", label, attempt, len(pending), len(again))
-		pending = again
-		if len(pending) > 0 {
-			select {
-			case <-time.After(time.Until(due)):
-			case <-ctx.Done():
-				t.Fatal("out of time waiting for a retry")
-			}
-		}
-	}
-	elapsed := time.Since(start)
+	// Shards of at most 1,000 addresses (the default --shard-size),
+	// answered at once as the engine's workers do.
+	final, firstPass, elapsed := answerUntilFinal(ctx, t, label, fam, emails, inShards(1000))
 
 	type tally struct{ n, knowable, right, falseDeliverable int }
 	by := map[string]*tally{}

@@ -2,21 +2,16 @@ package verification
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/mtaworld"
-	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/internal/verify"
 	"github.com/bulkd/bulkd/internal/verify/rules"
@@ -83,29 +78,28 @@ func TestAccuracyMTAWorld(t *testing.T) {
 	})
 	t.Logf("servers:\n%s", w.Summary())
 	rdb, _ := testredis.Client(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := discardLog
 	if testing.Verbose() && os.Getenv("BULKD_MTA_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	v, err := verify.New(verify.Config{
+	v := worldVerifier(t, verify.Config{
 		DNSServer:        w.DNSAddr(),
 		SMTPPort:         w.SMTPPort(),
 		RateLimitBackoff: 8 * time.Second,
-		Policy:           &outbound.Policy{Allow: outbound.LoopbackPrefixes},
-		Probes:           verify.NewRedisProbes(rdb),
 		Rules:            rules.NewRedisHolder(ctx, rdb, 0, log),
 		Logger:           log,
-	}, verify.DefaultLists(), verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 3, SessionsPerSecond: 5}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, verify.DefaultLists(), rdb, verify.LimiterOptions{SessionsPerHost: 3, SessionsPerSecond: 5})
 	fam := New(v, delays)
 
 	cases := w.Cases()
 	sort.SliceStable(cases, func(a, b int) bool { return domainOf(cases[a].Email) < domainOf(cases[b].Email) })
-	final, firstPass, all := answerAll(ctx, t, fam, cases)
+	emails := make([]string, len(cases))
+	for i, c := range cases {
+		emails[i] = c.Email
+	}
+	final, firstPass, all := answerUntilFinal(ctx, t, "real MTAs", fam, emails, toJobs(jobsAtOnce))
 
 	type tally struct{ n, right, falseDeliverable, falseUndeliverable int }
 	by := map[string]*tally{}
@@ -190,82 +184,3 @@ func rightAnswer(truth mtaworld.Truth, r verify.Result) bool {
 // over the same domains would be. One job alone meets no server's
 // connection limit: the verifier opens one session per server for it.
 const jobsAtOnce = 2
-
-// answerAll runs the family's Retry as the engine does (each attempt
-// after its RetryAt) until no answer waits for a retry; it returns the
-// final results, the time of the first pass and of the whole.
-func answerAll(ctx context.Context, t *testing.T, fam *Family, cases []mtaworld.Case) (map[string]verify.Result, time.Duration, time.Duration) {
-	t.Helper()
-	final := make(map[string]verify.Result, len(cases))
-	pending := make([]string, len(cases))
-	for i, c := range cases {
-		pending[i] = c.Email
-	}
-	start := time.Now()
-	var firstPass time.Duration
-	for attempt := 1; len(pending) > 0; attempt++ {
-		attempts := make([]int, len(pending))
-		for i := range attempts {
-			attempts[i] = attempt
-		}
-		answers := make([]jobs.Answer, len(pending))
-		var wg sync.WaitGroup
-		errs := make(chan error, jobsAtOnce)
-		for j := range jobsAtOnce {
-			var idx []int
-			var emails []string
-			for i := j; i < len(pending); i += jobsAtOnce {
-				idx, emails = append(idx, i), append(emails, pending[i])
-			}
-			if len(emails) == 0 {
-				continue
-			}
-			wg.Go(func() {
-				a, err := fam.Retry(ctx, emails, attempts[:len(emails)])
-				if err != nil {
-					errs <- fmt.Errorf("attempt %d: %w", attempt, err)
-					return
-				}
-				for k, i := range idx {
-					answers[i] = a[k]
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		if attempt == 1 {
-			firstPass = time.Since(start)
-		}
-		var again []string
-		var due time.Time
-		reasons := map[string]int{}
-		for i, a := range answers {
-			var s stored
-			if err := json.Unmarshal(a.Data, &s); err != nil {
-				t.Fatal(err)
-			}
-			if a.RetryAt.IsZero() {
-				final[pending[i]] = s.Result
-				continue
-			}
-			reasons[s.Reason]++
-			again = append(again, pending[i])
-			if a.RetryAt.After(due) {
-				due = a.RetryAt
-			}
-		}
-		t.Logf("attempt %d at %v: %d addresses, %d to retry %v", attempt, time.Since(start).Round(time.Millisecond), len(pending), len(again), reasons)
-		pending = again
-		if len(pending) > 0 {
-			select {
-			case <-time.After(time.Until(due)):
-			case <-ctx.Done():
-				t.Fatal("out of time waiting for a retry")
-			}
-		}
-	}
-	return final, firstPass, time.Since(start)
-}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/mailworld"
-	"github.com/bulkd/bulkd/internal/outbound"
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/internal/verify"
 )
@@ -96,16 +95,8 @@ func runFirstPass(tb testing.TB, spec mailworld.Spec, rdb redis.UniversalClient)
 		tb.Fatal(err)
 	}
 	defer w.Close()
-	v, err := verify.New(verify.Config{
-		DNSServer: w.DNSAddr(),
-		SMTPPort:  w.SMTPPort(),
-		Policy:    &outbound.Policy{Allow: outbound.LoopbackPrefixes},
-		Probes:    verify.NewRedisProbes(rdb),
-		Logger:    discardLog,
-	}, nil, verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: 3}))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	v := worldVerifier(tb, verify.Config{DNSServer: w.DNSAddr(), SMTPPort: w.SMTPPort(), Logger: discardLog},
+		nil, rdb, verify.LimiterOptions{SessionsPerHost: 3})
 	defer v.Close()
 	fam := New(v, []time.Duration{time.Minute})
 	var emails []string

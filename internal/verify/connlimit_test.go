@@ -31,27 +31,13 @@ type pacedSMTP struct {
 
 func startPacedSMTP(t *testing.T, s *pacedSMTP) *pacedSMTP {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	s.port = l.Addr().(*net.TCPAddr).Port
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(c)
-		}
-	}()
+	s.port = listenSMTP(t, s.serve)
 	return s
 }
 
 func (s *pacedSMTP) serve(c net.Conn) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	sessionDeadline(c, 20*time.Second)
 	client, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	w := bufio.NewWriter(c)
 	n := s.open.Add(1)
@@ -70,42 +56,13 @@ func (s *pacedSMTP) serve(c net.Conn) {
 	}
 	w.WriteString("220 mx.h.test ESMTP\r\n")
 	w.Flush()
-	r := bufio.NewReader(c)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return
+	postfixDialogue(c, w, func() string {
+		time.Sleep(s.rcptDelay)
+		if s.deferRcpt != nil && s.deferRcpt() {
+			return "451 Temporary local problem - please try later"
 		}
-		cmd := strings.TrimSpace(line)
-		u := strings.ToUpper(cmd)
-		var rep string
-		switch {
-		case strings.HasPrefix(u, "EHLO"):
-			rep = "250-mx.h.test\r\n250 PIPELINING"
-		case strings.HasPrefix(u, "MAIL"), strings.HasPrefix(u, "RSET"):
-			rep = "250 2.1.0 Ok"
-		case strings.HasPrefix(u, "RCPT"):
-			time.Sleep(s.rcptDelay)
-			switch {
-			case s.deferRcpt != nil && s.deferRcpt():
-				rep = "451 Temporary local problem - please try later"
-			case strings.Contains(u, "<NO"), strings.Contains(u, "<BULKD-PROBE-"):
-				rep = "550 5.1.1 " + cmd[8:] + ": Recipient address rejected: User unknown in local recipient table"
-			default:
-				rep = "250 2.1.5 Ok"
-			}
-		case u == "QUIT":
-			w.WriteString("221 2.0.0 Bye\r\n")
-			w.Flush()
-			return
-		default:
-			rep = "502 5.5.2 Error: command not recognized"
-		}
-		w.WriteString(rep + "\r\n")
-		if r.Buffered() == 0 {
-			w.Flush()
-		}
-	}
+		return ""
+	})
 }
 
 // TestConnLimitTwoCalls: two calls at once (two jobs) to a server that

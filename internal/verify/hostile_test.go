@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/miekg/dns"
 )
 
 // scriptedSMTP is a one-host SMTP server whose replies a test scripts:
@@ -22,69 +20,47 @@ type scriptedSMTP struct {
 
 func startScriptedSMTP(t *testing.T, banner string, reply func(cmd string) string) *scriptedSMTP {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	s := &scriptedSMTP{port: l.Addr().(*net.TCPAddr).Port}
-	go func() {
+	s := &scriptedSMTP{}
+	s.port = listenSMTP(t, func(c net.Conn) {
+		s.sessions.Add(1)
+		defer c.Close()
+		sessionDeadline(c, 10*time.Second)
+		w := bufio.NewWriter(c)
+		w.WriteString(banner + "\r\n")
+		w.Flush()
+		if !strings.HasPrefix(banner, "220") {
+			return
+		}
+		r := bufio.NewReader(c)
 		for {
-			c, err := l.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			s.sessions.Add(1)
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				w := bufio.NewWriter(c)
-				w.WriteString(banner + "\r\n")
+			cmd := strings.TrimSpace(line)
+			rep := reply(cmd)
+			if strings.EqualFold(cmd, "QUIT") {
+				rep = "221 bye"
+			}
+			if rep == "" {
+				return
+			}
+			w.WriteString(rep + "\r\n")
+			if r.Buffered() == 0 {
 				w.Flush()
-				if !strings.HasPrefix(banner, "220") {
-					return
-				}
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					cmd := strings.TrimSpace(line)
-					rep := reply(cmd)
-					if strings.EqualFold(cmd, "QUIT") {
-						rep = "221 bye"
-					}
-					if rep == "" {
-						return
-					}
-					w.WriteString(rep + "\r\n")
-					if r.Buffered() == 0 {
-						w.Flush()
-					}
-					if strings.EqualFold(cmd, "QUIT") {
-						w.Flush()
-						return
-					}
-				}
-			}()
+			}
+			if strings.EqualFold(cmd, "QUIT") {
+				w.Flush()
+				return
+			}
 		}
-	}()
+	})
 	return s
 }
 
 func hostileVerifier(t *testing.T, port int, lim HostLimiter) *Verifier {
 	t.Helper()
-	f := startFakeDNS(t, func(w dns.ResponseWriter, q dns.Question, m *dns.Msg) bool {
-		switch {
-		case q.Qtype == dns.TypeMX && strings.HasSuffix(q.Name, "h.test."):
-			m.Answer = append(m.Answer, rr(t, q.Name+" 300 IN MX 10 mx.h.test."))
-		case q.Qtype == dns.TypeA && q.Name == "mx.h.test.":
-			m.Answer = append(m.Answer, rr(t, "mx.h.test. 300 IN A 127.0.0.1"))
-		}
-		return true
-	})
-	v, err := New(Config{DNSServer: f.addr, SMTPPort: port, CommandTimeout: time.Second, RateLimitBackoff: 5 * time.Second,
+	v, err := New(Config{DNSServer: hTestDNS(t), SMTPPort: port, CommandTimeout: time.Second, RateLimitBackoff: 5 * time.Second,
 		Policy: loopbackAllowed}, nil, lim)
 	if err != nil {
 		t.Fatal(err)

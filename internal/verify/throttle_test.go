@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
@@ -33,28 +32,17 @@ type limitingSMTP struct {
 
 func startLimitingSMTP(t *testing.T, banner func(n int, client string) string, rcptOK func() bool) *limitingSMTP {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	s := &limitingSMTP{port: l.Addr().(*net.TCPAddr).Port}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n := int(s.sessions.Add(1)) - 1
-			go s.serve(c, n, banner, rcptOK)
-		}
-	}()
+	s := &limitingSMTP{}
+	s.port = listenSMTP(t, func(c net.Conn) {
+		n := int(s.sessions.Add(1)) - 1
+		s.serve(c, n, banner, rcptOK)
+	})
 	return s
 }
 
 func (s *limitingSMTP) serve(c net.Conn, n int, banner func(int, string) string, rcptOK func() bool) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	sessionDeadline(c, 10*time.Second)
 	client, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	w := bufio.NewWriter(c)
 	if b := banner(n, client); b != "" {
@@ -64,57 +52,19 @@ func (s *limitingSMTP) serve(c net.Conn, n int, banner func(int, string) string,
 	}
 	w.WriteString("220 mx.h.test ESMTP\r\n")
 	w.Flush()
-	r := bufio.NewReader(c)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return
+	postfixDialogue(c, w, func() string {
+		if rcptOK != nil && !rcptOK() {
+			return "450 4.7.1 Error: too many recipients from " + client
 		}
-		cmd := strings.TrimSpace(line)
-		u := strings.ToUpper(cmd)
-		var rep string
-		switch {
-		case strings.HasPrefix(u, "EHLO"):
-			rep = "250-mx.h.test\r\n250 PIPELINING"
-		case strings.HasPrefix(u, "MAIL"), strings.HasPrefix(u, "RSET"):
-			rep = "250 2.1.0 Ok"
-		case strings.HasPrefix(u, "RCPT"):
-			switch {
-			case rcptOK != nil && !rcptOK():
-				rep = "450 4.7.1 Error: too many recipients from " + client
-			case strings.Contains(u, "<NO"), strings.Contains(u, "<BULKD-PROBE-"):
-				rep = "550 5.1.1 " + cmd[8:] + ": Recipient address rejected: User unknown in local recipient table"
-			default:
-				rep = "250 2.1.5 Ok"
-			}
-		case u == "QUIT":
-			w.WriteString("221 2.0.0 Bye\r\n")
-			w.Flush()
-			return
-		default:
-			rep = "502 5.5.2 Error: command not recognized"
-		}
-		w.WriteString(rep + "\r\n")
-		if r.Buffered() == 0 {
-			w.Flush()
-		}
-	}
+		return ""
+	})
 }
 
 // throttleVerifier is a verifier of h.test (MX mx.h.test on 127.0.0.1,
 // the server on port) with short throttling pauses, logging to logs.
 func throttleVerifier(t *testing.T, port int, lim HostLimiter, logs *lockedBuffer) *Verifier {
 	t.Helper()
-	f := startFakeDNS(t, func(w dns.ResponseWriter, q dns.Question, m *dns.Msg) bool {
-		switch {
-		case q.Qtype == dns.TypeMX && strings.HasSuffix(q.Name, "h.test."):
-			m.Answer = append(m.Answer, rr(t, q.Name+" 300 IN MX 10 mx.h.test."))
-		case q.Qtype == dns.TypeA && q.Name == "mx.h.test.":
-			m.Answer = append(m.Answer, rr(t, "mx.h.test. 300 IN A 127.0.0.1"))
-		}
-		return true
-	})
-	v, err := New(Config{DNSServer: f.addr, SMTPPort: port, CommandTimeout: time.Second, Policy: loopbackAllowed,
+	v, err := New(Config{DNSServer: hTestDNS(t), SMTPPort: port, CommandTimeout: time.Second, Policy: loopbackAllowed,
 		ThrottlePause: 200 * time.Millisecond, ThrottlePauseMax: 2 * time.Second, SessionIdle: -1,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))}, nil, lim)
 	if err != nil {
