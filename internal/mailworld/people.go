@@ -180,10 +180,12 @@ const peopleMaxRcpts = 100
 
 // peopleProviders are the People world's shared hosts and their shares of
 // the domains on a provider.
-var peopleProviders = []struct {
+var peopleProviders = []peopleProvider{{"aspmx.l.google.com", 0.40}, {"mail.protection.outlook.com", 0.35}, {"mx.mailhaus.test", 0.15}, {"mx.inboxly.test", 0.10}}
+
+type peopleProvider struct {
 	host  string
 	share float64
-}{{"aspmx.l.google.com", 0.40}, {"mail.protection.outlook.com", 0.35}, {"mx.mailhaus.test", 0.15}, {"mx.inboxly.test", 0.10}}
+}
 
 // What kind of domain a People domain is.
 type peopleClass int
@@ -232,26 +234,25 @@ func (b *peopleBuilder) classes() []peopleClass {
 	return classes
 }
 
-func (b *peopleBuilder) pickPattern() string {
-	x := b.rng.Float64()
-	for _, p := range PeoplePatterns {
-		if x < p.Share {
-			return p.Pattern
+// pickShare draws one of n items, the i-th with share(i) of the draws
+// (the first when the shares add up to less than the draw).
+func pickShare(rng *rand.Rand, n int, share func(i int) float64) int {
+	x := rng.Float64()
+	for i := range n {
+		if x < share(i) {
+			return i
 		}
-		x -= p.Share
+		x -= share(i)
 	}
-	return PeoplePatterns[0].Pattern
+	return 0
+}
+
+func (b *peopleBuilder) pickPattern() string {
+	return PeoplePatterns[pickShare(b.rng, len(PeoplePatterns), func(i int) float64 { return PeoplePatterns[i].Share })].Pattern
 }
 
 func (b *peopleBuilder) pickProvider() string {
-	x := b.rng.Float64()
-	for _, p := range peopleProviders {
-		if x < p.share {
-			return p.host
-		}
-		x -= p.share
-	}
-	return peopleProviders[0].host
+	return peopleProviders[pickShare(b.rng, len(peopleProviders), func(i int) float64 { return peopleProviders[i].share })].host
 }
 
 // domain adds the di-th domain, of class k, its people asked about and

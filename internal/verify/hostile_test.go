@@ -1,62 +1,12 @@
 package verify
 
 import (
-	"bufio"
 	"context"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// scriptedSMTP is a one-host SMTP server whose replies a test scripts:
-// banner is sent first, then reply(cmd) answers each command line ("" to
-// close the connection without answering).
-type scriptedSMTP struct {
-	port     int
-	sessions atomic.Int64
-}
-
-func startScriptedSMTP(t *testing.T, banner string, reply func(cmd string) string) *scriptedSMTP {
-	t.Helper()
-	s := &scriptedSMTP{}
-	s.port = listenSMTP(t, func(c net.Conn) {
-		s.sessions.Add(1)
-		defer c.Close()
-		sessionDeadline(c, 10*time.Second)
-		w := bufio.NewWriter(c)
-		w.WriteString(banner + "\r\n")
-		w.Flush()
-		if !strings.HasPrefix(banner, "220") {
-			return
-		}
-		r := bufio.NewReader(c)
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			cmd := strings.TrimSpace(line)
-			rep := reply(cmd)
-			if strings.EqualFold(cmd, "QUIT") {
-				rep = "221 bye"
-			}
-			if rep == "" {
-				return
-			}
-			w.WriteString(rep + "\r\n")
-			if r.Buffered() == 0 {
-				w.Flush()
-			}
-			if strings.EqualFold(cmd, "QUIT") {
-				w.Flush()
-				return
-			}
-		}
-	})
-	return s
-}
 
 func hostileVerifier(t *testing.T, port int, lim HostLimiter) *Verifier {
 	t.Helper()

@@ -259,45 +259,19 @@ func TestThrottleRecipientRate(t *testing.T) {
 // stays a block: unknown/blocked and the server backed off for the block's
 // 30 minutes.
 func TestDNSBLStillBlocks(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				fmt.Fprint(c, "220 mx.h.test ESMTP\r\n")
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					u := strings.ToUpper(strings.TrimSpace(line))
-					switch {
-					case strings.HasPrefix(u, "EHLO"):
-						fmt.Fprint(c, "250-mx.h.test\r\n250 PIPELINING\r\n")
-					case strings.HasPrefix(u, "RCPT"):
-						fmt.Fprint(c, "554 5.7.1 Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org; https://www.spamhaus.org/query/ip/127.0.0.1\r\n")
-					case u == "QUIT":
-						fmt.Fprint(c, "221 Bye\r\n")
-						return
-					default:
-						fmt.Fprint(c, "250 Ok\r\n")
-					}
-				}
-			}()
+	srv := startScriptedSMTP(t, "220 mx.h.test ESMTP", func(cmd string) string {
+		u := strings.ToUpper(cmd)
+		switch {
+		case strings.HasPrefix(u, "EHLO"):
+			return "250-mx.h.test\r\n250 PIPELINING"
+		case strings.HasPrefix(u, "RCPT"):
+			return "554 5.7.1 Service unavailable; Client host [127.0.0.1] blocked using zen.spamhaus.org; https://www.spamhaus.org/query/ip/127.0.0.1"
 		}
-	}()
+		return "250 Ok"
+	})
 	lim := NewLocalLimiter(LimiterOptions{})
 	var logs lockedBuffer
-	v := throttleVerifier(t, l.Addr().(*net.TCPAddr).Port, lim, &logs)
+	v := throttleVerifier(t, srv.port, lim, &logs)
 	for _, r := range v.Verify(context.Background(), []string{"yes1@h.test", "no1@h.test"}) {
 		if r.Reason != ReasonBlocked || !r.Temporary {
 			t.Errorf("%s: %s, want blocked", r.Email, r.Reason)
