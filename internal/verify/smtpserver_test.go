@@ -52,12 +52,11 @@ func hTestDNS(t *testing.T) string {
 	return f.addr
 }
 
-// postfixDialogue answers a session's commands after the banner as
-// Postfix does for mx.h.test: local parts starting with "no" and the
-// catch-all probe are unknown users, the rest exist. limit, when not nil,
-// is asked first at every RCPT: a reply it returns ("" for none) answers
-// the RCPT instead (the server's limits).
-func postfixDialogue(c net.Conn, w *bufio.Writer, limit func() string) {
+// dialogue answers a session's command lines after the banner with
+// reply(cmd), flushing when the client has sent nothing more (a pipelined
+// group is answered at once); "" from reply closes the connection without
+// an answer. QUIT is answered (reply's own text) and ends the session.
+func dialogue(c net.Conn, w *bufio.Writer, reply func(cmd string) string) {
 	r := bufio.NewReader(c)
 	for {
 		line, err := r.ReadString('\n')
@@ -65,36 +64,49 @@ func postfixDialogue(c net.Conn, w *bufio.Writer, limit func() string) {
 			return
 		}
 		cmd := strings.TrimSpace(line)
-		u := strings.ToUpper(cmd)
-		var rep string
-		switch {
-		case strings.HasPrefix(u, "EHLO"):
-			rep = "250-mx.h.test\r\n250 PIPELINING"
-		case strings.HasPrefix(u, "MAIL"), strings.HasPrefix(u, "RSET"):
-			rep = "250 2.1.0 Ok"
-		case strings.HasPrefix(u, "RCPT"):
-			if limit != nil {
-				rep = limit()
-			}
-			switch {
-			case rep != "":
-			case strings.Contains(u, "<NO"), strings.Contains(u, "<BULKD-PROBE-"):
-				rep = "550 5.1.1 " + cmd[8:] + ": Recipient address rejected: User unknown in local recipient table"
-			default:
-				rep = "250 2.1.5 Ok"
-			}
-		case u == "QUIT":
-			w.WriteString("221 2.0.0 Bye\r\n")
-			w.Flush()
+		rep := reply(cmd)
+		if rep == "" {
 			return
-		default:
-			rep = "502 5.5.2 Error: command not recognized"
 		}
 		w.WriteString(rep + "\r\n")
 		if r.Buffered() == 0 {
 			w.Flush()
 		}
+		if strings.EqualFold(cmd, "QUIT") {
+			w.Flush()
+			return
+		}
 	}
+}
+
+// postfixDialogue answers a session's commands after the banner as
+// Postfix does for mx.h.test: local parts starting with "no" and the
+// catch-all probe are unknown users, the rest exist. limit, when not nil,
+// is asked first at every RCPT: a reply it returns ("" for none) answers
+// the RCPT instead (the server's limits).
+func postfixDialogue(c net.Conn, w *bufio.Writer, limit func() string) {
+	dialogue(c, w, func(cmd string) string {
+		u := strings.ToUpper(cmd)
+		switch {
+		case strings.HasPrefix(u, "EHLO"):
+			return "250-mx.h.test\r\n250 PIPELINING"
+		case strings.HasPrefix(u, "MAIL"), strings.HasPrefix(u, "RSET"):
+			return "250 2.1.0 Ok"
+		case strings.HasPrefix(u, "RCPT"):
+			if limit != nil {
+				if rep := limit(); rep != "" {
+					return rep
+				}
+			}
+			if strings.Contains(u, "<NO") || strings.Contains(u, "<BULKD-PROBE-") {
+				return "550 5.1.1 " + cmd[8:] + ": Recipient address rejected: User unknown in local recipient table"
+			}
+			return "250 2.1.5 Ok"
+		case u == "QUIT":
+			return "221 2.0.0 Bye"
+		}
+		return "502 5.5.2 Error: command not recognized"
+	})
 }
 
 // scriptedSMTP is a one-host SMTP server whose replies a test scripts:
@@ -118,29 +130,12 @@ func startScriptedSMTP(t *testing.T, banner string, reply func(cmd string) strin
 		if !strings.HasPrefix(banner, "220") {
 			return
 		}
-		r := bufio.NewReader(c)
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			cmd := strings.TrimSpace(line)
-			rep := reply(cmd)
+		dialogue(c, w, func(cmd string) string {
 			if strings.EqualFold(cmd, "QUIT") {
-				rep = "221 bye"
+				return "221 bye"
 			}
-			if rep == "" {
-				return
-			}
-			w.WriteString(rep + "\r\n")
-			if r.Buffered() == 0 {
-				w.Flush()
-			}
-			if strings.EqualFold(cmd, "QUIT") {
-				w.Flush()
-				return
-			}
-		}
+			return reply(cmd)
+		})
 	})
 	return s
 }
