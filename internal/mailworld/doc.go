@@ -91,13 +91,25 @@
 //     or a slow policy or LDAP lookup does; since the replies of a
 //     pipelined group are flushed only once the whole group is processed
 //     (above), a group of n RCPTs gets all its replies at once after n
-//     delays, as from Postfix. Behaviours (behaviour.go) are given to a
-//     host of any world with Apply.
+//     delays, as from Postfix.
 //   - Host.Refuse: the host has an A record but nothing listens on its
 //     address (the address:port is held by a bound, non-listening socket
 //     so no other world can take it), so connections are refused.
 //   - Sessions idle for 5 minutes are closed; Close closes everything and
 //     waits for every goroutine.
+//
+// # Behaviours
+//
+// Every world builder (Classes, Bench, Hostile, Harden, HardenPeople,
+// DropsBlocks, People) gives hosts their behaviour with the one set of
+// helpers in behaviour.go, so a scenario reads as it is said:
+// NewHost("mx.blocked.test", BlocksClient()), NewHost(h, DropsAfter(2)),
+// Give(&spec.Hosts[i], Tarpits(d)), Apply(spec, host, SlowRcpts(2s)). The
+// Behaviours are DropsAfter(k) (answer k RCPTs a session, then drop),
+// BlocksClient, Limits(conns, rcpts), Tarpits(d), SlowRcpts(per),
+// AcceptsThenBounces, NoPipelining, Refuses and RunBy(provider);
+// BlockedCase is the truth of a blocked address. A new behaviour is a
+// Host field (its server side in smtp.go) and one helper there.
 //
 // Stats counts sessions, 421 refusals, RCPTs, 452 and 450 replies per host
 // and the highest number of concurrent sessions (admitted or being refused)
