@@ -308,10 +308,20 @@ func (b *Builder) shardChunks(size int) ([][]byte, error) {
 // session per mail domain) calls it once the body is read; a group then
 // spans at most two shards. Rows keep their submission order.
 func (b *Builder) GroupInputs(key func(payload string) string) {
+	keys := make([]string, len(b.inputs))
+	for i, in := range b.inputs {
+		keys[i] = key(in.Payload)
+	}
+	b.GroupBy(keys)
+}
+
+// GroupBy is GroupInputs with each distinct input's group key given, in
+// the inputs' order (one per input, as Distinct counts them).
+func (b *Builder) GroupBy(keys []string) {
 	order := map[string]int{}
 	groups := make([]int, len(b.inputs))
-	for i, in := range b.inputs {
-		k := key(in.Payload)
+	for i := range b.inputs {
+		k := keys[i]
 		g, ok := order[k]
 		if !ok {
 			g = len(order)

@@ -30,9 +30,14 @@ type Field struct {
 	// Aliases are the column names that mean this field, normalized (Norm),
 	// best first. The field's own name always matches too.
 	Aliases []string
-	// MaxLen is the most characters a value may have (the API's limit);
-	// 0: no limit of its own.
-	MaxLen int
+	// MaxLen is the most characters a value may have (the API's limit:
+	// a longer one is a 422 at the value); 0: no limit of its own.
+	// MinLen is the fewest (0: none).
+	MaxLen, MinLen int
+	// Fold, when set, is how values are compared for Dedupe on the client
+	// side (bulkctl drops the repeats it folds alike; the server merges at
+	// least those); nil: trimmed and lower-cased.
+	Fold func(v string) string
 	// Looks, when set, says whether a value looks like this field's: how a
 	// table without a header is mapped, and how a value of a column that
 	// may hold either of two fields is placed (company: a network URL or a
@@ -46,7 +51,9 @@ type Form struct {
 	Hint  string // one sentence: what it takes and what it costs
 	// Fields in the order of the body's row objects.
 	Fields []Field
-	// AllRequired: every field must be mapped; otherwise at least one.
+	// AllRequired: every field must be mapped, and every row of a body
+	// holds every field (else a 422 "Field required" at it); otherwise at
+	// least one is mapped, and a row may leave any out.
 	AllRequired bool
 	// ListField is the body's list property ({"input": [...]}).
 	ListField string
@@ -73,6 +80,22 @@ type Form struct {
 	// ("completed"). Clients poll with them.
 	TotalField string
 	Final      string
+
+	// The answers to a list refused as a whole, in the spec's words for
+	// the family (zero: the generic words of internal/jsonbody). TooMany:
+	// more than MaxRows rows; Empty: no rows; NoValid: rows, none of them
+	// valid (a family that answers invalid rows at no cost).
+	TooMany, Empty, NoValid Refusal
+}
+
+// Refusal is the answer to a submission's list refused as a whole.
+type Refusal struct {
+	// Type, when set, makes it a 422 whose one errors[] item, of this
+	// type, is at the list (body.<ListField>); else it is a 400.
+	Type string
+	// Msg is the 400's detail or the item's msg: "{max}" in it is
+	// replaced by MaxRows, "{rows}" by the number of rows submitted.
+	Msg string
 }
 
 // Mount is one bulk endpoint of a family: POST Path submits, GET
