@@ -9,6 +9,20 @@ import "strings"
 // (GuessValues), and a row becomes the form's cells (Cells) and then a
 // body item (Item).
 
+// Guess guesses from a table's first rows whether the first is a header
+// and which column is which field: by header name when there is one (the
+// aliases), else by what the values look like (the dashboard's guess
+// before the person chooses).
+func (fm Form) Guess(table [][]string) (header bool, m map[string]int) {
+	if len(table) == 0 {
+		return false, map[string]int{}
+	}
+	if m := fm.GuessHeader(table[0]); len(m) > 0 {
+		return true, m
+	}
+	return false, fm.GuessValues(table[0])
+}
+
 // Cells is a table row as the form's row: one cell per field, in the
 // form's order, from the column m maps it to (field -> column), trimmed;
 // "" for a field not mapped or a column past the row. nil when every
