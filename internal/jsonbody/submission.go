@@ -89,8 +89,8 @@ func Decode(fm form.Form, row RowFunc, r io.Reader, b *jobs.Builder) (Submission
 	case b.Distinct() == 0:
 		return Submission{}, d.refuse(fm.NoValid, defNoValid)
 	}
-	if d.grouped {
-		b.GroupBy(d.groups)
+	if len(d.gid) > 1 {
+		b.GroupBy(d.groups, len(d.gid))
 	}
 	return sub, nil
 }
@@ -103,15 +103,15 @@ var (
 )
 
 type decoder struct {
-	fm      form.Form
-	row     RowFunc
-	b       *jobs.Builder
-	typ     reflect.Type // a row object's (nil: Scalar)
-	vals    []*string
-	loc     string
-	v       apierr.Validation
-	groups  []string // each distinct input's group, in order
-	grouped bool
+	fm     form.Form
+	row    RowFunc
+	b      *jobs.Builder
+	typ    reflect.Type // a row object's (nil: Scalar)
+	vals   []*string
+	loc    string
+	v      apierr.Validation
+	groups []int32          // each distinct input's group, numbered in order of first appearance
+	gid    map[string]int32 // the groups' numbers
 }
 
 // refuse is the Form's refusal r (else def) of the whole list.
@@ -167,10 +167,22 @@ func (d *decoder) item(dec *json.Decoder, i int) *apierr.Error {
 	n := d.b.Distinct()
 	d.b.AddValid(r.Echo, r.Key, r.Payload)
 	if d.b.Distinct() > n {
-		d.groups = append(d.groups, r.Group)
-		d.grouped = d.grouped || r.Group != ""
+		d.group(r.Group)
 	}
 	return nil
+}
+
+// group numbers the next distinct input's group g.
+func (d *decoder) group(g string) {
+	if d.gid == nil {
+		d.gid = map[string]int32{}
+	}
+	id, ok := d.gid[g]
+	if !ok {
+		id = int32(len(d.gid))
+		d.gid[g] = id
+	}
+	d.groups = append(d.groups, id)
 }
 
 // values decodes the i-th row into d.vals: ok false when it is not of
