@@ -14,8 +14,8 @@ import (
 // decodeJSON reads a small JSON request body into v. Syntax problems are 400
 // (malformed body, SPEC section 7); a value of the wrong type is 422 with its
 // location. Unknown fields are ignored, so clients may send more than we
-// read. Bulk submissions use the streaming decoders of their families
-// instead, which never hold a second copy of a large body.
+// read. Bulk submissions are streamed instead, by jsonbody.Decode with
+// their families' Forms, which never holds a second copy of a large body.
 func decodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) *apierr.Error {
 	body := http.MaxBytesReader(w, r.Body, maxBytes)
 	b, err := io.ReadAll(body)

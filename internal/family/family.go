@@ -1,13 +1,14 @@
 // Package family is the contract between a bulk job family (company
 // enrichment, email verification, email lookup) and the rest of bulkd. A
-// family is one package behind one interface: how a row of a submission
-// body is read (the rest of the body is its form's), what a distinct input costs, how inputs are answered,
-// and how a job's status and result rows are shown, what a failed shard's
-// rows are answered as, how its rows are gathered from a table (its form),
-// and, optionally, its provisional answers, its single-input request and
-// its own count of processed rows (optional.go, single.go). The engine, the
-// HTTP handlers, the dashboard, the BulkJob resource and the controller know
-// families only through it, never by name.
+// family is one package behind one interface: its input, declared once
+// (its form: what a submission body holds, how its rows are gathered from
+// a table) with one function reading each row, what a distinct input
+// costs, how inputs are answered, how a job's status and result rows are
+// shown, what a failed shard's rows are answered as, and, optionally, its
+// provisional answers, its single-input request and its own count of
+// processed rows (optional.go, single.go). The engine, the HTTP handlers,
+// the dashboard, the BulkJob resource and the controller know families
+// only through it, never by name.
 package family
 
 import (

@@ -148,8 +148,8 @@ func (d *decoder) item(dec *json.Decoder, i int) *apierr.Error {
 	for k, f := range d.fm.Fields {
 		ok = d.check(f, d.vals[k], i) && ok
 	}
-	if !ok {
-		return nil
+	if !ok || len(d.v.Items) >= MaxReported {
+		return nil // nothing more can be added or reported
 	}
 	r := d.row(d.vals)
 	if r.Problem != nil {

@@ -1,18 +1,24 @@
-// Package form is how a family's rows are gathered from a table a person
-// has (a CSV upload, a pasted list, a JSON Lines file) and built into the
-// family's submission body, and where that body goes: its label, its input
-// fields with the column names that mean them, its body's shape, its bulk
-// endpoints and the job status fields a client follows. The dashboard's
-// new-job pages and bulkctl read the same Form, so a column name is
-// recognised the same way by both (one alias table); the API mounts the
-// bulk endpoints a Form lists (internal/serve), so a family's paths are
-// written once.
+// Package form is a family's one declaration of its input: how its rows
+// are gathered from a table a person has (a CSV upload, a pasted list, a
+// JSON Lines file), what a submission body of them looks like and what the
+// API accepts in it, and where that body goes: its label, its input fields
+// with the column names that mean them and their lengths, its body's
+// shape, its row limit and dedupe, the spec's words for a list refused as
+// a whole, its bulk endpoints and the job status fields a client follows.
+// The API decodes bodies by it (internal/jsonbody, with the family's one
+// function per row) and mounts the bulk endpoints it lists
+// (internal/serve); the dashboard's new-job pages and bulkctl map a
+// table's columns to its fields the same way (GuessHeader, Cells,
+// mapping.go) and build the same bodies (Item, Body). Nothing else states
+// a family's input.
 //
 // The package is a leaf (the standard library only): bulkctl, a client
-// binary, links it without linking the server. The built-in families'
-// forms are declared here for that reason (Company, Verification, Lookup);
-// each family returns its own from family.Family.Form, and a family added
-// later declares its Form in its own package.
+// binary, links it without linking the server. The shipped families'
+// forms are declared here for that reason (Company, Verification, Lookup,
+// listed in Builtin, which bulkctl offers), and each family returns its own
+// from family.Family.Form; a form declared elsewhere (test/fourthfamily's)
+// is served and shown by the dashboard all the same, and reaches bulkctl
+// when the program linking it says so (bulkctl.MountsOf).
 package form
 
 import (
