@@ -18,8 +18,8 @@ type Family struct {
 	// too): the column names that mean its fields, its limits, and its
 	// body's shape.
 	Form form.Form
-	// MaxRows is the most rows one submission takes (the server family's
-	// MaxRows(), which its form repeats).
+	// MaxRows is the most rows one submission takes (the form's, which
+	// the API decodes by).
 	MaxRows int
 	// TotalField is the status field with the job's number of result
 	// rows.
