@@ -51,7 +51,7 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 		// the decode.
 		hint := 0
 		if r.ContentLength > 0 {
-			hint = int(min(r.ContentLength/24, int64(m.Family.MaxRows())))
+			hint = int(min(r.ContentLength/24, int64(m.Family.Form().MaxRows)))
 		}
 		b, met, e := s.decodeBulk(r.Context(), p, m, http.MaxBytesReader(w, r.Body, s.MaxBodyBytes), hint)
 		if e != nil {
@@ -89,11 +89,11 @@ func (s *Server) submitBulk(m Bulk) http.HandlerFunc {
 // handler and the dashboard (SubmitAs, dashboard.go). Nothing is charged.
 func (s *Server) decodeBulk(ctx context.Context, p *accounts.Principal, m Bulk, body io.Reader, hint int) (*jobs.Builder, jobs.Metering, *apierr.Error) {
 	b := jobs.NewBuilder(m.Family.Name(), hint)
-	wb := &webhookBody{Reader: body, b: b} // the optional webhook_url (webhook.go)
-	if e := m.Family.Decode(wb, b); e != nil {
+	sub, e := family.Decode(m.Family, body, b)
+	if e != nil {
 		return nil, jobs.Metering{}, e
 	}
-	if e := wb.check(ctx, s.Webhooks); e != nil {
+	if e := checkWebhook(ctx, s.Webhooks, sub, b); e != nil { // the optional webhook_url (webhook.go)
 		return nil, jobs.Metering{}, e
 	}
 	if err := s.Suppress.Apply(ctx, m.Family, b); err != nil {
@@ -201,7 +201,7 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 		// No job has more than MaxRows rows, so every offset past that reads
 		// the same empty page; clamping keeps offset+limit from overflowing
 		// in the row arithmetic. The answer echoes the offset asked.
-		res, err := s.Jobs.Results(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, m.Family.MaxRows()), limit, m.Family)
+		res, err := s.Jobs.Results(r.Context(), PrincipalFrom(r.Context()).Key.ID, id, min(offset, m.Family.Form().MaxRows), limit, m.Family)
 		var j *jobs.Job
 		if res != nil {
 			defer res.Release()
@@ -215,7 +215,7 @@ func (s *Server) getBulkResults(m Bulk) http.HandlerFunc {
 			return
 		}
 		if format == "csv" {
-			s.writeResultsCSV(w, r, m.Family, res, min(offset, m.Family.MaxRows()))
+			s.writeResultsCSV(w, r, m.Family, res, min(offset, m.Family.Form().MaxRows))
 			return
 		}
 		writeResultsPage(w, res, family.Processed(m.Family, j), limit, offset)

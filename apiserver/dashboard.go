@@ -110,7 +110,7 @@ func (s *Server) readyResults(ctx context.Context, j *jobs.Job, offset, limit in
 	if !ok {
 		return nil, nil, apierr.ErrJobNotFound
 	}
-	res, err := s.Jobs.Results(ctx, j.KeyID, j.ID, min(offset, f.MaxRows()), limit, f)
+	res, err := s.Jobs.Results(ctx, j.KeyID, j.ID, min(offset, f.Form().MaxRows), limit, f)
 	if err != nil {
 		return nil, nil, s.internalAPIError(ctx, err)
 	}

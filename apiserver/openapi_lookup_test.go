@@ -313,13 +313,13 @@ func TestOpenAPILookupContract(t *testing.T) {
 		}
 		for _, f := range []string{"first_name", "last_name", "domain"} {
 			p := s.Properties[f]
-			if p == nil || !p.Value.Type.Is("string") || p.Value.MaxLength == nil || *p.Value.MaxLength != lookup.MaxFieldLen {
+			if p == nil || !p.Value.Type.Is("string") || p.Value.MaxLength == nil || *p.Value.MaxLength != uint64(lookup.MaxFieldLen) {
 				t.Errorf("%s.%s must be a string of at most %d characters", name, f, lookup.MaxFieldLen)
 			}
 		}
 	}
 	input := schemas["LookupBulkRequest"].Value.Properties["input"].Value
-	if input.MinItems != 1 || input.MaxItems == nil || *input.MaxItems != lookup.MaxRows {
+	if input.MinItems != 1 || input.MaxItems == nil || *input.MaxItems != uint64(lookup.MaxRows) {
 		t.Errorf("input must hold 1 to %d rows", lookup.MaxRows)
 	}
 	person("LookupBulkRequest.input item", input.Items.Value)

@@ -16,6 +16,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/bulkd/bulkd/internal/family/form"
 )
 
 // Exit codes (docs/bulkctl.md).
@@ -41,12 +43,18 @@ type Env struct {
 	Version  string
 }
 
-const usageText = `usage: bulkctl COMMAND [flags]
+// usage is the command line's help: a submit line per family it links
+// (Commands), from the family's form.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("usage: bulkctl COMMAND [flags]\n\n")
+	for _, f := range Commands() {
+		fmt.Fprintf(&b, "  bulkctl %-7s submit FILE   %s (columns %s)\n", f.Kind, f.Form.Label, fieldNames(f.Form, ", ", func(fl form.Field) string { return fl.Name }))
+	}
+	return b.String() + usageRest
+}
 
-  bulkctl company submit FILE   enrich companies (columns network_url/linkedin/url/domain/website)
-  bulkctl lookup  submit FILE   find addresses (columns first_name, last_name, domain)
-  bulkctl verify  submit FILE   verify addresses (column email)
-      FILE is CSV with a header row, JSON Lines, or - for stdin; prints the job handle
+const usageRest = `      FILE is CSV with a header row, JSON Lines, or - for stdin; prints the job handle
       (FAMILY:ID[,ID...]: several jobs when the list is larger than one submission takes)
   bulkctl status  JOB           the jobs' status as JSON
   bulkctl wait    JOB           wait until the jobs finish (progress on stderr)
@@ -63,6 +71,17 @@ The key comes from BULKD_API_KEY or --key, the server from BULKD_URL or --url
 (default ` + DefaultURL + `). Run "bulkctl COMMAND -h" for a command's flags;
 docs/bulkctl.md has everything, exit codes included.
 `
+
+// columnHelp says which --column names a form takes.
+func columnHelp(fm form.Form) string {
+	switch {
+	case fm.ByLook():
+		return "one or more, each value placed by what it looks like"
+	case len(fm.Fields) == 1:
+		return "one"
+	}
+	return fieldNames(fm, ",", func(f form.Field) string { return f.Name }) + ", in this order"
+}
 
 // common are the flags every command takes.
 type common struct {
@@ -202,23 +221,17 @@ func ExitCode(err error) int {
 
 func run(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 {
-		fmt.Fprint(env.Stderr, usageText)
+		fmt.Fprint(env.Stderr, usage())
 		return &UsageError{errors.New("no command")}
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(env.Stdout, usageText)
+		fmt.Fprint(env.Stdout, usage())
 		return nil
 	case "version", "--version":
 		fmt.Fprintf(env.Stdout, "bulkctl %s\n", env.Version)
 		return nil
-	case "company", "lookup", "verify":
-		if len(rest) == 0 || rest[0] != "submit" {
-			return usagef("usage: bulkctl %s submit FILE [flags]", cmd)
-		}
-		f, _ := FamilyByKind(cmd)
-		return runSubmit(ctx, f, rest[1:], env)
 	case "status", "wait", "results":
 		return runJob(ctx, cmd, rest, env)
 	case "delete":
@@ -226,7 +239,13 @@ func run(ctx context.Context, args []string, env Env) error {
 	case "credits", "usage":
 		return runAccount(ctx, cmd, rest, env)
 	}
-	fmt.Fprint(env.Stderr, usageText)
+	if f, ok := command(cmd); ok {
+		if len(rest) == 0 || rest[0] != "submit" {
+			return usagef("usage: bulkctl %s submit FILE [flags]", cmd)
+		}
+		return runSubmit(ctx, f, rest[1:], env)
+	}
+	fmt.Fprint(env.Stderr, usage())
 	return usagef("unknown command %q", cmd)
 }
 
@@ -251,9 +270,11 @@ func runSubmit(ctx context.Context, f *Family, args []string, env Env) error {
 	var columns string
 	var wait bool
 	var wo WaitOptions
-	fs.StringVar(&columns, "column", "", "input column(s) to read, comma separated (company: one or more; lookup: first,last,domain; verify: one)")
+	fs.StringVar(&columns, "column", "", "input column(s) to read, comma separated ("+columnHelp(f.Form)+")")
 	fs.StringVar(&o.Format, "format", "", "input format: csv or jsonl (default: from the file name, else from its first byte)")
-	fs.BoolVar(&o.Unlimited, "unlimited", false, "lookup: submit to /v1/unlimited/bulk-lookup (an unlimited-plan key is also detected by itself)")
+	if u := unlimitedOf(f); u != nil {
+		fs.BoolVar(&o.Unlimited, "unlimited", false, "submit to "+u.Path+" (an unlimited-plan key is also detected by itself)")
+	}
 	fs.IntVar(&o.ChunkRows, "chunk", 0, "rows per job at most (default and upper bound: the family's limit)")
 	fs.StringVar(&o.Manifest, "manifest", "", "write a manifest of the jobs to this file (accepted by status, wait and results)")
 	fs.StringVar(&o.IdempotencyKey, "idempotency-key", "", "prefix of the parts' Idempotency-Keys (default: random); reuse it to resume a submission cut short without paying twice")

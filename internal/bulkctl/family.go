@@ -18,8 +18,8 @@ type Family struct {
 	// too): the column names that mean its fields, its limits, and its
 	// body's shape.
 	Form form.Form
-	// MaxRows is the most rows one submission takes (the server family's
-	// MaxRows(), which its form repeats).
+	// MaxRows is the most rows one submission takes (the form's, which
+	// the API decodes by).
 	MaxRows int
 	// TotalField is the status field with the job's number of result
 	// rows.
@@ -35,23 +35,16 @@ type Family struct {
 	Unlimited bool
 }
 
-// Families are the built-in families' bulk mounts, in the order a bare
-// job id is looked for: everything about them is their forms'
-// (internal/family/form), the declarations the server mounts and the
-// dashboard reads too.
-var Families = mountsOf(form.Builtin)
+// Families are the bulk mounts of the forms bulkctl links, in the order a
+// bare job id is looked for: the built-in families' (form.Builtin), the
+// declarations the server mounts and the dashboard reads too. Everything
+// bulkctl does with a family (its subcommand, help, columns, limits,
+// dedupe, body, status fields, unlimited-plan mount) comes from its form:
+// a program linking more forms sets Families = MountsOf(its forms).
+var Families = MountsOf(form.Builtin)
 
-// The mounts bulkctl names in its own logic (the lookup's automatic
-// switch to the unlimited mount, the per-family subcommands).
-var (
-	Company         = mustKind("company")
-	Verify          = mustKind("verify")
-	Lookup          = mustKind("lookup")
-	UnlimitedLookup = mustKind("unlimited-lookup")
-)
-
-// mountsOf is every bulk mount of forms, in order.
-func mountsOf(forms []form.Form) []*Family {
+// MountsOf is every bulk mount of forms, in order.
+func MountsOf(forms []form.Form) []*Family {
 	var out []*Family
 	for _, fm := range forms {
 		for _, m := range fm.Bulk {
@@ -62,13 +55,39 @@ func mountsOf(forms []form.Form) []*Family {
 	return out
 }
 
-// mustKind is FamilyByKind for a mount bulkctl cannot work without.
-func mustKind(kind string) *Family {
-	f, err := FamilyByKind(kind)
-	if err != nil {
-		panic("bulkctl: " + err.Error())
+// Commands are the families a subcommand submits to ("bulkctl KIND
+// submit FILE"): each form's first mount.
+func Commands() []*Family {
+	var out []*Family
+	seen := map[string]bool{}
+	for _, f := range Families {
+		if k := f.Form.Bulk[0].Path; !seen[k] {
+			seen[k] = true
+			out = append(out, f)
+		}
 	}
-	return f
+	return out
+}
+
+// command is the family of subcommand name, if there is one.
+func command(name string) (*Family, bool) {
+	for _, f := range Commands() {
+		if f.Kind == name {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+// unlimitedOf is the mount of f's form that takes unlimited-plan keys
+// (f itself when it does; nil: none).
+func unlimitedOf(f *Family) *Family {
+	for _, o := range Families {
+		if o.Form.Bulk[0].Path == f.Form.Bulk[0].Path && o.Unlimited {
+			return o
+		}
+	}
+	return nil
 }
 
 // FamilyByKind finds a family by its handle name.

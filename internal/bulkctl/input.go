@@ -225,22 +225,6 @@ func (t *table) findColumn(name string) int {
 	return -1
 }
 
-// guess is the first column that means field f (its name, then its
-// aliases, best first: the form the dashboard reads too); -1 when none.
-func (t *table) guess(f form.Field) int {
-	for _, n := range aliases(f) {
-		for i, c := range t.cols {
-			if form.Norm(c) == n {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
-// aliases are the normalized column names that mean f, best first.
-func aliases(f form.Field) []string { return append([]string{form.Norm(f.Name)}, f.Aliases...) }
-
 // Prepared is an input made into a family's submission rows.
 type Prepared struct {
 	Items      []json.RawMessage // one JSON value per row to submit, in input order
@@ -259,21 +243,19 @@ func (e *UsageError) Unwrap() error { return e.Err }
 
 func usagef(format string, args ...any) error { return &UsageError{fmt.Errorf(format, args...)} }
 
-// Prepare reads an input file for family f. columns are the --column
-// names (comma separated in the flag), empty to guess.
+// Prepare reads an input file for family f, by its form alone: the
+// columns that mean its fields (--column names, comma separated in the
+// flag, else guessed by their names as the dashboard guesses them), its
+// lengths, its dedupe and its body's shape.
 func Prepare(f *Family, r io.Reader, name, format string, columns []string) (*Prepared, error) {
 	t, err := readTable(r, name, format)
 	if err != nil {
 		return nil, &UsageError{err}
 	}
-	switch f.Kind {
-	case Company.Kind:
-		return prepareCompany(t, columns)
-	case Verify.Kind:
-		return prepareVerify(t, columns)
-	default:
-		return prepareLookup(t, columns)
+	if f.Form.ByLook() {
+		return prepareByLook(t, f, columns)
 	}
+	return prepareFields(t, f, columns)
 }
 
 func (t *table) pick(columns []string, want int, what string) ([]int, error) {
@@ -299,126 +281,101 @@ func (t *table) names(idx []int) []string {
 	return out
 }
 
-func prepareCompany(t *table, columns []string) (*Prepared, error) {
-	idx, err := t.pick(columns, 0, "company")
+// words is a field's name as a sentence says it ("first name").
+func words(f form.Field) string { return strings.ReplaceAll(f.Name, "_", " ") }
+
+// fieldNames are fm's field names, joined by sep.
+func fieldNames(fm form.Form, sep string, name func(form.Field) string) string {
+	var out []string
+	for _, f := range fm.Fields {
+		out = append(out, name(f))
+	}
+	return strings.Join(out, sep)
+}
+
+// prepareByLook reads a ByLook form's rows (company): every column that
+// means one of its fields, each value placed by what it looks like,
+// whatever its column's name. A row with nothing usable is still sent
+// (as {}): the server answers it invalid at no cost, and the results stay
+// one row per input row.
+func prepareByLook(t *table, f *Family, columns []string) (*Prepared, error) {
+	fm := f.Form
+	idx, err := t.pick(columns, 0, f.Kind)
 	if err != nil {
 		return nil, err
 	}
 	if len(idx) == 0 {
-		// Every column that means either field: each value is placed by
-		// what it looks like, whatever its column's name.
-		seen := map[int]bool{}
-		for _, f := range form.Company.Fields {
-			for _, n := range aliases(f) {
-				for i, c := range t.cols {
-					if form.Norm(c) == n && !seen[i] {
-						seen[i] = true
-						idx = append(idx, i)
-					}
-				}
-			}
-		}
-		if len(idx) == 0 && len(t.cols) == 1 {
+		if idx = fm.Columns(t.cols); len(idx) == 0 && len(t.cols) == 1 {
 			idx = []int{0}
 		}
 		if len(idx) == 0 {
-			return nil, usagef("no company column found (columns: %s); name it with --column (e.g. --column linkedin,website)", strings.Join(t.cols, ", "))
+			return nil, usagef("no %s column found (columns: %s); name it with --column (e.g. --column %s)",
+				f.Kind, strings.Join(t.cols, ", "), fieldNames(fm, ",", func(f form.Field) string { return f.Name }))
 		}
 	}
 	p := &Prepared{Columns: t.names(idx)}
-	type row struct {
-		NetworkURL string `json:"network_url,omitempty"`
-		Domain     string `json:"domain,omitempty"`
+	longest := 0
+	for _, fl := range fm.Fields {
+		longest = max(longest, fl.MaxLen)
 	}
 	long := 0
-	nu, dm := form.Company.Fields[0], form.Company.Fields[1]
+	seen := map[string]struct{}{}
 	p.Read, err = t.each(func(rec []string) {
-		var r row
+		cells := make([]string, len(fm.Fields))
 		for _, i := range idx {
 			v := strings.TrimSpace(t.cell(rec, i))
 			if v == "" {
 				continue
 			}
-			if utf8.RuneCountInString(v) > max(nu.MaxLen, dm.MaxLen) {
+			if longest > 0 && utf8.RuneCountInString(v) > longest {
 				long++
 				continue
 			}
-			if nu.Looks(v) {
-				if r.NetworkURL == "" {
-					r.NetworkURL = v
-				}
-			} else if r.Domain == "" {
-				r.Domain = v
+			if k := fm.Place(v); cells[k] == "" {
+				cells[k] = v
 			}
 		}
-		// A row with nothing usable is still sent (as {}): the server
-		// answers it invalid_url at no cost and the results stay one row
-		// per input row.
-		b, _ := json.Marshal(r)
-		p.Items = append(p.Items, b)
+		p.add(fm, seen, cells)
 	})
 	if err != nil {
 		return nil, err
 	}
 	if long > 0 {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%d values over 2,048 characters were left out (their rows are answered invalid_url)", long))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d values over %s characters were left out (their rows are answered as invalid)", long, thousands(longest)))
 	}
 	return p, nil
 }
 
-// verifyKey is the dedupe key of an address: trimmed, the domain in lower
-// case and the local part too unless it is quoted. The server merges
-// everything this merges (and more: IDN forms), so dropping these repeats
-// before a split changes neither the charge nor the results.
-func verifyKey(v string) string {
-	v = strings.TrimSpace(v)
-	at := strings.LastIndexByte(v, '@')
-	if at < 0 {
-		return strings.ToLower(v)
-	}
-	local, domain := v[:at], strings.ToLower(v[at+1:])
-	if !strings.HasPrefix(local, `"`) {
-		local = strings.ToLower(local)
-	}
-	return local + "@" + domain
-}
-
-func prepareVerify(t *table, columns []string) (*Prepared, error) {
-	idx, err := t.pick(columns, 1, "verify")
+// prepareFields reads a form's rows field by field (lookup, verify): one
+// column per field; a row with a blank required field (every field of an
+// AllRequired form, the one of a one-field form) or a value outside the
+// API's lengths is left out.
+func prepareFields(t *table, f *Family, columns []string) (*Prepared, error) {
+	fm := f.Form
+	m, idx, err := t.mapFields(f, columns)
 	if err != nil {
 		return nil, err
 	}
-	if len(idx) == 0 {
-		if i := t.guess(form.Verification.Fields[0]); i >= 0 {
-			idx = []int{i}
-		} else if len(t.cols) == 1 {
-			idx = []int{0}
-		} else {
-			// The first column whose first value looks like an address.
-			for i := range t.cols {
-				if strings.Contains(t.cell(t.first, i), "@") {
-					idx = []int{i}
-					break
-				}
-			}
-		}
-		if len(idx) == 0 {
-			return nil, usagef("no email column found (columns: %s); name it with --column", strings.Join(t.cols, ", "))
-		}
-	}
-	col := idx[0]
 	p := &Prepared{Columns: t.names(idx)}
 	seen := map[string]struct{}{}
+	required := fm.AllRequired || len(fm.Fields) == 1
 	add := func(rec []string) {
-		v := strings.TrimSpace(t.cell(rec, col))
-		if n := utf8.RuneCountInString(v); n < 3 || n > form.Verification.Fields[0].MaxLen {
+		cells := fm.Cells(rec, m)
+		if cells == nil {
 			p.Skipped++
 			return
 		}
-		p.addUnique(seen, verifyKey(v), v)
+		for k, fl := range fm.Fields {
+			n := utf8.RuneCountInString(cells[k])
+			if (n == 0 && required) || (n > 0 && (n < fl.MinLen || (fl.MaxLen > 0 && n > fl.MaxLen))) {
+				p.Skipped++
+				return
+			}
+		}
+		p.add(fm, seen, cells)
 	}
-	// A one-column CSV whose "header" is an address has no header.
-	headless := len(t.cols) == 1 && strings.Contains(t.cols[0], "@")
+	// A one-column CSV whose "header" looks like a value has no header.
+	headless := len(fm.Fields) == 1 && len(t.cols) == 1 && fm.Fields[0].Looks != nil && fm.Fields[0].Looks(t.cols[0])
 	if headless {
 		add(t.cols)
 	}
@@ -429,65 +386,96 @@ func prepareVerify(t *table, columns []string) (*Prepared, error) {
 		p.Read++
 	}
 	if p.Skipped > 0 {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: blank, or shorter than 3 or longer than 320 characters", p.Skipped))
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: a blank field, or a value outside the API's lengths (%s)", p.Skipped, lengths(fm)))
 	}
 	return p, nil
 }
 
-// addUnique adds v as the next item unless an item of the same key was
-// added before (then it counts a duplicate).
-func (p *Prepared) addUnique(seen map[string]struct{}, k string, v any) {
-	if _, dup := seen[k]; dup {
-		p.Duplicates++
-		return
+// mapFields maps each field of f's form to a column: --column names in
+// the fields' order, else the header's names (form.GuessHeader, the
+// dashboard's guess); a one-field form also takes a table's only column,
+// or the first whose first value looks like the field's. Every field must
+// be mapped unless the form's fields are optional (then at least one).
+func (t *table) mapFields(f *Family, columns []string) (map[string]int, []int, error) {
+	fm := f.Form
+	what := f.Kind
+	if len(fm.Fields) > 1 {
+		what += " (" + fieldNames(fm, ", ", words) + ")"
 	}
-	seen[k] = struct{}{}
-	b, _ := json.Marshal(v)
-	p.Items = append(p.Items, b)
-}
-
-func prepareLookup(t *table, columns []string) (*Prepared, error) {
-	idx, err := t.pick(columns, 3, "lookup (first name, last name, domain)")
+	idx, err := t.pick(columns, len(fm.Fields), what)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	m := map[string]int{}
+	if len(idx) > 0 {
+		for k, fl := range fm.Fields {
+			m[fl.Name] = idx[k]
+		}
+		return m, idx, nil
+	}
+	m = fm.GuessHeader(t.cols)
+	if one := fm.Fields[0]; len(fm.Fields) == 1 && len(m) == 0 {
+		for i := range t.cols {
+			if len(t.cols) == 1 || (one.Looks != nil && one.Looks(t.cell(t.first, i))) {
+				m[one.Name] = i
+				break
+			}
+		}
+	}
+	hint := "name it with --column"
+	if len(fm.Fields) > 1 {
+		hint = fmt.Sprintf("name the %d with --column %s", len(fm.Fields), fieldNames(fm, ",", func(f form.Field) string { return f.Name }))
+	}
+	for _, fl := range fm.Fields {
+		i, ok := m[fl.Name]
+		switch {
+		case ok:
+			idx = append(idx, i)
+		case fm.AllRequired || len(fm.Fields) == 1:
+			return nil, nil, usagef("no %s column found (columns: %s); %s", words(fl), strings.Join(t.cols, ", "), hint)
+		}
 	}
 	if len(idx) == 0 {
-		fs := form.Lookup.Fields
-		idx = []int{t.guess(fs[0]), t.guess(fs[1]), t.guess(fs[2])}
-		for k, what := range []string{"first name", "last name", "domain"} {
-			if idx[k] < 0 {
-				return nil, usagef("no %s column found (columns: %s); name the three with --column first,last,domain", what, strings.Join(t.cols, ", "))
-			}
+		return nil, nil, usagef("no %s column found (columns: %s); %s", f.Kind, strings.Join(t.cols, ", "), hint)
+	}
+	return m, idx, nil
+}
+
+// lengths says the API's lengths of fm's fields.
+func lengths(fm form.Form) string {
+	var out []string
+	for _, f := range fm.Fields {
+		switch {
+		case f.MinLen > 0 && f.MaxLen > 0:
+			out = append(out, fmt.Sprintf("%s: %d to %d characters", f.Name, f.MinLen, f.MaxLen))
+		case f.MaxLen > 0:
+			out = append(out, fmt.Sprintf("%s: at most %d characters", f.Name, f.MaxLen))
 		}
 	}
-	p := &Prepared{Columns: t.names(idx)}
-	type row struct {
-		FirstName string `json:"first_name"`
-		LastName  string `json:"last_name"`
-		Domain    string `json:"domain"`
+	return strings.Join(out, "; ")
+}
+
+// thousands is n with a comma between thousands (2,048).
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	seen := map[string]struct{}{}
-	p.Read, err = t.each(func(rec []string) {
-		r := row{t.cell(rec, idx[0]), t.cell(rec, idx[1]), t.cell(rec, idx[2])}
-		for _, v := range []string{r.FirstName, r.LastName, r.Domain} {
-			if strings.TrimSpace(v) == "" || utf8.RuneCountInString(v) > form.Lookup.Fields[0].MaxLen {
-				p.Skipped++
-				return
-			}
+	return s
+}
+
+// add adds a row's cells as the next item, unless the form dedupes and an
+// item of the same key was added before (then it counts a duplicate).
+func (p *Prepared) add(fm form.Form, seen map[string]struct{}, cells []string) {
+	if fm.Dedupe {
+		k := fm.Key(cells)
+		if _, dup := seen[k]; dup {
+			p.Duplicates++
+			return
 		}
-		// The server's rule exactly (docs/api.md): the three fields,
-		// trimmed and lower-cased.
-		k := strings.ToLower(strings.TrimSpace(r.FirstName)) + "\x00" + strings.ToLower(strings.TrimSpace(r.LastName)) +
-			"\x00" + strings.ToLower(strings.TrimSpace(r.Domain))
-		p.addUnique(seen, k, r)
-	})
-	if err != nil {
-		return nil, err
+		seen[k] = struct{}{}
 	}
-	if p.Skipped > 0 {
-		p.Warnings = append(p.Warnings, fmt.Sprintf("%d rows left out: a blank field, or one over 255 characters", p.Skipped))
-	}
-	return p, nil
+	p.Items = append(p.Items, fm.Item(cells, nil))
 }
 
 // Chunks splits items into submissions of at most maxRows rows and

@@ -38,10 +38,11 @@ type SubmitResult struct {
 // after some parts were accepted, the result names those parts.
 func Submit(ctx context.Context, c *Client, f *Family, in io.Reader, o SubmitOptions, log func(string, ...any)) (*SubmitResult, error) {
 	if o.Unlimited {
-		if f != Lookup && f != UnlimitedLookup {
-			return nil, usagef("--unlimited: only email lookup has an unlimited-plan bulk endpoint")
+		u := unlimitedOf(f)
+		if u == nil {
+			return nil, usagef("--unlimited: %s has no unlimited-plan bulk endpoint", strings.ToLower(f.Form.Label))
 		}
-		f = UnlimitedLookup
+		f = u
 	}
 	p, err := Prepare(f, in, o.Input, o.Format, o.Columns)
 	if err != nil {
@@ -72,16 +73,19 @@ func Submit(ctx context.Context, c *Client, f *Family, in io.Reader, o SubmitOpt
 	res := &SubmitResult{}
 	log("%s: %d rows read from %s (columns %s), %d to submit (%d repeats, %d left out) in %d job(s)",
 		f.Kind, p.Read, o.Input, strings.Join(p.Columns, ", "), len(p.Items), p.Duplicates, p.Skipped, len(parts))
-	autoPlan := f == Lookup && !o.Unlimited
+	// A family with an unlimited-plan mount too: an unlimited-plan key
+	// is noticed (403 wrong_key_plan) and its parts go there.
+	alt := unlimitedOf(f)
+	autoPlan := alt != nil && !f.Unlimited
 	for i, part := range parts {
 		b := body(f, p.Items[part[0]:part[1]])
 		hdr := http.Header{"Idempotency-Key": {fmt.Sprintf("%s-%d", prefix, i+1)}}
 		r, err := c.Do(ctx, http.MethodPost, f.Path, b, hdr)
 		var ae *APIError
 		if autoPlan && errors.As(err, &ae) && ae.Status == http.StatusForbidden && ae.Code == "wrong_key_plan" {
-			// An unlimited-plan key: bulk lookup has its own mount.
-			log("the key is an unlimited-plan key: using %s", UnlimitedLookup.Path)
-			f, m.Family, autoPlan = UnlimitedLookup, UnlimitedLookup.Kind, false
+			// An unlimited-plan key: the family has its own mount for it.
+			log("the key is an unlimited-plan key: using %s", alt.Path)
+			f, m.Family, autoPlan = alt, alt.Kind, false
 			r, err = c.Do(ctx, http.MethodPost, f.Path, b, hdr)
 		}
 		if err != nil {

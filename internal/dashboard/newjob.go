@@ -153,7 +153,7 @@ type draft struct {
 	Pay    string
 	Name   string // file name, or "pasted list"
 	Data   string // the CSV text
-	// HasHeader and Mapping (field -> column; a field absent is not
+	// HasHeader and Mapping (field -> column, form.Cells; a field absent is not
 	// mapped) are the user's choice, saved by review; nil Mapping: not
 	// chosen yet (the mapping page shows a guess).
 	HasHeader bool
@@ -369,37 +369,6 @@ func scanTable(text string, fn func(rec []string) error) error {
 
 var errTooManyRows = errors.New("too many rows")
 
-// guessMapping guesses from the first row whether it is a header and
-// which column is which field: by header name when there is one (the
-// form's aliases), else by what the values look like.
-func guessMapping(spec familySpec, table [][]string) (bool, map[string]int) {
-	if len(table) == 0 {
-		return false, map[string]int{}
-	}
-	if m := spec.GuessHeader(table[0]); len(m) > 0 {
-		return true, m
-	}
-	return false, spec.GuessValues(table[0])
-}
-
-// mappedRow is a data row as it will be sent: one cell per field of spec
-// (in its order; "" when the field is not mapped or the cell is empty);
-// nil when its mapped cells are all empty (the row is left out).
-func mappedRow(spec familySpec, row []string, m map[string]int) []string {
-	rec := make([]string, len(spec.Fields))
-	blank := true
-	for k, f := range spec.Fields {
-		if i, ok := m[f.Name]; ok && i >= 0 && i < len(row) {
-			rec[k] = row[i]
-		}
-		blank = blank && rec[k] == ""
-	}
-	if blank {
-		return nil
-	}
-	return rec
-}
-
 // bodyStream is the API's submission body of a draft, written as it is
 // read (an io.Pipe): one row of the draft at a time is parsed, mapped
 // and written as the family's form says, so neither the rows nor the
@@ -437,7 +406,7 @@ func streamBody(spec familySpec, dr *draft) *bodyStream {
 					header = false
 					return nil
 				}
-				rec := mappedRow(spec, row, dr.Mapping)
+				rec := spec.Cells(row, dr.Mapping)
 				if rec == nil {
 					return nil
 				}
@@ -521,7 +490,7 @@ func (d *Dashboard) mappingData(dr *draft) (*mappingData, error) {
 		return nil, err
 	}
 	if dr.Mapping == nil {
-		dr.HasHeader, dr.Mapping = guessMapping(spec, head)
+		dr.HasHeader, dr.Mapping = spec.Guess(head)
 	}
 	md := &mappingData{Draft: dr, Spec: spec, PayLabel: payLabel(dr.Pay)}
 	for i := 0; i < ncols; i++ {

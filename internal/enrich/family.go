@@ -3,8 +3,6 @@ package enrich
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -14,13 +12,14 @@ import (
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 )
 
-// Company enrichment limits (SPEC 2.1, 4.1, section 8).
-const (
-	MaxRows           = 100_000
-	MaxValueLen       = 2048
-	maxReportedErrors = 50
+// Company enrichment limits (SPEC 2.1, 4.1, section 8): its Form's
+// (form.Company), which the single request shares.
+var (
+	MaxRows     = form.Company.MaxRows
+	MaxValueLen = form.Company.Fields[0].MaxLen
 )
 
 // Price is 1 credit per distinct input.
@@ -42,9 +41,6 @@ func NewFamily(n *normalize.Normalizer, a *Answerer) *CompanyFamily {
 
 // Name implements family.Family.
 func (f *CompanyFamily) Name() string { return Family }
-
-// MaxRows implements family.Family.
-func (f *CompanyFamily) MaxRows() int { return MaxRows }
 
 // Metering implements family.Family: Price per distinct input, nothing
 // refunded.
@@ -134,71 +130,18 @@ func (f *CompanyFamily) Status(j *jobs.Job) any {
 	return st
 }
 
-// Decode implements family.Family: {"input": [{network_url, domain}, ...]}
-// read row by row, each classified as it arrives. It returns a 422 only in
-// the cases SPEC 4.1 lists (and for JSON of the wrong shape); invalid rows
-// are added to b as skipped.
-func (f *CompanyFamily) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
-	b.EchoTag = 1 // Echo's field tag: the engine caps only the value after it
-	var v apierr.Validation
-	tooMany := func() *apierr.Error {
-		return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeTooLong,
-			Msg: fmt.Sprintf("List should have at most %d items", MaxRows)})
-	}
-	if e := apierr.ListBody(r, "input", MaxRows, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
-		return f.decodeRow(dec, i, b, &v)
-	}); e != nil {
-		return e
-	}
-	if !v.Empty() {
-		return v.Err()
-	}
-	if b.Rows() == 0 {
-		return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeTooShort, Msg: "List should have at least 1 item after validation, not 0"})
-	}
-	if b.Distinct() == 0 {
-		return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeValueError,
-			Msg: fmt.Sprintf("No valid row: all %d rows are invalid", b.Rows())})
-	}
-	return nil
-}
-
-type companyRow struct {
-	NetworkURL *string `json:"network_url"`
-	Domain     *string `json:"domain"`
-}
-
-func (f *CompanyFamily) decodeRow(dec *json.Decoder, i int, b *jobs.Builder, v *apierr.Validation) *apierr.Error {
-	// One typed decode per row: the decoder scans the row once. A value of
-	// the wrong type comes back as an UnmarshalTypeError naming the field
-	// (or none when the row is not an object), and the decoder has moved
-	// past the row either way.
-	var row companyRow
-	if ok, e := apierr.DecodeItem(dec, &row, v, maxReportedErrors, "body", "input", i); !ok {
-		return e
-	}
-	ok1 := checkLength(row.NetworkURL, i, "network_url", v)
-	ok2 := checkLength(row.Domain, i, "domain", v)
-	if ok1 && ok2 && v.Empty() {
-		echo, in, reason := Classify(f.Normalizer, row.NetworkURL, row.Domain)
+// Rows implements family.Family: one {network_url, domain} of {"input":
+// [...]} (its Form, form.Company, says the rest: 1 to 100,000 rows, each
+// value a string of at most 2,048 characters, 422 only in the cases SPEC
+// 4.1 lists), classified as it arrives. An invalid row is kept, answered
+// invalid_url at no cost; its echo's first byte tags which field it came
+// from.
+func (f *CompanyFamily) Rows() jsonbody.RowFunc {
+	return func(vals []*string) jsonbody.Row {
+		echo, in, reason := Classify(f.Normalizer, vals[0], vals[1])
 		if reason != "" {
-			b.AddInvalid(echo, reason)
-		} else {
-			b.AddValid(echo, in.Key, in.Key)
+			return jsonbody.Row{Echo: echo, Invalid: reason, EchoTag: 1}
 		}
+		return jsonbody.Row{Echo: echo, Key: in.Key, Payload: in.Key, EchoTag: 1}
 	}
-	return nil
-}
-
-// checkLength records a value over the length limit; the location is
-// only built when there is a problem to report.
-func checkLength(val *string, row int, field string, v *apierr.Validation) bool {
-	if val == nil || !family.OverChars(*val, MaxValueLen) {
-		return true
-	}
-	if len(v.Items) < maxReportedErrors {
-		v.Add(apierr.Loc("body", "input", row, field), apierr.TypeStringTooLong,
-			fmt.Sprintf("String should have at most %d characters", MaxValueLen))
-	}
-	return false
 }

@@ -1,19 +1,18 @@
 // Package family is the contract between a bulk job family (company
 // enrichment, email verification, email lookup) and the rest of bulkd. A
-// family is one package behind one interface: how a submission body is
-// decoded and limited, what a distinct input costs, how inputs are answered,
-// and how a job's status and result rows are shown, what a failed shard's
-// rows are answered as, how its rows are gathered from a table (its form),
-// and, optionally, its provisional answers, its single-input request and
-// its own count of processed rows (optional.go, single.go). The engine, the
-// HTTP handlers, the dashboard, the BulkJob resource and the controller know
-// families only through it, never by name.
+// family is one package behind one interface: its input, declared once
+// (its form: what a submission body holds, how its rows are gathered from
+// a table) with one function reading each row, what a distinct input
+// costs, how inputs are answered, how a job's status and result rows are
+// shown, what a failed shard's rows are answered as, and, optionally, its
+// provisional answers, its single-input request and its own count of
+// processed rows (optional.go, single.go). The engine, the HTTP handlers,
+// the dashboard, the BulkJob resource and the controller know families
+// only through it, never by name.
 package family
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 	"regexp"
 	"unicode/utf8"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 )
 
 // Family is one kind of bulk job.
@@ -29,19 +29,26 @@ type Family interface {
 	// spec.family, the bulkd.io/family label).
 	Name() string
 
-	// Decode reads a submission body into b (rows in order, deduplicated,
-	// invalid rows skipped or refused by the family's rules). A returned
-	// error is the 4xx to answer; nothing has been charged then.
-	Decode(body io.Reader, b *jobs.Builder) *apierr.Error
-	// MaxRows is the most rows a submission may hold; results offsets past
-	// it all read the same empty page.
-	MaxRows() int
+	// Rows is the family's one function per row of a submission body: it
+	// reads a row into its echo, its distinct input, or why it is invalid
+	// or refused. Everything else about the body (its list field, row
+	// limit, dedupe, lengths, webhook_url and refusals) is the Form's,
+	// read by the one decoder of every family (jsonbody.Decode), which
+	// calls the function with the values of each row that passed the
+	// Form's checks. Rows is called once per body, so the function may
+	// keep what it learns across the body's rows (email verification: the
+	// domains' IDNA mappings).
+	Rows() jsonbody.RowFunc
 	// Metering is what the family charges on credit-metered keys: its
 	// price per distinct input, and the outcome refunded when a job
 	// completes (unlimited-plan mounts pay with quota instead).
 	Metering() Metering
-	// Form is how the dashboard and bulkctl gather the family's rows from
-	// a table and build its submission body (internal/family/form).
+	// Form is the one declaration of the family's input: how the API
+	// decodes and limits its submission bodies (jsonbody.Decode with
+	// ReadRow), and how the dashboard and bulkctl gather its rows from a
+	// table and build them (internal/family/form). Its MaxRows is the most
+	// rows a submission may hold; results offsets past it all read the
+	// same empty page.
 	Form() form.Form
 
 	// Submitted is the answer to an accepted submission.
@@ -123,11 +130,6 @@ func NewRegistry(fams ...Family) *Registry {
 		}
 		if _, dup := r.byName[f.Name()]; dup {
 			panic("family: " + f.Name() + " registered twice")
-		}
-		// Clients (bulkctl) split files by the form's limit, the API
-		// refuses by MaxRows: the two must agree.
-		if f.Form().MaxRows != f.MaxRows() {
-			panic(fmt.Sprintf("family: %s's form says %d rows a submission, its MaxRows %d", f.Name(), f.Form().MaxRows, f.MaxRows()))
 		}
 		r.byName[f.Name()] = f
 		r.order = append(r.order, f)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/family"
-	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/lookup"
 	"github.com/bulkd/bulkd/internal/verification"
 )
@@ -45,23 +44,3 @@ type named struct {
 }
 
 func (n named) Name() string { return n.name }
-
-// A form that tells clients another row limit than the family enforces is
-// a wiring bug: bulkctl would split files into submissions the API refuses
-// (or into needlessly many).
-func TestRegistryRefusesAFormWithAnotherRowLimit(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("no panic")
-		}
-	}()
-	family.NewRegistry(limited{lookup.New(nil, nil)})
-}
-
-type limited struct{ family.Family }
-
-func (l limited) Form() form.Form {
-	fm := l.Family.Form()
-	fm.MaxRows++
-	return fm
-}

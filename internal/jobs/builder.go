@@ -308,22 +308,29 @@ func (b *Builder) shardChunks(size int) ([][]byte, error) {
 // session per mail domain) calls it once the body is read; a group then
 // spans at most two shards. Rows keep their submission order.
 func (b *Builder) GroupInputs(key func(payload string) string) {
-	order := map[string]int{}
-	groups := make([]int, len(b.inputs))
+	order := map[string]int32{}
+	groups := make([]int32, len(b.inputs))
 	for i, in := range b.inputs {
 		k := key(in.Payload)
 		g, ok := order[k]
 		if !ok {
-			g = len(order)
+			g = int32(len(order))
 			order[k] = g
 		}
 		groups[i] = g
 	}
-	if len(order) <= 1 {
+	b.GroupBy(groups, len(order))
+}
+
+// GroupBy is GroupInputs with each distinct input's group given: groups[i]
+// is input i's (inputs as Distinct counts them), numbered from 0 to n-1
+// in order of first appearance.
+func (b *Builder) GroupBy(groups []int32, n int) {
+	if n <= 1 {
 		return
 	}
 	// Counting sort by group: stable, O(n).
-	start := make([]int, len(order)+1)
+	start := make([]int, n+1)
 	for _, g := range groups {
 		start[g+1]++
 	}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -22,16 +21,17 @@ import (
 	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 )
 
 // Name is the engine's name for lookup jobs.
 const Name = "email_lookup"
 
-// Limits (SPEC 2.7, section 8).
-const (
-	MaxRows           = 10_000
-	MaxFieldLen       = 255
-	maxReportedErrors = 50
+// Limits (SPEC 2.7, section 8): its Form's (form.Lookup), which the
+// single lookup shares.
+var (
+	MaxRows     = form.Lookup.MaxRows
+	MaxFieldLen = form.Lookup.Fields[0].MaxLen
 )
 
 // Price is 1 credit per unique row on pay-as-you-go keys.
@@ -77,9 +77,6 @@ func New(f Finder, retryDelays []time.Duration) *Family {
 
 // Name implements family.Family.
 func (f *Family) Name() string { return Name }
-
-// MaxRows implements family.Family.
-func (f *Family) MaxRows() int { return MaxRows }
 
 // Metering implements family.Family: Price per unique row, nothing
 // refunded (a row is answered found or not_found, both charged).
@@ -149,49 +146,22 @@ func (row Row) Person() finder.Person {
 		Domain: strings.TrimSpace(*row.Domain)}
 }
 
-// Decode implements family.Family: {"input": [{first_name, last_name,
-// domain}, ...]}, 1 to 10,000 rows, every field a string of at most 255
-// characters (else 422 at body.input.N.field). Rows are deduplicated on the
-// trimmed, case-folded three fields; the rows kept are the unique ones, in
-// order of first appearance, grouped by domain for the shards.
-func (f *Family) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
-	b.DropDuplicates = true
-	var v apierr.Validation
-	tooMany := func() *apierr.Error {
-		return apierr.Unprocessable(apierr.Item{Loc: "body.input", Type: apierr.TypeTooLong, Msg: fmt.Sprintf("List should have at most %d items", MaxRows)})
+// Rows implements family.Family: one {first_name, last_name, domain} of
+// {"input": [...]} (its Form, form.Lookup, says the rest: 1 to 10,000
+// rows, every field a string of at most 255 characters, else 422 at
+// body.input.N.field). Rows are deduplicated on the trimmed, case-folded
+// three fields; the rows kept are the unique ones, in order of first
+// appearance, grouped by domain for the shards.
+func (f *Family) Rows() jsonbody.RowFunc {
+	return func(vals []*string) jsonbody.Row {
+		row := Row{FirstName: vals[0], LastName: vals[1], Domain: vals[2]}
+		p := row.Person()
+		echo, _ := json.Marshal([3]string{*row.FirstName, *row.LastName, *row.Domain})
+		payload, _ := json.Marshal(p)
+		domain := strings.ToLower(p.Domain)
+		key := strings.ToLower(p.FirstName) + "\x00" + strings.ToLower(p.LastName) + "\x00" + domain
+		return jsonbody.Row{Echo: string(echo), Key: key, Payload: string(payload), Group: domain}
 	}
-	n := 0
-	if e := apierr.ListBody(r, "input", MaxRows, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
-		n++
-		var row Row
-		if ok, e := apierr.DecodeItem(dec, &row, &v, maxReportedErrors, "body", "input", i); !ok {
-			return e
-		}
-		ok := row.Validate(&v, maxReportedErrors, "body", "input", i)
-		if ok && v.Empty() {
-			p := row.Person()
-			echo, _ := json.Marshal([3]string{*row.FirstName, *row.LastName, *row.Domain})
-			payload, _ := json.Marshal(p)
-			key := strings.ToLower(p.FirstName) + "\x00" + strings.ToLower(p.LastName) + "\x00" + strings.ToLower(p.Domain)
-			b.AddValid(string(echo), key, string(payload))
-		}
-		return nil
-	}); e != nil {
-		return e
-	}
-	if e := v.Err(); e != nil {
-		return e
-	}
-	if n == 0 {
-		// SPEC section 7: an empty list is a malformed body (400).
-		return apierr.New(http.StatusBadRequest, fmt.Sprintf("The input list is empty: send 1 to %d rows.", MaxRows))
-	}
-	b.GroupInputs(func(payload string) string {
-		var p finder.Person
-		_ = json.Unmarshal([]byte(payload), &p)
-		return strings.ToLower(p.Domain)
-	})
-	return nil
 }
 
 // SubmitResponse is SPEC 2.7's submission response. total_rows is the

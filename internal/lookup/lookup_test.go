@@ -15,7 +15,7 @@ import (
 func decode(t *testing.T, body string) (*jobs.Builder, int, string) {
 	t.Helper()
 	b := jobs.NewBuilder(Name, 0)
-	e := New(nil, nil).Decode(strings.NewReader(body), b)
+	e := decodeBody(New(nil, nil), strings.NewReader(body), b)
 	if e != nil {
 		out, _ := json.Marshal(e)
 		return b, e.Status, string(out)
@@ -176,7 +176,7 @@ func FuzzLookupBody(f *testing.F) {
 	fam := New(nil, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		b := jobs.NewBuilder(Name, 0)
-		e := fam.Decode(bytes.NewReader(body), b)
+		e := decodeBody(fam, bytes.NewReader(body), b)
 		if e == nil {
 			if b.Rows() == 0 || b.Rows() > MaxRows || b.Rows() != b.Distinct() {
 				t.Fatalf("accepted %d rows, %d distinct", b.Rows(), b.Distinct())

@@ -26,7 +26,7 @@ func BenchmarkDecode100k(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		bl := jobs.NewBuilder(Name, len(body)/24) // as the handler sizes it
-		if e := fam.Decode(bytes.NewReader(body), bl); e != nil {
+		if e := decodeBody(fam, bytes.NewReader(body), bl); e != nil {
 			b.Fatal(e)
 		}
 	}

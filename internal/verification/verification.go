@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -21,17 +20,18 @@ import (
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 	"github.com/bulkd/bulkd/internal/verify"
 )
 
 // Name is the engine's name for verification jobs.
 const Name = "email_verification"
 
-// Limits (SPEC 2.8, section 8).
-const (
-	MaxEmails         = 100_000
-	MinLen, MaxLen    = 3, 320
-	maxReportedErrors = 50
+// Limits (SPEC 2.8, section 8): its Form's (form.Verification), which
+// GET /v1/verify shares.
+var (
+	MaxEmails      = form.Verification.MaxRows
+	MinLen, MaxLen = form.Verification.Fields[0].MinLen, form.Verification.Fields[0].MaxLen
 )
 
 // Price is 0.2 credits per unique address.
@@ -102,9 +102,6 @@ func (f *Family) SingleVerifier() Verifier {
 
 // Name implements family.Family.
 func (f *Family) Name() string { return Name }
-
-// MaxRows implements family.Family.
-func (f *Family) MaxRows() int { return MaxEmails }
 
 // Metering implements family.Family: Price per unique address upfront,
 // the unknown ones refunded when the job completes (unknown is never
@@ -208,60 +205,20 @@ func (f *Family) Status(j *jobs.Job) any {
 	return st
 }
 
-// Decode implements family.Family: {"emails": ["a@b.c", ...]}. An empty or
-// too long list is 400 (SPEC 4.4 rule 3); an item that is not a string or
-// is shorter than 3 or longer than 320 characters is 422. Addresses are
-// deduplicated on their normalized form (verify.Normalize: trimmed, domain
-// lowercased and IDNA-encoded, local part lowercased unless quoted); a
-// string that is not an address at all is still one input (answered
-// undeliverable/invalid_syntax), deduplicated on its trimmed, lowercased
-// form. Rows are the unique addresses in order of first appearance.
-func (f *Family) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
-	b.DropDuplicates = true
-	var v apierr.Validation
-	tooMany := func() *apierr.Error {
-		return apierr.New(http.StatusBadRequest, fmt.Sprintf("Too many emails: at most %d per submission.", MaxEmails))
-	}
-	n := 0
+// Rows implements family.Family: one address of {"emails": [...]}
+// (its Form, form.Verification, says the rest: 1 to 100,000 strings of 3
+// to 320 characters, the list's refusals 400 as SPEC 4.4 rule 3 says).
+// Addresses are deduplicated on their normalized form (verify.Normalize:
+// trimmed, domain lowercased and IDNA-encoded, local part lowercased
+// unless quoted); a string that is not an address at all is still one
+// input (answered undeliverable/invalid_syntax), deduplicated on its
+// trimmed, lowercased form. The inputs are grouped by mail domain.
+func (f *Family) Rows() jsonbody.RowFunc {
 	var norm verify.Normalizer
-	if e := apierr.ListBody(r, "emails", MaxEmails, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
-		n++
-		var s *string
-		if err := dec.Decode(&s); err != nil {
-			if _, ok := err.(*json.UnmarshalTypeError); !ok {
-				return apierr.FromJSON(err)
-			}
-			s = nil
-		}
-		switch {
-		case s == nil:
-			if len(v.Items) < maxReportedErrors {
-				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringType, "Input should be a valid string")
-			}
-		case len([]rune(*s)) < MinLen:
-			if len(v.Items) < maxReportedErrors {
-				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringTooShort, fmt.Sprintf("String should have at least %d characters", MinLen))
-			}
-		case family.OverChars(*s, MaxLen):
-			if len(v.Items) < maxReportedErrors {
-				v.Add(apierr.Loc("body", "emails", i), apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxLen))
-			}
-		case v.Empty():
-			key := keyWith(&norm, *s)
-			b.AddValid(*s, key, key)
-		}
-		return nil
-	}); e != nil {
-		return e
+	return func(vals []*string) jsonbody.Row {
+		key := keyWith(&norm, *vals[0])
+		return jsonbody.Row{Echo: *vals[0], Key: key, Payload: key, Group: domainOf(key)}
 	}
-	if n == 0 {
-		return apierr.New(http.StatusBadRequest, "The emails list is empty: at least one email is required.")
-	}
-	if e := v.Err(); e != nil {
-		return e
-	}
-	b.GroupInputs(domainOf)
-	return nil
 }
 
 // Key is an address's dedupe key and the input the verifier is given.

@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 	"github.com/bulkd/bulkd/internal/serve"
 )
 
@@ -94,10 +94,11 @@ var Form = form.Form{
 	Dedupe:     true,
 	TotalField: "total_rows",
 	Final:      "completed",
+	TooMany:    form.Refusal{Msg: "Too many numbers: at most {max}."},
+	Empty:      form.Refusal{Msg: "The input list is empty."},
 }
 
 func (f *Family) Name() string            { return Name }
-func (f *Family) MaxRows() int            { return MaxRows }
 func (f *Family) Form() form.Form         { return Form }
 func (f *Family) Profile() family.Profile { return family.Profile{} }
 func (f *Family) Metering() family.Metering {
@@ -119,40 +120,16 @@ func Digits(s string) string {
 	}, s)
 }
 
-// Decode implements family.Family: {"input": [{"phone": "..."}]}.
-func (f *Family) Decode(r io.Reader, b *jobs.Builder) *apierr.Error {
-	b.DropDuplicates = true
-	var v apierr.Validation
-	tooMany := func() *apierr.Error {
-		return apierr.New(http.StatusBadRequest, fmt.Sprintf("Too many numbers: at most %d.", MaxRows))
-	}
-	if e := apierr.ListBody(r, "input", MaxRows, tooMany, func(dec *json.Decoder, i int) *apierr.Error {
-		var row struct {
-			Phone *string `json:"phone"`
+// Rows implements family.Family: one {"phone": "..."} of {"input": [...]}
+// (its Form says the rest), deduplicated on its digits.
+func (f *Family) Rows() jsonbody.RowFunc {
+	return func(vals []*string) jsonbody.Row {
+		if vals[0] == nil || Digits(*vals[0]) == "" {
+			return jsonbody.Row{Problem: &jsonbody.Problem{Field: "phone", Type: apierr.TypeMissing, Msg: "A phone number is required"}}
 		}
-		if ok, e := apierr.DecodeItem(dec, &row, &v, 10, "body", "input", i); !ok {
-			return e
-		}
-		switch {
-		case row.Phone == nil || Digits(*row.Phone) == "":
-			v.Add(apierr.Loc("body", "input", i, "phone"), apierr.TypeMissing, "A phone number is required")
-		case family.OverChars(*row.Phone, MaxPhone):
-			v.Add(apierr.Loc("body", "input", i, "phone"), apierr.TypeStringTooLong, "String too long")
-		case v.Empty():
-			d := Digits(*row.Phone)
-			b.AddValid(*row.Phone, d, d)
-		}
-		return nil
-	}); e != nil {
-		return e
+		d := Digits(*vals[0])
+		return jsonbody.Row{Echo: *vals[0], Key: d, Payload: d}
 	}
-	if e := v.Err(); e != nil {
-		return e
-	}
-	if b.Rows() == 0 {
-		return apierr.New(http.StatusBadRequest, "The input list is empty.")
-	}
-	return nil
 }
 
 // Answer implements jobs.Answerer.

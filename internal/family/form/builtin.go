@@ -23,13 +23,17 @@ var (
 		MaxRows:    100_000,
 		TotalField: "total_rows",
 		Final:      "completed",
+		TooMany:    Refusal{Type: "too_long", Msg: "List should have at most {max} items"},
+		Empty:      Refusal{Type: "too_short", Msg: "List should have at least 1 item after validation, not 0"},
+		NoValid:    Refusal{Type: "value_error", Msg: "No valid row: all {rows} rows are invalid"},
 	}
 	// Verification is email verification's form (internal/verification).
 	Verification = Form{
 		Label: "Email verification",
 		Hint:  "Verify addresses. 0.2 credits per distinct address; unknown results are refunded when the job completes.",
 		Fields: []Field{
-			{Name: "email", Label: "Email address", MaxLen: 320, Looks: func(v string) bool { return strings.Contains(v, "@") },
+			{Name: "email", Label: "Email address", MinLen: 3, MaxLen: 320, Looks: func(v string) bool { return strings.Contains(v, "@") },
+				Fold:    FoldAddress,
 				Aliases: []string{"email", "emailaddress", "mail", "address", "email1", "workemail", "value"}},
 		},
 		ListField:  "emails",
@@ -40,6 +44,8 @@ var (
 		Dedupe:     true,
 		TotalField: "total_emails",
 		Final:      "complete",
+		TooMany:    Refusal{Msg: "Too many emails: at most {max} per submission."},
+		Empty:      Refusal{Msg: "The emails list is empty: at least one email is required."},
 	}
 	// Lookup is email lookup's form (internal/lookup).
 	Lookup = Form{
@@ -61,8 +67,28 @@ var (
 		Dedupe:     true,
 		TotalField: "total_rows",
 		Final:      "completed",
+		TooMany:    Refusal{Type: "too_long", Msg: "List should have at most {max} items"},
+		Empty:      Refusal{Msg: "The input list is empty: send 1 to {max} rows."},
 	}
 )
+
+// FoldAddress is how an address is compared for dedupe on the client
+// side: trimmed, the domain in lower case and the local part too unless
+// it is quoted. The server merges everything this merges (and more: IDN
+// forms), so dropping these repeats before a split changes neither the
+// charge nor the results.
+func FoldAddress(v string) string {
+	v = strings.TrimSpace(v)
+	at := strings.LastIndexByte(v, '@')
+	if at < 0 {
+		return strings.ToLower(v)
+	}
+	local, domain := v[:at], strings.ToLower(v[at+1:])
+	if !strings.HasPrefix(local, `"`) {
+		local = strings.ToLower(local)
+	}
+	return local + "@" + domain
+}
 
 // LooksLikeNetworkURL: a professional-network company URL rather than a
 // website.

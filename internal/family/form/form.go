@@ -1,18 +1,24 @@
-// Package form is how a family's rows are gathered from a table a person
-// has (a CSV upload, a pasted list, a JSON Lines file) and built into the
-// family's submission body, and where that body goes: its label, its input
-// fields with the column names that mean them, its body's shape, its bulk
-// endpoints and the job status fields a client follows. The dashboard's
-// new-job pages and bulkctl read the same Form, so a column name is
-// recognised the same way by both (one alias table); the API mounts the
-// bulk endpoints a Form lists (internal/serve), so a family's paths are
-// written once.
+// Package form is a family's one declaration of its input: how its rows
+// are gathered from a table a person has (a CSV upload, a pasted list, a
+// JSON Lines file), what a submission body of them looks like and what the
+// API accepts in it, and where that body goes: its label, its input fields
+// with the column names that mean them and their lengths, its body's
+// shape, its row limit and dedupe, the spec's words for a list refused as
+// a whole, its bulk endpoints and the job status fields a client follows.
+// The API decodes bodies by it (internal/jsonbody, with the family's one
+// function per row) and mounts the bulk endpoints it lists
+// (internal/serve); the dashboard's new-job pages and bulkctl map a
+// table's columns to its fields the same way (GuessHeader, Cells,
+// mapping.go) and build the same bodies (Item, Body). Nothing else states
+// a family's input.
 //
 // The package is a leaf (the standard library only): bulkctl, a client
-// binary, links it without linking the server. The built-in families'
-// forms are declared here for that reason (Company, Verification, Lookup);
-// each family returns its own from family.Family.Form, and a family added
-// later declares its Form in its own package.
+// binary, links it without linking the server. The shipped families'
+// forms are declared here for that reason (Company, Verification, Lookup,
+// listed in Builtin, which bulkctl offers), and each family returns its own
+// from family.Family.Form; a form declared elsewhere (test/fourthfamily's)
+// is served and shown by the dashboard all the same, and reaches bulkctl
+// when the program linking it says so (bulkctl.MountsOf).
 package form
 
 import (
@@ -30,9 +36,14 @@ type Field struct {
 	// Aliases are the column names that mean this field, normalized (Norm),
 	// best first. The field's own name always matches too.
 	Aliases []string
-	// MaxLen is the most characters a value may have (the API's limit);
-	// 0: no limit of its own.
-	MaxLen int
+	// MaxLen is the most characters a value may have (the API's limit:
+	// a longer one is a 422 at the value); 0: no limit of its own.
+	// MinLen is the fewest (0: none).
+	MaxLen, MinLen int
+	// Fold, when set, is how values are compared for Dedupe on the client
+	// side (bulkctl drops the repeats it folds alike; the server merges at
+	// least those); nil: trimmed and lower-cased.
+	Fold func(v string) string
 	// Looks, when set, says whether a value looks like this field's: how a
 	// table without a header is mapped, and how a value of a column that
 	// may hold either of two fields is placed (company: a network URL or a
@@ -46,7 +57,9 @@ type Form struct {
 	Hint  string // one sentence: what it takes and what it costs
 	// Fields in the order of the body's row objects.
 	Fields []Field
-	// AllRequired: every field must be mapped; otherwise at least one.
+	// AllRequired: every field must be mapped, and every row of a body
+	// holds every field (else a 422 "Field required" at it); otherwise at
+	// least one is mapped, and a row may leave any out.
 	AllRequired bool
 	// ListField is the body's list property ({"input": [...]}).
 	ListField string
@@ -73,6 +86,22 @@ type Form struct {
 	// ("completed"). Clients poll with them.
 	TotalField string
 	Final      string
+
+	// The answers to a list refused as a whole, in the spec's words for
+	// the family (zero: the generic words of internal/jsonbody). TooMany:
+	// more than MaxRows rows; Empty: no rows; NoValid: rows, none of them
+	// valid (a family that answers invalid rows at no cost).
+	TooMany, Empty, NoValid Refusal
+}
+
+// Refusal is the answer to a submission's list refused as a whole.
+type Refusal struct {
+	// Type, when set, makes it a 422 whose one errors[] item, of this
+	// type, is at the list (body.<ListField>); else it is a 400.
+	Type string
+	// Msg is the 400's detail or the item's msg: "{max}" in it is
+	// replaced by MaxRows, "{rows}" by the number of rows submitted.
+	Msg string
 }
 
 // Mount is one bulk endpoint of a family: POST Path submits, GET
