@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -106,13 +107,13 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	done := int32(min(d.ShardsDone, int64(shards)))
 	// The data says completed (or retrying) when the last input has its
 	// first answer, a moment before the shard is marked done.
-	settled := done == shards || (o.job != nil && jobFinished(o.job))
+	settled := done == shards || (o.job != nil && batchjob.Finished(o.job))
 	// The retry pass that answers the last provisional answer completes
 	// the data a moment before its Job ends, and that Job's outcome is the
 	// RetryFailed condition: the job stays Retrying until the Job has
 	// ended (its end is an event), or a finished BulkJob would keep the
 	// condition of an earlier, failed round for good.
-	retryRunning := o.retryJob != nil && !jobFinished(o.retryJob)
+	retryRunning := o.retryJob != nil && !batchjob.Finished(o.retryJob)
 	complete := d.Status == jobs.StatusCompleted && settled && !retryRunning
 	retrying := settled && (d.Status == jobs.StatusRetrying || (d.Status == jobs.StatusCompleted && retryRunning))
 	st.ShardsFailed = failed
@@ -160,10 +161,10 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	// The latest finished retry round: a failed one is retried by the next.
 	if rj := o.retryEnded; rj != nil {
 		switch {
-		case jobFailed(rj):
+		case batchjob.Failed(rj):
 			cond(v1alpha1.ConditionRetryFailed, metav1.ConditionTrue, ReasonRetryJobFailed,
 				fmt.Sprintf("retry Job %s failed; its retries come due again and the next round retries them", rj.Name))
-		case jobFinished(rj):
+		case batchjob.Finished(rj):
 			cond(v1alpha1.ConditionRetryFailed, metav1.ConditionFalse, ReasonRetryJobSucceeded,
 				fmt.Sprintf("retry Job %s succeeded", rj.Name))
 		}
