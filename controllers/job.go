@@ -80,7 +80,7 @@ type Options struct {
 	// MaxRunningShards is the global budget: processor pods running at
 	// once over every BulkJob (0: none). MaxRunningShardsPerAccount is one
 	// account's (0: the global one). With either set, the controller
-	// admits shards itself (admission.go): Jobs are created suspended and
+	// admits shards itself (internal/admission): Jobs are created suspended and
 	// their pods carry the admission scheduling gate.
 	MaxRunningShards           int32
 	MaxRunningShardsPerAccount int32
@@ -163,7 +163,7 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 var FairPlans = []string{"payg", string(accounts.PlanStarter), string(accounts.PlanStandard), string(accounts.PlanProfessional)}
 
 // admits reports whether the controller admits shards against budgets
-// (admission.go): a budget is set and Kueue does not admit instead.
+// (internal/admission): a budget is set and Kueue does not admit instead.
 func (o Options) admits() bool {
 	return o.KueueQueueName == "" && (o.MaxRunningShards > 0 || o.MaxRunningShardsPerAccount > 0)
 }
