@@ -14,11 +14,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/admission"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/test/builders"
@@ -32,7 +35,7 @@ import (
 type admissionScene struct {
 	t     *testing.T
 	c     client.WithWatch
-	a     *admitter
+	a     *admission.Admitter
 	opts  Options
 	now   time.Time
 	t0    time.Time
@@ -49,7 +52,7 @@ func newAdmissionScene(t *testing.T, global, perAccount int32) *admissionScene {
 	opts := DefaultOptions().withDefaults()
 	opts.MaxRunningShards, opts.MaxRunningShardsPerAccount = global, perAccount
 	s := &admissionScene{t: t, c: c, opts: opts, now: time.Now(), t0: time.Now().Add(-time.Hour).Truncate(time.Second), seen: map[types.UID]bool{}}
-	s.a = newAdmitter(c, opts, func() time.Time { return s.now })
+	s.a = admission.New(c, admissionConfig(opts), func() time.Time { return s.now })
 	return s
 }
 
@@ -101,7 +104,7 @@ func (s *admissionScene) create(o client.Object) {
 // to its parallelism (gated pods count as active).
 func (s *admissionScene) pass() {
 	s.t.Helper()
-	if _, err := s.a.Reconcile(context.Background(), admissionRequest); err != nil {
+	if _, err := s.a.Reconcile(context.Background(), ctrl.Request{}); err != nil {
 		s.t.Fatalf("admission pass: %v", err)
 	}
 	s.record()
@@ -139,10 +142,10 @@ func (s *admissionScene) jobController() {
 			if !metav1.IsControlledBy(&p, &job) {
 				continue
 			}
-			if p.Status.Phase == corev1.PodSucceeded || !podFinished(&p) {
-				taken[podIndex(&p)] = true
+			if p.Status.Phase == corev1.PodSucceeded || !batchjob.PodFinished(&p) {
+				taken[batchjob.PodIndex(&p)] = true
 			}
-			if !podFinished(&p) {
+			if !batchjob.PodFinished(&p) {
 				active++
 			}
 		}
@@ -168,7 +171,7 @@ func (s *admissionScene) jobController() {
 func (s *admissionScene) record() {
 	running := 0
 	for _, p := range s.pods() {
-		if hasGate(&p) || podFinished(&p) {
+		if admission.HasGate(&p) || batchjob.PodFinished(&p) {
 			continue
 		}
 		running++
@@ -184,7 +187,7 @@ func (s *admissionScene) record() {
 func (s *admissionScene) finish(job string, index int, phase corev1.PodPhase) {
 	s.t.Helper()
 	for _, p := range s.pods() {
-		if p.Labels[v1alpha1.LabelJobID] == job && podIndex(&p) == index && !hasGate(&p) && !podFinished(&p) {
+		if p.Labels[v1alpha1.LabelJobID] == job && batchjob.PodIndex(&p) == index && !admission.HasGate(&p) && !batchjob.PodFinished(&p) {
 			p.Status.Phase = phase
 			if err := s.c.Status().Update(context.Background(), &p); err != nil {
 				s.t.Fatal(err)
@@ -198,7 +201,7 @@ func (s *admissionScene) finish(job string, index int, phase corev1.PodPhase) {
 func (s *admissionScene) running(acct string) int {
 	n := 0
 	for _, p := range s.pods() {
-		if !hasGate(&p) && !podFinished(&p) && (acct == "" || p.Labels[v1alpha1.LabelAccount] == acct) {
+		if !admission.HasGate(&p) && !batchjob.PodFinished(&p) && (acct == "" || p.Labels[v1alpha1.LabelAccount] == acct) {
 			n++
 		}
 	}
@@ -297,7 +300,7 @@ func TestAdmissionCountsPodsRunningBeforeItStarted(t *testing.T) {
 		t.Fatalf("A runs %d", s.running("acct_a"))
 	}
 	// A new leader: nothing remembered.
-	s.a = newAdmitter(s.c, s.opts, func() time.Time { return s.now })
+	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
 	s.submit(jobB1, "acct_b", 1, 1)
 	s.pass()
 	if !s.suspended(jobB1) || s.running("") != 3 {
@@ -321,7 +324,7 @@ func TestAdmissionFailedPodsReleaseTheirSlot(t *testing.T) {
 	s.finish(jobA1, 0, corev1.PodFailed)
 	// The replacement is a new pod: gone pod, new gated one.
 	for _, p := range s.pods() {
-		if podFinished(&p) {
+		if batchjob.PodFinished(&p) {
 			if err := s.c.Delete(context.Background(), &p); err != nil {
 				t.Fatal(err)
 			}
@@ -364,7 +367,7 @@ func TestAdmissionRetryJobsTakePart(t *testing.T) {
 func TestAdmissionWeighsAccountsByPlan(t *testing.T) {
 	s := newAdmissionScene(t, 1, 1)
 	s.opts.PlanWeights = map[string]int{"payg": 1, "professional": 3}
-	s.a = newAdmitter(s.c, s.opts, func() time.Time { return s.now })
+	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
 	big := func(name, acct, plan string) {
 		s.seq++
 		bj := builders.MakeBulkJob(name, ns).Rows(40_000, 40_000).Shards(40, 1000).Parallelism(2).
@@ -388,7 +391,7 @@ func TestAdmissionWeighsAccountsByPlan(t *testing.T) {
 	for i := 0; i < 24; i++ {
 		// The running shard ends; the next is admitted.
 		for _, p := range s.pods() {
-			if !hasGate(&p) && !podFinished(&p) {
+			if !admission.HasGate(&p) && !batchjob.PodFinished(&p) {
 				p.Status.Phase = corev1.PodSucceeded
 				if err := s.c.Status().Update(context.Background(), &p); err != nil {
 					t.Fatal(err)
@@ -422,7 +425,7 @@ func TestAdmissionPlaceInLine(t *testing.T) {
 	s.pass()
 	got := map[string]int32{}
 	for _, name := range []string{jobA1, jobA2, jobA3, jobB1, jobC1} {
-		got[name] = s.a.position(types.NamespacedName{Namespace: ns, Name: name})
+		got[name] = s.a.Position(types.NamespacedName{Namespace: ns, Name: name})
 	}
 	want := map[string]int32{jobA1: 0, jobB1: 1, jobC1: 2, jobA2: 3, jobA3: 4}
 	for name, p := range want {
@@ -432,8 +435,8 @@ func TestAdmissionPlaceInLine(t *testing.T) {
 	}
 	// The BulkJobs whose place changed are woken.
 	woken := map[string]bool{}
-	for len(s.a.events) > 0 {
-		woken[(<-s.a.events).Object.GetName()] = true
+	for len(s.a.Woken()) > 0 {
+		woken[(<-s.a.Woken()).Object.GetName()] = true
 	}
 	if !woken[jobB1] || !woken[jobA3] {
 		t.Fatalf("woken %v", woken)
@@ -448,7 +451,8 @@ func TestReconcileQueuedThenAdmitted(t *testing.T) {
 	bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
 	s := newScenario(t, data, bj)
 	s.r.Options.MaxRunningShards, s.r.Options.MaxRunningShardsPerAccount = 1, 1
-	s.r.admission = newAdmitter(s.c, s.r.Options, func() time.Time { return s.now })
+	pass := admission.New(s.c, admissionConfig(s.r.Options), func() time.Time { return s.now })
+	s.r.admission = pass
 	data.setData(id, func(j *jobs.Job) { j.AccountID = "acct_b" })
 	s.mustReconcile()
 	// The fake API gives objects no uid; the real one always does.
@@ -485,7 +489,7 @@ func TestReconcileQueuedThenAdmitted(t *testing.T) {
 		}
 	}
 	// The admission pass places it (first in line) and wakes it.
-	if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+	if _, err := pass.Reconcile(context.Background(), ctrl.Request{}); err != nil {
 		t.Fatal(err)
 	}
 	s.mustReconcile()
@@ -500,7 +504,7 @@ func TestReconcileQueuedThenAdmitted(t *testing.T) {
 	if err := s.c.Status().Update(context.Background(), running); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+	if _, err := pass.Reconcile(context.Background(), ctrl.Request{}); err != nil {
 		t.Fatal(err)
 	}
 	// Admitted: un-suspended; its pod appears and the pass removes its gate.
@@ -518,7 +522,7 @@ func TestReconcileQueuedThenAdmitted(t *testing.T) {
 	if err := s.c.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+	if _, err := pass.Reconcile(context.Background(), ctrl.Request{}); err != nil {
 		t.Fatal(err)
 	}
 	s.mustReconcile()
@@ -611,7 +615,7 @@ func TestReconcileStartsWaitingJobsWhenAdmissionIsOff(t *testing.T) {
 	if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
 		t.Fatal(err)
 	}
-	if ptr.Deref(job.Spec.Suspend, false) || hasGate(pod) {
+	if ptr.Deref(job.Spec.Suspend, false) || admission.HasGate(pod) {
 		t.Fatalf("suspend %v, gates %v", job.Spec.Suspend, pod.Spec.SchedulingGates)
 	}
 }
@@ -688,16 +692,17 @@ func TestSwitchingAdmissionHandsOverWaitingJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.withOptions(bulkdMode)
-		s.r.admission = newAdmitter(s.c, s.r.Options, func() time.Time { return s.now })
+		pass := admission.New(s.c, admissionConfig(s.r.Options), func() time.Time { return s.now })
+		s.r.admission = pass
 		// A pass before the hand-over leaves the Kueue-labelled Job alone.
-		if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+		if _, err := pass.Reconcile(context.Background(), ctrl.Request{}); err != nil {
 			t.Fatal(err)
 		}
 		if got := waitingFor(t, s.jobs()[0]); got != "kueue:bulkd-none" {
 			t.Fatalf("the pass touched a Job still waiting for Kueue: %s", got)
 		}
 		s.mustReconcile()
-		if _, err := s.r.admission.Reconcile(context.Background(), admissionRequest); err != nil {
+		if _, err := pass.Reconcile(context.Background(), ctrl.Request{}); err != nil {
 			t.Fatal(err)
 		}
 		job = s.jobs()[0]

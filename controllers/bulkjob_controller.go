@@ -30,6 +30,7 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -101,7 +102,7 @@ type BulkJobReconciler struct {
 	// admission is the admission pass when the controller admits shards
 	// (Options.admits): Reconcile reads a Queued BulkJob's place in line
 	// from it.
-	admission *admitter
+	admission Admission
 }
 
 // NewBulkJobReconciler builds a reconciler from d with every default
@@ -145,7 +146,7 @@ func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		// The admission pass wakes a BulkJob it admitted or whose place in
 		// line moved; a pod whose gate is gone (the cache caught up with
 		// the admission) wakes its BulkJob, which leaves Queued.
-		b = b.WatchesRawSource(source.Channel(r.admission.events, &handler.EnqueueRequestForObject{})).
+		b = b.WatchesRawSource(source.Channel(r.admission.Woken(), &handler.EnqueueRequestForObject{})).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podBulkJob), builder.WithPredicates(gateRemoved))
 	}
 	if r.Progress != nil {
@@ -220,9 +221,7 @@ func (r *BulkJobReconciler) ensureFinalizer(ctx context.Context, bj *v1alpha1.Bu
 	if controllerutil.ContainsFinalizer(bj, v1alpha1.Finalizer) {
 		return nil
 	}
-	before := bj.DeepCopy()
-	controllerutil.AddFinalizer(bj, v1alpha1.Finalizer)
-	return r.Client.Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	return patchLocked(ctx, r.Client, bj, func(bj *v1alpha1.BulkJob) { controllerutil.AddFinalizer(bj, v1alpha1.Finalizer) })
 }
 
 // retentionLeft is how long the BulkJob has before its retention is over.
@@ -265,9 +264,7 @@ func (r *BulkJobReconciler) writeStatus(ctx context.Context, key types.Namespace
 	if !write {
 		return paced, nil
 	}
-	before := bj.DeepCopy()
-	bj.Status = st
-	if err := r.Client.Status().Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := patchStatusLocked(ctx, r.Client, bj, func(bj *v1alpha1.BulkJob) { bj.Status = st }); err != nil {
 		return 0, err
 	}
 	r.writes.wrote(key, now)
@@ -303,14 +300,15 @@ func (r *BulkJobReconciler) unknownFamily(ctx context.Context, bj *v1alpha1.Bulk
 	if c := meta.FindStatusCondition(bj.Status.Conditions, v1alpha1.ConditionComplete); c != nil && c.Reason == ReasonUnknownFamily && c.Message == msg {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
-	before := bj.DeepCopy()
-	bj.Status.ObservedGeneration = bj.Generation
-	if bj.Status.Phase == "" {
-		bj.Status.Phase = v1alpha1.PhasePending
-	}
-	meta.SetStatusCondition(&bj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
-		Reason: ReasonUnknownFamily, Message: msg, ObservedGeneration: bj.Generation, LastTransitionTime: metav1.NewTime(now)})
-	if err := r.Client.Status().Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	err := patchStatusLocked(ctx, r.Client, bj, func(bj *v1alpha1.BulkJob) {
+		bj.Status.ObservedGeneration = bj.Generation
+		if bj.Status.Phase == "" {
+			bj.Status.Phase = v1alpha1.PhasePending
+		}
+		meta.SetStatusCondition(&bj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
+			Reason: ReasonUnknownFamily, Message: msg, ObservedGeneration: bj.Generation, LastTransitionTime: metav1.NewTime(now)})
+	})
+	if err != nil {
 		return requeueOnConflict(err)
 	}
 	ctrl.LoggerFrom(ctx).Info("BulkJob of an unknown family; no Job is created", "family", bj.Spec.Family)
@@ -394,7 +392,7 @@ func (r *BulkJobReconciler) ensureShardJob(ctx context.Context, bj *v1alpha1.Bul
 // unfinished shard once the Job is finished), then reads the job's
 // counters again.
 func (r *BulkJobReconciler) failGivenUpShards(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
-	finished := jobFinished(o.job)
+	finished := batchjob.Finished(o.job)
 	if len(o.failed) == 0 && !finished {
 		return nil
 	}
@@ -453,7 +451,7 @@ func decideRetry(data *jobs.Job, latest *batchv1.Job, now time.Time) (retryActio
 	switch {
 	case data == nil || data.Status != jobs.StatusRetrying:
 		return retryNothing, 0
-	case latest != nil && !jobFinished(latest):
+	case latest != nil && !batchjob.Finished(latest):
 		return retryWait, 0
 	case data.NextRetryAt.IsZero():
 		return retryNothing, 0
@@ -473,7 +471,7 @@ func (r *BulkJobReconciler) createRetryJobWhenDue(ctx context.Context, bj *v1alp
 			return err
 		}
 		o.retryJob, o.retryRound = job, bj.Status.RetryRounds
-		if job != nil && jobFinished(job) {
+		if job != nil && batchjob.Finished(job) {
 			o.retryEnded = job
 		}
 		if err := r.switchAdmission(ctx, bj, job); err != nil {
@@ -590,17 +588,20 @@ func (r *BulkJobReconciler) adopt(ctx context.Context, bj *v1alpha1.BulkJob, job
 			"Job %s exists and does not belong to this BulkJob; waiting for it to go away", job.Name)
 		return nil, fmt.Errorf("job %s/%s exists and is not this BulkJob's", job.Namespace, job.Name)
 	}
-	before := job.DeepCopy()
-	if err := controllerutil.SetControllerReference(bj, job, r.Scheme); err != nil {
+	owned := job.DeepCopy()
+	if err := controllerutil.SetControllerReference(bj, owned, r.Scheme); err != nil {
 		return nil, err
 	}
-	if job.Labels == nil {
-		job.Labels = map[string]string{}
-	}
-	job.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByController
 	// Locked: owner references and labels are lists and maps a merge patch
 	// replaces or merges; they must not overwrite a change made meanwhile.
-	if err := r.Client.Patch(ctx, job, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	err := patchLocked(ctx, r.Client, job, func(job *batchv1.Job) {
+		job.OwnerReferences = owned.OwnerReferences
+		if job.Labels == nil {
+			job.Labels = map[string]string{}
+		}
+		job.Labels[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByController
+	})
+	if err != nil {
 		return nil, fmt.Errorf("adopt Job: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("adopted Job", "job", job.Name)
@@ -616,9 +617,7 @@ func (r *BulkJobReconciler) finalize(ctx context.Context, bj *v1alpha1.BulkJob) 
 	if err := r.Data.Delete(ctx, bj.Spec.JobID); err != nil {
 		return err
 	}
-	before := bj.DeepCopy()
-	controllerutil.RemoveFinalizer(bj, v1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, bj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := patchLocked(ctx, r.Client, bj, func(bj *v1alpha1.BulkJob) { controllerutil.RemoveFinalizer(bj, v1alpha1.Finalizer) }); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	ctrl.LoggerFrom(ctx).Info("BulkJob deleted; its data in Redis is deleted")

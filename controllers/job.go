@@ -16,6 +16,7 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/fairshare"
 )
@@ -79,7 +80,7 @@ type Options struct {
 	// MaxRunningShards is the global budget: processor pods running at
 	// once over every BulkJob (0: none). MaxRunningShardsPerAccount is one
 	// account's (0: the global one). With either set, the controller
-	// admits shards itself (admission.go): Jobs are created suspended and
+	// admits shards itself (internal/admission): Jobs are created suspended and
 	// their pods carry the admission scheduling gate.
 	MaxRunningShards           int32
 	MaxRunningShardsPerAccount int32
@@ -162,7 +163,7 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 var FairPlans = []string{"payg", string(accounts.PlanStarter), string(accounts.PlanStandard), string(accounts.PlanProfessional)}
 
 // admits reports whether the controller admits shards against budgets
-// (admission.go): a budget is set and Kueue does not admit instead.
+// (internal/admission): a budget is set and Kueue does not admit instead.
 func (o Options) admits() bool {
 	return o.KueueQueueName == "" && (o.MaxRunningShards > 0 || o.MaxRunningShardsPerAccount > 0)
 }
@@ -403,66 +404,20 @@ func processorPod(labels map[string]string, args []string, first []corev1.EnvVar
 	}
 }
 
-// parseIndexes reads a Job's completedIndexes or failedIndexes ("1,3-5,7")
-// into a set of indexes below n.
-func parseIndexes(s string, n int32) (map[int32]bool, error) {
-	out := map[int32]bool{}
-	if s == "" {
-		return out, nil
-	}
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.ParseInt(lo, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("bad index list %q", s)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.ParseInt(hi, 10, 32); err != nil || b < a {
-				return nil, fmt.Errorf("bad index list %q", s)
-			}
-		}
-		for i := a; i <= b && i < int64(n); i++ {
-			out[int32(i)] = true
-		}
-	}
-	return out, nil
-}
-
-// jobFinished reports whether a Job has its Complete or Failed condition.
-func jobFinished(job *batchv1.Job) bool {
-	for _, c := range job.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
-// jobFailed reports whether a Job has its Failed condition.
-func jobFailed(job *batchv1.Job) bool {
-	for _, c := range job.Status.Conditions {
-		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
 // shardOutcomes reads which shards a Job has settled: succeeded (its
 // completedIndexes) and failed for good (its failedIndexes, and once the
 // Job has finished, every index it did not complete).
 func shardOutcomes(job *batchv1.Job, shards int32) (succeeded, failed map[int32]bool, err error) {
-	if succeeded, err = parseIndexes(job.Status.CompletedIndexes, shards); err != nil {
+	if succeeded, err = batchjob.ParseIndexes(job.Status.CompletedIndexes, shards); err != nil {
 		return nil, nil, err
 	}
 	failed = map[int32]bool{}
 	if job.Status.FailedIndexes != nil {
-		if failed, err = parseIndexes(*job.Status.FailedIndexes, shards); err != nil {
+		if failed, err = batchjob.ParseIndexes(*job.Status.FailedIndexes, shards); err != nil {
 			return nil, nil, err
 		}
 	}
-	if jobFinished(job) {
+	if batchjob.Finished(job) {
 		for i := int32(0); i < shards; i++ {
 			if !succeeded[i] {
 				failed[i] = true

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
@@ -105,7 +106,7 @@ func TestParseIndexes(t *testing.T) {
 		{"x", 5, nil, true},
 		{"3-1", 5, nil, true},
 	} {
-		got, err := parseIndexes(c.in, c.n)
+		got, err := batchjob.ParseIndexes(c.in, c.n)
 		if (err != nil) != c.bad {
 			t.Fatalf("%q: err %v", c.in, err)
 		}
@@ -148,8 +149,8 @@ func TestShardOutcomes(t *testing.T) {
 				keys = append(keys, k)
 			}
 			slices.Sort(keys)
-			if len(ok) != c.succeeded || !slices.Equal(keys, c.failed) || jobFinished(c.job) != c.expectFinsish {
-				t.Fatalf("succeeded %v failed %v finished %v", ok, keys, jobFinished(c.job))
+			if len(ok) != c.succeeded || !slices.Equal(keys, c.failed) || batchjob.Finished(c.job) != c.expectFinsish {
+				t.Fatalf("succeeded %v failed %v finished %v", ok, keys, batchjob.Finished(c.job))
 			}
 		})
 	}

@@ -180,3 +180,18 @@ func (o Options) forFamily(fam v1alpha1.Family) processorSettings {
 	}
 	return s
 }
+
+// ParseResources reads a container's resources as JSON:
+// {"requests":{"cpu":"250m","memory":"256Mi"},"limits":{"memory":"1Gi"}}.
+func ParseResources(s string) (corev1.ResourceRequirements, error) {
+	var rr corev1.ResourceRequirements
+	if strings.TrimSpace(s) == "" {
+		return rr, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rr); err != nil {
+		return rr, fmt.Errorf("resources %q: %w", s, err)
+	}
+	return rr, nil
+}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
@@ -68,23 +69,21 @@ type observation struct {
 
 // computeStatus folds an observation into the BulkJob's status. It is pure:
 // the same inputs give the same status, so a pass that sees nothing new
-// writes nothing.
+// writes nothing. The reconciler writes it once, then emits the pass's
+// events (emit).
 func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1.BulkJobStatus {
 	st := *bj.Status.DeepCopy()
 	st.ObservedGeneration = bj.Generation
-	cond := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
-			Message: msg, ObservedGeneration: bj.Generation, LastTransitionTime: metav1.NewTime(now)})
-	}
+	c := conditions{st: &st, generation: bj.Generation, now: now}
 	if o.data == nil {
 		st.Phase = v1alpha1.PhaseFailed
 		st.ShardsActive = 0
 		if st.CompletionTime == nil {
 			st.CompletionTime = ptrTime(now)
 		}
-		cond(v1alpha1.ConditionFailed, metav1.ConditionTrue, ReasonJobDataMissing,
+		c.set(v1alpha1.ConditionFailed, metav1.ConditionTrue, ReasonJobDataMissing,
 			"the job's data is not in Redis (expired or deleted); it cannot be completed")
-		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonJobDataMissing, "the job cannot be completed")
+		c.set(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonJobDataMissing, "the job cannot be completed")
 		return st
 	}
 	d := o.data
@@ -98,28 +97,48 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 	if d.Status == jobs.StatusRetrying && !d.NextRetryAt.IsZero() {
 		st.NextRetryTime = ptrTime(d.NextRetryAt)
 	}
+	sh := countShards(&st, bj.Spec.Shards, o)
+	setPhase(&st, o, sh, now)
+	c.retryRound(o.retryEnded)
+	if sh.failed > 0 {
+		c.set(v1alpha1.ConditionShardsFailed, metav1.ConditionTrue, ReasonShardsFailed,
+			fmt.Sprintf("%d of %d shards failed after retries; their unanswered rows are answered as %s", sh.failed, sh.shards, o.errorOutcome))
+	}
+	c.complete(d, o, sh)
+	return st
+}
 
-	shards := bj.Spec.Shards
+// shardCounts is where a BulkJob's shards stand.
+type shardCounts struct {
+	shards, done, failed int32
+	// complete: every row has its final answer and every Job has ended;
+	// retrying: every row has an answer, some wait for a retry.
+	complete, retrying bool
+}
+
+// countShards sets the shard counters of st and says whether the job is
+// complete or retrying.
+func countShards(st *v1alpha1.BulkJobStatus, shards int32, o *observation) shardCounts {
+	d := o.data
 	// Shards settle for good: the counts never go down, even once the
 	// finished Job is gone (its TTL) while retries go on.
-	failed := max(int32(len(o.failed)), st.ShardsFailed)
-	done := int32(min(d.ShardsDone, int64(shards)))
+	sh := shardCounts{shards: shards, failed: max(int32(len(o.failed)), st.ShardsFailed), done: int32(min(d.ShardsDone, int64(shards)))}
 	// The data says completed (or retrying) when the last input has its
 	// first answer, a moment before the shard is marked done.
-	settled := done == shards || (o.job != nil && jobFinished(o.job))
+	settled := sh.done == shards || (o.job != nil && batchjob.Finished(o.job))
 	// The retry pass that answers the last provisional answer completes
 	// the data a moment before its Job ends, and that Job's outcome is the
 	// RetryFailed condition: the job stays Retrying until the Job has
 	// ended (its end is an event), or a finished BulkJob would keep the
 	// condition of an earlier, failed round for good.
-	retryRunning := o.retryJob != nil && !jobFinished(o.retryJob)
-	complete := d.Status == jobs.StatusCompleted && settled && !retryRunning
-	retrying := settled && (d.Status == jobs.StatusRetrying || (d.Status == jobs.StatusCompleted && retryRunning))
-	st.ShardsFailed = failed
+	retryRunning := o.retryJob != nil && !batchjob.Finished(o.retryJob)
+	sh.complete = d.Status == jobs.StatusCompleted && settled && !retryRunning
+	sh.retrying = settled && (d.Status == jobs.StatusRetrying || (d.Status == jobs.StatusCompleted && retryRunning))
+	st.ShardsFailed = sh.failed
 	st.ShardsActive = 0
-	if complete || retrying {
-		st.ShardsSucceeded = shards - failed
-		done = shards
+	if sh.complete || sh.retrying {
+		st.ShardsSucceeded = shards - sh.failed
+		sh.done = shards
 	} else {
 		st.ShardsSucceeded = max(int32(len(o.succeeded)), st.ShardsSucceeded)
 		switch {
@@ -129,22 +148,26 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 			st.ShardsActive = o.job.Status.Active
 		}
 	}
-	st.ShardProgress = fmt.Sprintf("%d/%d", done, shards)
+	st.ShardProgress = fmt.Sprintf("%d/%d", sh.done, shards)
+	return sh
+}
 
+// setPhase sets st's phase, place in line and start time.
+func setPhase(st *v1alpha1.BulkJobStatus, o *observation, sh shardCounts, now time.Time) {
 	started := o.job != nil && (o.job.Status.StartTime != nil || o.job.Status.Active > 0 || len(o.succeeded)+len(o.failed) > 0)
 	st.QueuePosition = 0
 	switch {
-	case complete:
+	case sh.complete:
 		st.Phase = v1alpha1.PhaseCompleted
-	case retrying:
+	case sh.retrying:
 		st.Phase = v1alpha1.PhaseRetrying
-	case o.queued && done == 0 && st.Phase != v1alpha1.PhaseRunning:
+	case o.queued && sh.done == 0 && st.Phase != v1alpha1.PhaseRunning:
 		// Once admitted, a BulkJob whose shards wait for their turn again
 		// stays Running.
 		st.Phase = v1alpha1.PhaseQueued
 		st.QueuePosition = o.position
 		st.ShardsActive = 0
-	case started || done > 0:
+	case started || sh.done > 0:
 		st.Phase = v1alpha1.PhaseRunning
 	default:
 		st.Phase = v1alpha1.PhasePending
@@ -156,49 +179,64 @@ func computeStatus(bj *v1alpha1.BulkJob, o *observation, now time.Time) v1alpha1
 			st.StartTime = ptrTime(now)
 		}
 	}
+}
 
-	// The latest finished retry round: a failed one is retried by the next.
-	if rj := o.retryEnded; rj != nil {
-		switch {
-		case jobFailed(rj):
-			cond(v1alpha1.ConditionRetryFailed, metav1.ConditionTrue, ReasonRetryJobFailed,
-				fmt.Sprintf("retry Job %s failed; its retries come due again and the next round retries them", rj.Name))
-		case jobFinished(rj):
-			cond(v1alpha1.ConditionRetryFailed, metav1.ConditionFalse, ReasonRetryJobSucceeded,
-				fmt.Sprintf("retry Job %s succeeded", rj.Name))
-		}
+// conditions sets the conditions of a status being computed.
+type conditions struct {
+	st         *v1alpha1.BulkJobStatus
+	generation int64
+	now        time.Time
+}
+
+func (c conditions) set(typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&c.st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason,
+		Message: msg, ObservedGeneration: c.generation, LastTransitionTime: metav1.NewTime(c.now)})
+}
+
+// retryRound sets RetryFailed from the latest finished retry round's Job
+// (nil: none ended this pass): a failed one is retried by the next.
+func (c conditions) retryRound(rj *batchv1.Job) {
+	switch {
+	case rj == nil:
+	case batchjob.Failed(rj):
+		c.set(v1alpha1.ConditionRetryFailed, metav1.ConditionTrue, ReasonRetryJobFailed,
+			fmt.Sprintf("retry Job %s failed; its retries come due again and the next round retries them", rj.Name))
+	case batchjob.Finished(rj):
+		c.set(v1alpha1.ConditionRetryFailed, metav1.ConditionFalse, ReasonRetryJobSucceeded,
+			fmt.Sprintf("retry Job %s succeeded", rj.Name))
 	}
-	if failed > 0 {
-		cond(v1alpha1.ConditionShardsFailed, metav1.ConditionTrue, ReasonShardsFailed,
-			fmt.Sprintf("%d of %d shards failed after retries; their unanswered rows are answered as %s", failed, shards, o.errorOutcome))
-	}
+}
+
+// complete sets the Complete condition (and the completion time) of the
+// phase.
+func (c conditions) complete(d *jobs.Job, o *observation, sh shardCounts) {
+	st := c.st
 	switch st.Phase {
 	case v1alpha1.PhaseCompleted:
 		if st.CompletionTime == nil {
-			t := now
+			t := c.now
 			if !d.CompletedAt.IsZero() {
 				t = d.CompletedAt
 			}
 			st.CompletionTime = ptrTime(t)
 		}
-		if failed > 0 {
-			cond(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonShardsFailed,
-				fmt.Sprintf("all %d rows answered; %d of %d shards failed and their unanswered rows are answered as %s", d.TotalRows, failed, shards, o.errorOutcome))
+		if sh.failed > 0 {
+			c.set(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonShardsFailed,
+				fmt.Sprintf("all %d rows answered; %d of %d shards failed and their unanswered rows are answered as %s", d.TotalRows, sh.failed, sh.shards, o.errorOutcome))
 		} else {
-			cond(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonAllShardsSucceeded,
+			c.set(v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonAllShardsSucceeded,
 				fmt.Sprintf("all %d rows answered", d.TotalRows))
 		}
 	case v1alpha1.PhaseRetrying:
-		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRetrying,
+		c.set(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRetrying,
 			"every row has an answer; some answers are provisional and wait for a retry")
 	case v1alpha1.PhaseRunning:
-		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRunning, "shards are running")
+		c.set(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonRunning, "shards are running")
 	case v1alpha1.PhaseQueued:
-		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonQueued, "waiting for admission (see queuePosition)")
+		c.set(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonQueued, "waiting for admission (see queuePosition)")
 	default:
-		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonPending, "no shard has started yet")
+		c.set(v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonPending, "no shard has started yet")
 	}
-	return st
 }
 
 // progress is processed rows as a whole percentage of rows, rounded down:

@@ -29,7 +29,9 @@ import (
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/kube"
+	"github.com/bulkd/bulkd/internal/kubeapi"
 	"github.com/bulkd/bulkd/internal/memlimit"
+	"github.com/bulkd/bulkd/internal/processor"
 	"github.com/bulkd/bulkd/internal/serve"
 )
 
@@ -126,7 +128,7 @@ func runAPIServer(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return kube.RunAPIServer(ctx, rc, cfg, kc, log, os.Stdout, nil)
+	return kubeapi.Run(ctx, rc, cfg, kc, log, os.Stdout, nil)
 }
 
 // runController is the operator: it runs each BulkJob's shards as an
@@ -138,7 +140,7 @@ func runController(ctx context.Context, args []string) error {
 	if err := parseFlags("bulkd controller", args, register, cfg.Validate, kc.Validate); err != nil {
 		return err
 	}
-	resources, err := kube.ParseResources(kc.Resources)
+	resources, err := controllers.ParseResources(kc.Resources)
 	if err != nil {
 		return fmt.Errorf("--processor-resources: %w", err)
 	}
@@ -220,9 +222,9 @@ func runProcessor(ctx context.Context, args []string) error {
 	}
 	defer rdb.Close()
 	defer proc.Close() // before rdb.Close: parked SMTP sessions give their slots back
-	proc.Owner = kube.ShardOwner(*jobID, shard)
-	if err := kube.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
-		return &exitError{kube.ExitCode(err), err}
+	proc.Owner = processor.ShardOwner(*jobID, shard)
+	if err := processor.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
+		return &exitError{processor.ExitCode(err), err}
 	}
 	return nil
 }
@@ -247,7 +249,7 @@ func runRetries(ctx context.Context, cfg config.Config, jobID string, timeout ti
 	defer cancel()
 	next, err := proc.RetryDue(ctx, jobID)
 	if err != nil {
-		return &exitError{kube.ExitCode(err), err}
+		return &exitError{processor.ExitCode(err), err}
 	}
 	log.Info("due retries answered", "next_retry_at", next)
 	return nil

@@ -1,7 +1,9 @@
-// Package kube is bulkd's Kubernetes mode outside the controller: the
-// executor the API uses to turn accepted jobs into BulkJobs (and to read
-// their status back), the `bulkd apiserver` and `bulkd processor` entry
-// points, and helpers for their flags.
+// Package kube is bulkd's Kubernetes executor: the jobs.Executor the API
+// uses to turn accepted jobs into BulkJobs (and to read their status
+// back), and the client configuration the Kubernetes commands share
+// (RESTConfig). The commands themselves are elsewhere: `bulkd apiserver`
+// is internal/kubeapi, `bulkd processor` internal/processor, `bulkd
+// controller` the controllers package.
 //
 // The API server's service account needs, in its namespace:
 // bulkjobs.bulkd.io create, delete, get, list, watch (list and watch feed

@@ -163,26 +163,6 @@ func TestReadStatusComesFromTheBulkJob(t *testing.T) {
 	}
 }
 
-func TestParseResources(t *testing.T) {
-	rr, err := ParseResources(`{"requests":{"cpu":"250m","memory":"256Mi"},"limits":{"memory":"1Gi"}}`)
-	if err != nil || rr.Requests.Cpu().String() != "250m" || rr.Limits.Memory().String() != "1Gi" {
-		t.Fatalf("%+v %v", rr, err)
-	}
-	if _, err := ParseResources(`{"request":{"cpu":"1"}}`); err == nil {
-		t.Fatal("a misspelt field was accepted")
-	}
-	if rr, err := ParseResources(""); err != nil || len(rr.Requests) != 0 {
-		t.Fatalf("empty: %+v %v", rr, err)
-	}
-}
-
-func TestExitCode(t *testing.T) {
-	if ExitCode(nil) != 0 || ExitCode(fmt.Errorf("x: %w", jobs.ErrJobNotFound)) != v1alpha1.ProcessorExitJobDataMissing ||
-		ExitCode(errors.New("redis down")) != v1alpha1.ProcessorExitRetry {
-		t.Fatal("exit codes")
-	}
-}
-
 // A create answered "already exists" is ours when the API server (not a
 // cache that may lag) shows our BulkJob; when it cannot tell, the rollback
 // deletes; another object of that name is neither ours nor to be deleted.

@@ -28,7 +28,7 @@ import (
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
-	"github.com/bulkd/bulkd/internal/kube"
+	"github.com/bulkd/bulkd/internal/kubeapi"
 	"github.com/bulkd/bulkd/internal/serve"
 	"github.com/bulkd/bulkd/test/nodeagent"
 )
@@ -138,7 +138,7 @@ func (h *harness) startFleet(t *testing.T, tweak func(*controllers.Options)) *fl
 	kc.Parallelism = 4
 	ready := make(chan string, 1)
 	apiDone := make(chan error, 1)
-	go func() { apiDone <- kube.RunAPIServer(ctx, apiCfg, apiConfig(), kc, h.log, io.Discard, ready) }()
+	go func() { apiDone <- kubeapi.Run(ctx, apiCfg, apiConfig(), kc, h.log, io.Discard, ready) }()
 	select {
 	case addr := <-ready:
 		f.api = api{T: t, URL: "http://" + addr}

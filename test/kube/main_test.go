@@ -40,7 +40,7 @@ import (
 	"github.com/bulkd/bulkd/controllers"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/config"
-	"github.com/bulkd/bulkd/internal/kube"
+	"github.com/bulkd/bulkd/internal/kubeapi"
 	"github.com/bulkd/bulkd/internal/serve"
 	"github.com/bulkd/bulkd/internal/testredis"
 	"github.com/bulkd/bulkd/test/companyapi"
@@ -395,7 +395,7 @@ func (h *harness) startAPI(ctx context.Context) error {
 	kc.Parallelism = 4
 	ready := make(chan string, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- kube.RunAPIServer(ctx, cfg, h.apiCfg, kc, h.log, io.Discard, ready) }()
+	go func() { errc <- kubeapi.Run(ctx, cfg, h.apiCfg, kc, h.log, io.Discard, ready) }()
 	select {
 	case addr := <-ready:
 		h.apiURL = "http://" + addr

@@ -42,7 +42,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -283,79 +282,110 @@ func (a *Agent) pass(ctx context.Context) error {
 // are the namespace's Pod objects by name.
 func (a *Agent) step(ctx context.Context, js *jobState, pods map[string]*corev1.Pod) error {
 	a.mu.Lock()
-	job := js.job
 	if js.startTime == nil {
 		js.startTime = ptr.To(metav1.Now())
 		js.dirty = true
 	}
-	if !js.terminating {
-		maxFailed := job.Spec.MaxFailedIndexes
-		nFailed := int32(0)
-		for _, s := range js.idx {
-			if s.phase == failed {
-				nFailed++
-			}
-		}
-		if maxFailed != nil && nFailed > *maxFailed {
-			js.terminating, js.reason = true, batchv1.JobReasonMaxFailedIndexesExceeded
-			for _, p := range js.procs {
-				p.killed = true
-				_ = p.cmd.Process.Kill()
-			}
-			js.dirty = true
-		}
-	}
-	var starts []*Attempt
-	var creates []*corev1.Pod
-	if !js.terminating {
-		par := int(ptr.Deref(job.Spec.Parallelism, 1))
-		gates := len(job.Spec.Template.Spec.SchedulingGates) > 0
-		active := len(js.procs)
-		for _, s := range js.idx {
-			if s.phase == gated {
-				active++
-			}
-		}
-		now := time.Now()
-		for i := range js.idx {
-			s := &js.idx[i]
-			switch {
-			case s.phase == gated:
-				// Scheduled once no gate is left.
-				p := pods[s.pod]
-				if p == nil || len(p.Spec.SchedulingGates) > 0 {
-					continue
-				}
-				at, err := a.prepare(ctx, job, i, s.attempts)
-				if err != nil {
-					a.mu.Unlock()
-					return fmt.Errorf("index %d: %w", i, err)
-				}
-				at.Pod = s.pod
-				s.phase = running
-				s.attempts++
-				starts = append(starts, at)
-			case s.phase != pending || now.Before(s.notUntil) || active >= par:
-			case gates:
-				p := podFor(job, i, s.attempts)
-				s.phase, s.pod = gated, p.Name
-				creates = append(creates, p)
-				active++
-				js.dirty = true
-			default:
-				at, err := a.prepare(ctx, job, i, s.attempts)
-				if err != nil {
-					a.mu.Unlock()
-					return fmt.Errorf("index %d: %w", i, err)
-				}
-				s.phase = running
-				s.attempts++
-				starts = append(starts, at)
-				active++
-			}
-		}
-	}
+	a.checkMaxFailed(js)
+	starts, creates, err := a.plan(ctx, js, pods)
 	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := a.launch(ctx, js, pods, starts, creates); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	final := finalConditions(js)
+	if !js.dirty {
+		a.mu.Unlock()
+		return nil
+	}
+	status := a.statusOf(js)
+	js.dirty = false
+	a.mu.Unlock()
+	return a.writeStatus(ctx, js, status, final)
+}
+
+// checkMaxFailed stops the Job once more indexes failed than its
+// maxFailedIndexes. Call with a.mu held.
+func (a *Agent) checkMaxFailed(js *jobState) {
+	if js.terminating {
+		return
+	}
+	maxFailed := js.job.Spec.MaxFailedIndexes
+	nFailed := int32(0)
+	for _, s := range js.idx {
+		if s.phase == failed {
+			nFailed++
+		}
+	}
+	if maxFailed != nil && nFailed > *maxFailed {
+		js.terminating, js.reason = true, batchv1.JobReasonMaxFailedIndexesExceeded
+		for _, p := range js.procs {
+			p.killed = true
+			_ = p.cmd.Process.Kill()
+		}
+		js.dirty = true
+	}
+}
+
+// plan decides what starts now: the attempts to run (an index whose gated
+// pod lost its gates, or a pending one of a Job without gates) and the
+// gated pods to create, up to the Job's parallelism. Call with a.mu held.
+func (a *Agent) plan(ctx context.Context, js *jobState, pods map[string]*corev1.Pod) (starts []*Attempt, creates []*corev1.Pod, err error) {
+	if js.terminating {
+		return nil, nil, nil
+	}
+	job := js.job
+	par := int(ptr.Deref(job.Spec.Parallelism, 1))
+	gates := len(job.Spec.Template.Spec.SchedulingGates) > 0
+	active := len(js.procs)
+	for _, s := range js.idx {
+		if s.phase == gated {
+			active++
+		}
+	}
+	now := time.Now()
+	for i := range js.idx {
+		s := &js.idx[i]
+		switch {
+		case s.phase == gated:
+			// Scheduled once no gate is left.
+			if p := pods[s.pod]; p == nil || len(p.Spec.SchedulingGates) > 0 {
+				continue
+			}
+			at, err := a.prepare(ctx, job, i, s.attempts)
+			if err != nil {
+				return nil, nil, fmt.Errorf("index %d: %w", i, err)
+			}
+			at.Pod = s.pod
+			s.phase = running
+			s.attempts++
+			starts = append(starts, at)
+		case s.phase != pending || now.Before(s.notUntil) || active >= par:
+		case gates:
+			p := podFor(job, i, s.attempts)
+			s.phase, s.pod = gated, p.Name
+			creates = append(creates, p)
+			active++
+			js.dirty = true
+		default:
+			at, err := a.prepare(ctx, job, i, s.attempts)
+			if err != nil {
+				return nil, nil, fmt.Errorf("index %d: %w", i, err)
+			}
+			s.phase = running
+			s.attempts++
+			starts = append(starts, at)
+			active++
+		}
+	}
+	return starts, creates, nil
+}
+
+// launch creates the gated pods and starts the attempts planned.
+func (a *Agent) launch(ctx context.Context, js *jobState, pods map[string]*corev1.Pod, starts []*Attempt, creates []*corev1.Pod) error {
 	for _, p := range creates {
 		if err := a.Client.Create(ctx, p); err != nil {
 			a.mu.Lock()
@@ -374,9 +404,12 @@ func (a *Agent) step(ctx context.Context, js *jobState, pods map[string]*corev1.
 			a.setPodPhase(ctx, at.Pod, corev1.PodRunning, 0)
 		}
 	}
+	return nil
+}
 
-	a.mu.Lock()
-	done := len(js.procs) == 0
+// finalConditions are the conditions of a Job that has just ended (nil
+// while it runs). Call with a.mu held.
+func finalConditions(js *jobState) []batchv1.JobCondition {
 	allSettled := true
 	anyFailed := false
 	for _, s := range js.idx {
@@ -387,114 +420,23 @@ func (a *Agent) step(ctx context.Context, js *jobState, pods map[string]*corev1.
 			anyFailed = true
 		}
 	}
-	var final []batchv1.JobCondition
-	if done && (js.terminating || allSettled) {
-		now := metav1.Now()
-		switch {
-		case js.terminating:
-			final = failureConds(js.reason, now)
-		case anyFailed:
-			final = failureConds(batchv1.JobReasonFailedIndexes, now)
-		default:
-			final = []batchv1.JobCondition{
-				{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonCompletionsReached,
-					Message: "Reached expected number of succeeded pods", LastProbeTime: now, LastTransitionTime: now},
-				{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonCompletionsReached,
-					Message: "Reached expected number of succeeded pods", LastProbeTime: now, LastTransitionTime: now},
-			}
-		}
-		js.dirty = true
-	}
-	if !js.dirty {
-		a.mu.Unlock()
+	if len(js.procs) > 0 || (!js.terminating && !allSettled) {
 		return nil
 	}
-	status := a.statusOf(js)
-	js.dirty = false
-	a.mu.Unlock()
-
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cur batchv1.Job
-		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: job.Name}, &cur); err != nil {
-			return err
-		}
-		if cur.UID != js.uid {
-			return nil
-		}
-		cur.Status.StartTime = status.StartTime
-		cur.Status.Active = status.Active
-		cur.Status.Ready = status.Ready
-		cur.Status.Terminating = ptr.To[int32](0)
-		cur.Status.Succeeded = status.Succeeded
-		cur.Status.Failed = status.Failed
-		cur.Status.CompletedIndexes = status.CompletedIndexes
-		cur.Status.FailedIndexes = status.FailedIndexes
-		cur.Status.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{}
-		if final != nil {
-			cur.Status.Conditions = append(cur.Status.Conditions, final...)
-			if final[len(final)-1].Type == batchv1.JobComplete {
-				cur.Status.CompletionTime = ptr.To(final[0].LastTransitionTime)
-			}
-		}
-		return a.Client.Status().Update(ctx, &cur)
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
+	js.dirty = true
+	now := metav1.Now()
+	switch {
+	case js.terminating:
+		return failureConds(js.reason, now)
+	case anyFailed:
+		return failureConds(batchv1.JobReasonFailedIndexes, now)
 	}
-	if err != nil {
-		a.mu.Lock()
-		js.dirty = true
-		a.mu.Unlock()
-		return fmt.Errorf("update status: %w", err)
-	}
-	if final != nil {
-		a.mu.Lock()
-		js.finished = true
-		a.mu.Unlock()
-		a.logf("job %s finished: %s (completed %q, failed %q)", job.Name, final[len(final)-1].Type,
-			status.CompletedIndexes, ptr.Deref(status.FailedIndexes, ""))
-	}
-	return nil
-}
-
-func failureConds(reason string, now metav1.Time) []batchv1.JobCondition {
 	return []batchv1.JobCondition{
-		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: reason, Message: reason, LastProbeTime: now, LastTransitionTime: now},
-		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: reason, Message: reason, LastProbeTime: now, LastTransitionTime: now},
+		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonCompletionsReached,
+			Message: "Reached expected number of succeeded pods", LastProbeTime: now, LastTransitionTime: now},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonCompletionsReached,
+			Message: "Reached expected number of succeeded pods", LastProbeTime: now, LastTransitionTime: now},
 	}
-}
-
-// statusOf is the Job status of the agent's view. Call with a.mu held.
-func (a *Agent) statusOf(js *jobState) batchv1.JobStatus {
-	var ok, bad []int
-	for i, s := range js.idx {
-		switch s.phase {
-		case succeeded:
-			ok = append(ok, i)
-		case failed:
-			bad = append(bad, i)
-		}
-	}
-	active := int32(len(js.procs))
-	for _, s := range js.idx {
-		if s.phase == gated {
-			active++ // the Job controller counts pods not yet scheduled as active
-		}
-	}
-	st := batchv1.JobStatus{
-		StartTime: js.startTime,
-		Active:    active,
-		Ready:     ptr.To(int32(len(js.procs))),
-		Succeeded: int32(len(ok)),
-		Failed:    js.failedPods,
-	}
-	if js.indexed {
-		st.CompletedIndexes = FormatIndexes(ok)
-	}
-	if js.indexed && js.job.Spec.BackoffLimitPerIndex != nil {
-		st.FailedIndexes = ptr.To(FormatIndexes(bad))
-	}
-	return st
 }
 
 // prepare resolves a pod of the Job for index i: environment, command.
@@ -691,63 +633,6 @@ func (a *Agent) wait(js *jobState, at *Attempt, p *proc) {
 	a.poke()
 }
 
-// podFor is the Pod object the Job controller would create for an index
-// (attempt n) of job: the template's labels, annotations and spec, the
-// completion index, the Job as controller.
-func podFor(job *batchv1.Job, index, n int) *corev1.Pod {
-	t := job.Spec.Template
-	labels := map[string]string{}
-	for k, v := range t.Labels {
-		labels[k] = v
-	}
-	labels[batchv1.JobNameLabel] = job.Name
-	labels[batchv1.ControllerUidLabel] = string(job.UID)
-	annotations := map[string]string{}
-	for k, v := range t.Annotations {
-		annotations[k] = v
-	}
-	if ptr.Deref(job.Spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion {
-		annotations[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(index)
-		labels[batchv1.JobCompletionIndexAnnotation] = strconv.Itoa(index) // the Job controller sets the same key as a label
-	} else {
-		annotations[batchv1.JobCompletionIndexAnnotation] = "0"
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: fmt.Sprintf("%s-%d-%d-%05d", job.Name, index, n, rand.IntN(100000)), Namespace: job.Namespace,
-			Labels: labels, Annotations: annotations,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))},
-		},
-		Spec: *t.Spec.DeepCopy(),
-	}
-}
-
-// setPodPhase writes a pod's phase (and for a finished one its
-// container's exit code), as the kubelet would; a pod that is gone is
-// left alone.
-func (a *Agent) setPodPhase(ctx context.Context, name string, phase corev1.PodPhase, code int) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var p corev1.Pod
-		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: name}, &p); err != nil {
-			return err
-		}
-		p.Status.Phase = phase
-		if len(p.Spec.Containers) > 0 {
-			cs := corev1.ContainerStatus{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image}
-			if phase == corev1.PodRunning {
-				cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
-			} else {
-				cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: int32(code), FinishedAt: metav1.Now()}
-			}
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
-		}
-		return a.Client.Status().Update(ctx, &p)
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		a.logf("pod %s: set phase %s: %v", name, phase, err)
-	}
-}
-
 // settle records an attempt's end and applies the podFailurePolicy and
 // backoffLimitPerIndex. Call with a.mu held.
 func (a *Agent) settle(js *jobState, at *Attempt, p *proc, code int) {
@@ -826,28 +711,6 @@ func isFinished(job *batchv1.Job) bool {
 		}
 	}
 	return false
-}
-
-// FormatIndexes writes sorted indexes the way the Job controller does:
-// "0-2,5,7-8".
-func FormatIndexes(idx []int) string {
-	var b strings.Builder
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(idx[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(idx[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
 }
 
 // prefixWriter prefixes each line.

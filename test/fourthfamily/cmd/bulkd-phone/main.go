@@ -24,7 +24,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/jobs"
-	"github.com/bulkd/bulkd/internal/kube"
+	"github.com/bulkd/bulkd/internal/processor"
 	"github.com/bulkd/bulkd/internal/serve"
 	"github.com/bulkd/bulkd/test/fourthfamily"
 )
@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string) int {
 	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		log.Error("redis", "err", err)
-		return kube.ExitCode(err)
+		return processor.ExitCode(err)
 	}
 	defer rdb.Close()
 	fail := strings.Split(os.Getenv("PHONE_FAIL"), ",")
@@ -78,10 +78,10 @@ func run(ctx context.Context, args []string) int {
 		return 2
 	}
 	proc.Announce = jobs.NewAnnouncer(proc.Store, jobs.DefaultAnnounceEvery, log)
-	proc.Owner = kube.ShardOwner(*jobID, shard)
-	if err := kube.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
+	proc.Owner = processor.ShardOwner(*jobID, shard)
+	if err := processor.RunShard(ctx, proc, *jobID, shard, *timeout, log); err != nil {
 		log.Error("shard", "err", err)
-		return kube.ExitCode(err)
+		return processor.ExitCode(err)
 	}
 	return 0
 }

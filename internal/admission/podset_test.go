@@ -1,4 +1,4 @@
-package controllers
+package admission
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func podNames(pods []*corev1.Pod) []string {
 func TestAdmissionReadsPodsFromTheInformerMirrorOnceSynced(t *testing.T) {
 	listed := procPod("listed")
 	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).WithObjects(listed).Build()
-	a := newAdmitter(c, DefaultOptions().withDefaults(), nil)
+	a := New(c, Config{}, nil)
 	synced := false
 	a.podSet = newPodSet()
 	a.podSet.synced = func() bool { return synced }

@@ -1,4 +1,4 @@
-package controllers
+package admission
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/internal/batchjob"
 	"github.com/bulkd/bulkd/test/builders"
 )
 
@@ -99,7 +100,7 @@ func cpuTime() time.Duration {
 // admissionWorld is the cluster an admission pass sees.
 type admissionWorld struct {
 	c       *benchCache
-	a       *admitter
+	a       *Admitter
 	running []*corev1.Pod // in the order they are ended
 	next    int
 	seq     int
@@ -109,9 +110,8 @@ type admissionWorld struct {
 func newAdmissionWorld(b *testing.B, pending, running int) *admissionWorld {
 	b.Helper()
 	const perJob, accounts = 10, 500
-	opts := DefaultOptions().withDefaults()
-	opts.MaxRunningShards, opts.MaxRunningShardsPerAccount = int32(running), 50
-	opts.PlanWeights = map[string]int{"payg": 1, "starter": 2, "professional": 4}
+	cfg := Config{MaxRunningShards: int32(running), MaxRunningShardsPerAccount: 50,
+		PlanWeights: map[string]int{"payg": 1, "starter": 2, "professional": 4}}
 	plans := []string{"payg", "starter", "professional"}
 	w := &admissionWorld{c: &benchCache{pods: map[types.UID]*corev1.Pod{}}}
 	w.c.onPatch = func() { w.patches++ }
@@ -124,10 +124,7 @@ func newAdmissionWorld(b *testing.B, pending, running int) *admissionWorld {
 			Created(t0.Add(time.Duration(j) * time.Millisecond)).Phase(v1alpha1.PhaseRunning).Obj()
 		bj.UID = types.UID("uid-bj-" + name)
 		bj.Labels = map[string]string{v1alpha1.LabelAccount: acct, v1alpha1.LabelPlan: plans[j%accounts%len(plans)]}
-		job := desiredJob(bj, opts)
-		if err := admissionControl(job, bj, opts); err != nil {
-			b.Fatal(err)
-		}
+		job := shardJob(bj)
 		job.UID = types.UID("uid-job-" + name)
 		job.Spec.Suspend = ptr.To(false)
 		job.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "BulkJob", Name: bj.Name,
@@ -143,8 +140,8 @@ func newAdmissionWorld(b *testing.B, pending, running int) *admissionWorld {
 			}
 		}
 	}
-	w.a = newAdmitter(w.c, opts, time.Now)
-	// The pod informer's mirror, as setupAdmission registers it; its pods
+	w.a = New(w.c, cfg, time.Now)
+	// The pod informer's mirror, as SetupWithManager registers it; its pods
 	// are the world's.
 	w.a.podSet = newPodSet()
 	w.a.podSet.synced = func() bool { return true }
@@ -216,7 +213,7 @@ func (w *admissionWorld) reborn(ended *corev1.Pod) {
 func (w *admissionWorld) countRunning() int {
 	n := 0
 	for _, p := range w.c.pods {
-		if !hasGate(p) && !podFinished(p) {
+		if !HasGate(p) && !batchjob.PodFinished(p) {
 			n++
 		}
 	}

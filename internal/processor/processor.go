@@ -1,4 +1,9 @@
-package kube
+// Package processor is `bulkd processor`, the process of a shard Job's
+// pod (and of a retry Job's): it answers one shard of a job from Redis,
+// and says by its exit status whether the Job should retry it. The
+// commands that run it are cmd/bulkd and the toy family's
+// test/fourthfamily/cmd/bulkd-phone.
+package processor
 
 import (
 	"context"
