@@ -36,7 +36,7 @@ var pending = []string{
 	"controllers", "internal/kube", "test/nodeagent", // i29b
 	"internal/verify", "internal/finder", "internal/mailworld", "internal/mtaworld", // i29c
 	"internal/egress", "internal/testsocks", "internal/company", "hack/mailworld", "hack/mtaworld", // i29c
-	"hack/kube-bench", // i27
+	"hack/kube-bench",  // i27
 	"internal/privacy", // i28
 }
 
