@@ -11,9 +11,17 @@ import (
 	"github.com/bulkd/bulkd/internal/serve"
 )
 
-// buildProcessor builds what a processor pod of a job of family fam
-// builds.
+// benchJob is the job a measured processor pod is started for: its
+// metadata names the family and nothing else (the pod reads no more
+// before it builds).
+const benchJob = "00000000-0000-4000-8000-0000000000b1"
+
+// buildProcessor builds what `bulkd processor --job` builds for a job of
+// family fam: the job's family alone.
 func buildProcessor(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, fam string) (*jobs.Processor, error) {
-	_ = fam // every process builds every family
-	return serve.NewProcessorWatching(ctx, cfg, rdb, log)
+	if err := rdb.HSet(ctx, "bulkd:job:{"+benchJob+"}", "id", benchJob, "family", fam).Err(); err != nil {
+		return nil, err
+	}
+	defer rdb.Del(context.WithoutCancel(ctx), "bulkd:job:{"+benchJob+"}")
+	return serve.NewJobProcessor(ctx, cfg, rdb, log, benchJob)
 }
