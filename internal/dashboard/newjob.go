@@ -614,7 +614,7 @@ type confirmData struct {
 	Remaining   int64
 	Limit       int64
 	ResetAt     time.Time
-	RefundNote  string // the family's sentence on what is refunded (family.Words)
+	RefundNote  string     // the family's sentence on what is refunded (family.Words)
 	Preview     [][]string // the first rows as they will be sent
 	PreviewMore int
 }
