@@ -103,7 +103,7 @@ func (s *Server) decodeBulk(ctx context.Context, p *accounts.Principal, m Bulk, 
 		s.Logger.Error("suppression list unavailable", "err", err)
 		return nil, jobs.Metering{}, apierr.New(http.StatusServiceUnavailable, "The service is temporarily unavailable; try again.")
 	}
-	met := m.Family.Metering().Jobs()
+	met := m.Family.Metering()
 	if m.Keys == UnlimitedPlan {
 		met = s.bulkSearches(p, family.WordsOf(m.Family).BulkQuota)
 	}

@@ -40,7 +40,10 @@ type StatusReader interface {
 }
 
 // Metering is how a submission is paid for: a credit price per distinct
-// input, or units of an unlimited plan's quota.
+// input, or units of an unlimited plan's quota. It is also a family's
+// declaration of what it charges (family.Metering is this type: the family
+// sets Price and RefundOutcome, the API sets Quota on unlimited-plan
+// mounts).
 type Metering struct {
 	Price credits.Amount // per distinct input; used when Quota is nil
 	Quota *Quota
