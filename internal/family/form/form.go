@@ -9,10 +9,13 @@
 // written once.
 //
 // The package is a leaf (the standard library only): bulkctl, a client
-// binary, links it without linking the server. The built-in families'
-// forms are declared here for that reason (Company, Verification, Lookup);
-// each family returns its own from family.Family.Form, and a family added
-// later declares its Form in its own package.
+// binary, links it without linking the server. The forms of the families
+// bulkd ships are declared here for that reason (Company, Verification,
+// Lookup, listed in Builtin), and a shipped family added later declares
+// its Form here too and appends it to Builtin; each family returns its
+// own from family.Family.Form. A family outside bulkd (a test's:
+// test/fourthfamily) declares its Form in its own package and bulkctl does
+// not offer it (docs/architecture.md, "How to add a family").
 package form
 
 import (
