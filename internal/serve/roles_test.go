@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -102,5 +103,14 @@ func TestJobProcessorBuildsTheJobsFamily(t *testing.T) {
 	}
 	if got := proc.KnownFamilies(); len(got) != 1 || got[0] != enrich.Family {
 		t.Errorf("processor of a company job knows %v", got)
+	}
+	// A job of a family this build does not know: refused before anything
+	// is built, naming the family (the pod exits 1, test/kube).
+	if err := rdb.HSet(ctx, "bulkd:job:{"+j.ID+"}", "family", "phone_lookup").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewJobProcessor(ctx, config.Default(), rdb, quietLog(), j.ID); !errors.Is(err, jobs.ErrUnknownFamily) ||
+		!strings.Contains(err.Error(), `unknown job family "phone_lookup"`) {
+		t.Errorf("job of an unknown family: %v", err)
 	}
 }

@@ -227,7 +227,7 @@ func NewJobProcessor(ctx context.Context, cfg config.Config, rdb redis.Universal
 		return nil, err
 	}
 	if _, ok := fams.registry.Get(j.Family); !ok {
-		return nil, fmt.Errorf("job %s: family %q is not one this build knows (%v)", jobID, j.Family, builtinNames())
+		return nil, fmt.Errorf("job %s: %w %q (this build knows %v)", jobID, jobs.ErrUnknownFamily, j.Family, builtinNames())
 	}
 	if fams.lists != nil {
 		go verify.WatchLists(ctx, rdb, fams.lists, log)
