@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -102,9 +103,9 @@ func (s *Server) decodeBulk(ctx context.Context, p *accounts.Principal, m Bulk, 
 		s.Logger.Error("suppression list unavailable", "err", err)
 		return nil, jobs.Metering{}, apierr.New(http.StatusServiceUnavailable, "The service is temporarily unavailable; try again.")
 	}
-	met := m.Family.Metering().Jobs()
+	met := m.Family.Metering()
 	if m.Keys == UnlimitedPlan {
-		met = s.bulkSearches(p)
+		met = s.bulkSearches(p, family.WordsOf(m.Family).BulkQuota)
 	}
 	return b, met, nil
 }
@@ -304,31 +305,37 @@ func writeResultsPage(w http.ResponseWriter, res *jobs.Results, processed int64,
 
 // bulkSearches is the metering of unlimited-plan bulk submissions: one
 // search per unique row from the account's daily bulk search quota (the
-// UTC day of the server's clock), whatever key or replica submits.
-func (s *Server) bulkSearches(p *accounts.Principal) jobs.Metering {
-	return jobs.Metering{Quota: &jobs.Quota{
-		Window: billing.DailyWindow(billing.BulkSearches, s.Now()),
-		Limit:  s.Plans[p.Account.Plan].DailyBulkSearches,
-	}}
+// UTC day of the server's clock), whatever key or replica submits; label
+// is how the family names that quota (family.Words.BulkQuota).
+func (s *Server) bulkSearches(p *accounts.Principal, label string) jobs.Metering {
+	w := billing.DailyWindow(billing.BulkSearches, s.Now())
+	w.Label = label
+	return jobs.Metering{Quota: &jobs.Quota{Window: w, Limit: s.Plans[p.Account.Plan].DailyBulkSearches}}
 }
 
 // quotaExceeded is the 429 of a refused quota consumption (SPEC section
-// 7): bulk_searches_limited for the daily bulk search quota,
-// monthly_quota_exceeded for the monthly single-lookup cap; Retry-After is
-// the whole seconds until the window resets (rounded up, at least 1).
+// 7): bulk_searches_limited for the plan's daily quota of bulk inputs,
+// monthly_quota_exceeded for its monthly cap of single requests, each
+// named in the words of the family whose mount draws on it (the window's
+// Label); Retry-After is the whole seconds until the window resets
+// (rounded up, at least 1).
 func quotaExceeded(qe *billing.QuotaError) *apierr.Error {
 	wait := int((qe.RetryAfter + time.Second - 1) / time.Second)
 	wait = max(wait, 1)
+	label := qe.Window.Label
+	if label == "" {
+		label = strings.ReplaceAll(qe.Window.Name, "_", " ") + " quota"
+	}
 	var e *apierr.Error
 	switch qe.Window.Name {
 	case billing.BulkSearches:
 		e = apierr.WithCode(http.StatusTooManyRequests, apierr.CodeBulkSearchesLimited, fmt.Sprintf(
-			"Daily bulk search quota exceeded: %d of %d used today, this submission needs %d. Nothing was consumed; "+
-				"the quota resets at %s (UTC midnight).", qe.Used, qe.Limit, qe.Requested, qe.Window.Reset.UTC().Format(time.RFC3339)))
+			"Daily %s exceeded: %d of %d used today, this submission needs %d. Nothing was consumed; "+
+				"the quota resets at %s (UTC midnight).", label, qe.Used, qe.Limit, qe.Requested, qe.Window.Reset.UTC().Format(time.RFC3339)))
 	default:
 		e = apierr.WithCode(http.StatusTooManyRequests, apierr.CodeMonthlyQuotaExceeded, fmt.Sprintf(
-			"Monthly single-lookup cap reached: %d of %d used in this billing period, which ends at %s.",
-			qe.Used, qe.Limit, qe.Window.Reset.UTC().Format(time.RFC3339)))
+			"Monthly %s reached: %d of %d used in this billing period, which ends at %s.",
+			label, qe.Used, qe.Limit, qe.Window.Reset.UTC().Format(time.RFC3339)))
 	}
 	e.RetryAfter = wait
 	return e

@@ -72,9 +72,9 @@ func (s *Server) chargeRefused(err error) *apierr.Error {
 // (still queued when the reply timed out) finds the reversal's tombstone
 // and charges nothing (internal/billing). A clean refusal (403, 429) took
 // nothing and is not reversed. Submit does the same for bulk submissions.
-func (s *Server) singleChargeFailed(w http.ResponseWriter, r *http.Request, accountID, chargeID string, err error) bool {
+func (s *Server) singleChargeFailed(w http.ResponseWriter, r *http.Request, fam, accountID, chargeID string, err error) bool {
 	if err != nil && !chargeMovedNothing(err) {
-		s.refundSingle(r.Context(), accountID, chargeID)
+		s.refundSingle(r.Context(), fam, accountID, chargeID)
 	}
 	return s.chargeFailed(w, r, err)
 }
@@ -89,12 +89,14 @@ func chargeMovedNothing(err error) bool {
 		errors.Is(err, billing.ErrAccountNotFound) || errors.Is(err, billing.ErrDuplicateCharge)
 }
 
-// refundSingle reverses a single request's charge. It is detached from
-// the request: a client that hung up mid-call is still refunded.
-func (s *Server) refundSingle(ctx context.Context, accountID, chargeID string) {
+// refundSingle reverses a single request of family fam's charge. It is
+// detached from the request: a client that hung up mid-call is still
+// refunded. The ledger note names the family as the charge's does
+// ("<family> single").
+func (s *Server) refundSingle(ctx context.Context, fam, accountID, chargeID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err := s.Billing.Reverse(ctx, accountID, chargeID, "lookup failed")
+	_, err := s.Billing.Reverse(ctx, accountID, chargeID, fam+" single refunded")
 	switch {
 	case errors.Is(err, billing.ErrChargeNotFound):
 		// An ambiguous charge that never ran: nothing to give back.

@@ -95,7 +95,7 @@ func (s *Server) single(m Single) http.HandlerFunc {
 			return
 		}
 		charged, err := s.chargeSingle(r.Context(), p, m, chargeID)
-		if s.singleChargeFailed(w, r, p.Account.ID, chargeID, err) {
+		if s.singleChargeFailed(w, r, m.Family.Name(), p.Account.ID, chargeID, err) {
 			return
 		}
 		// Every way out that does not deliver a kept answer (an error, a
@@ -104,7 +104,7 @@ func (s *Server) single(m Single) http.HandlerFunc {
 		kept := false
 		defer func() {
 			if !kept {
-				s.refundSingle(r.Context(), p.Account.ID, chargeID)
+				s.refundSingle(r.Context(), m.Family.Name(), p.Account.ID, chargeID)
 			}
 		}()
 		ctx := r.Context()
@@ -146,8 +146,10 @@ func (s *Server) single(m Single) http.HandlerFunc {
 // one) and returns the credits it took.
 func (s *Server) chargeSingle(ctx context.Context, p *accounts.Principal, m Single, chargeID string) (credits.Amount, error) {
 	if m.Keys == UnlimitedPlan {
+		w := SingleLookupWindow(&p.Account, s.Now())
+		w.Label = family.WordsOf(m.Family).SingleQuota
 		_, err := s.Billing.Consume(ctx, billing.Consumption{AccountID: p.Account.ID, KeyID: p.Key.ID, ChargeID: chargeID,
-			Window: SingleLookupWindow(&p.Account, s.Now()), N: 1, Limit: s.Plans[p.Account.Plan].MonthlySingleLookups})
+			Window: w, N: 1, Limit: s.Plans[p.Account.Plan].MonthlySingleLookups})
 		return 0, err
 	}
 	price := m.Family.SinglePrice()

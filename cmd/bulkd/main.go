@@ -216,9 +216,9 @@ func runProcessor(ctx context.Context, args []string) error {
 		return &exitError{2, err}
 	}
 	log := newLogger(cfg).With("job", *jobID, "shard", shard)
-	rdb, proc, err := openProcessor(ctx, cfg, log)
+	rdb, proc, err := openProcessor(ctx, cfg, *jobID, log)
 	if err != nil {
-		return err
+		return &exitError{processor.ExitCode(err), err}
 	}
 	defer rdb.Close()
 	defer proc.Close() // before rdb.Close: parked SMTP sessions give their slots back
@@ -239,9 +239,9 @@ func runRetries(ctx context.Context, cfg config.Config, jobID string, timeout ti
 		return &exitError{2, err}
 	}
 	log := newLogger(cfg).With("job", jobID, "retries", true)
-	rdb, proc, err := openProcessor(ctx, cfg, log)
+	rdb, proc, err := openProcessor(ctx, cfg, jobID, log)
 	if err != nil {
-		return err
+		return &exitError{processor.ExitCode(err), err}
 	}
 	defer rdb.Close()
 	defer proc.Close() // before rdb.Close: parked SMTP sessions give their slots back
@@ -255,14 +255,15 @@ func runRetries(ctx context.Context, cfg config.Config, jobID string, timeout ti
 	return nil
 }
 
-// openProcessor connects to Redis and builds the shard processor on it; the
-// caller closes the client.
-func openProcessor(ctx context.Context, cfg config.Config, log *slog.Logger) (redis.UniversalClient, *jobs.Processor, error) {
+// openProcessor connects to Redis and builds the shard processor of job
+// jobID on it, with its family alone; the caller closes the client. A job
+// that is gone is jobs.ErrJobNotFound (exit 3).
+func openProcessor(ctx context.Context, cfg config.Config, jobID string, log *slog.Logger) (redis.UniversalClient, *jobs.Processor, error) {
 	rdb, err := serve.NewRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return nil, nil, err
 	}
-	proc, err := serve.NewProcessorWatching(ctx, cfg, rdb, log)
+	proc, err := serve.NewJobProcessor(ctx, cfg, rdb, log, jobID)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err

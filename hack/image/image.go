@@ -212,44 +212,16 @@ func Build(o Options) (*Result, error) {
 	if plat.OS != "linux" {
 		return nil, fmt.Errorf("platform %q: only linux images are built", o.Platform)
 	}
-	bin, err := os.ReadFile(o.Binary)
+	bin, err := readBinary(o)
 	if err != nil {
 		return nil, err
-	}
-	dynamic, err := isDynamic(bin)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w (build it with GOOS=linux CGO_ENABLED=0)", o.Binary, err)
-	}
-	if dynamic && !o.AllowDynamic {
-		return nil, fmt.Errorf("%s is dynamically linked; the image has no libc (build it with CGO_ENABLED=0, as make build does)", o.Binary)
 	}
 	created := o.Created
 	if created.IsZero() {
 		created = time.Unix(0, 0).UTC()
 	}
 
-	baseFiles, noCA, err := baseEntries(o.CACerts)
-	if err != nil {
-		return nil, err
-	}
-	baseTar, err := tarEntries(baseFiles, created)
-	if err != nil {
-		return nil, err
-	}
-	appTar, err := tarEntries([]entry{
-		{name: "usr/", mode: 0o755},
-		{name: "usr/local/", mode: 0o755},
-		{name: "usr/local/bin/", mode: 0o755},
-		{name: strings.TrimPrefix(BinaryPath, "/"), mode: 0o755, data: bin},
-	}, created)
-	if err != nil {
-		return nil, err
-	}
-	baseLayer, err := layerFromBytes(baseTar)
-	if err != nil {
-		return nil, err
-	}
-	appLayer, err := layerFromBytes(appTar)
+	baseLayer, appLayer, noCA, err := buildLayers(o.CACerts, bin, created)
 	if err != nil {
 		return nil, err
 	}
@@ -266,29 +238,8 @@ func Build(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS, cf.Variant = plat.Architecture, plat.OS, plat.Variant
-	cf.Created = at
-	labels := map[string]string{
-		"org.opencontainers.image.title":       "bulkd",
-		"org.opencontainers.image.description": "bulkd: bulk company enrichment, email lookup and email verification",
-		"org.opencontainers.image.version":     o.Version,
-		"org.opencontainers.image.revision":    o.Commit,
-		"org.opencontainers.image.source":      o.Source,
-		"org.opencontainers.image.created":     created.Format(time.RFC3339),
-	}
-	cf.Config = v1.Config{
-		Entrypoint: []string{BinaryPath},
-		User:       fmt.Sprintf("%d:%d", NonRootUID, NonRootUID),
-		WorkingDir: "/",
-		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
-		Labels:     labels,
-	}
-	img, err = mutate.ConfigFile(img, cf)
+	labels := imageLabels(o, created)
+	img, err = configure(img, plat, at, labels)
 	if err != nil {
 		return nil, err
 	}
@@ -316,6 +267,85 @@ func Build(o Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// readBinary reads the bulkd binary, which must be statically linked
+// (the image has no libc) unless o allows otherwise.
+func readBinary(o Options) ([]byte, error) {
+	bin, err := os.ReadFile(o.Binary)
+	if err != nil {
+		return nil, err
+	}
+	dynamic, err := isDynamic(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (build it with GOOS=linux CGO_ENABLED=0)", o.Binary, err)
+	}
+	if dynamic && !o.AllowDynamic {
+		return nil, fmt.Errorf("%s is dynamically linked; the image has no libc (build it with CGO_ENABLED=0, as make build does)", o.Binary)
+	}
+	return bin, nil
+}
+
+// buildLayers are the image's two layers: the base (passwd, group,
+// nsswitch.conf, /tmp, CA certificates; noCA when there were none) and
+// the binary, every file dated created.
+func buildLayers(caCerts string, bin []byte, created time.Time) (base, app v1.Layer, noCA bool, err error) {
+	baseFiles, noCA, err := baseEntries(caCerts)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	baseTar, err := tarEntries(baseFiles, created)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	appTar, err := tarEntries([]entry{
+		{name: "usr/", mode: 0o755},
+		{name: "usr/local/", mode: 0o755},
+		{name: "usr/local/bin/", mode: 0o755},
+		{name: strings.TrimPrefix(BinaryPath, "/"), mode: 0o755, data: bin},
+	}, created)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if base, err = layerFromBytes(baseTar); err != nil {
+		return nil, nil, false, err
+	}
+	if app, err = layerFromBytes(appTar); err != nil {
+		return nil, nil, false, err
+	}
+	return base, app, noCA, nil
+}
+
+// imageLabels are the image's OCI labels.
+func imageLabels(o Options, created time.Time) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       "bulkd",
+		"org.opencontainers.image.description": "bulkd: bulk company enrichment, email lookup and email verification",
+		"org.opencontainers.image.version":     o.Version,
+		"org.opencontainers.image.revision":    o.Commit,
+		"org.opencontainers.image.source":      o.Source,
+		"org.opencontainers.image.created":     created.Format(time.RFC3339),
+	}
+}
+
+// configure sets the image's platform, date, labels and how it runs: the
+// binary as its entrypoint, as the non-root user.
+func configure(img v1.Image, plat *v1.Platform, at v1.Time, labels map[string]string) (v1.Image, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS, cf.Variant = plat.Architecture, plat.OS, plat.Variant
+	cf.Created = at
+	cf.Config = v1.Config{
+		Entrypoint: []string{BinaryPath},
+		User:       fmt.Sprintf("%d:%d", NonRootUID, NonRootUID),
+		WorkingDir: "/",
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		Labels:     labels,
+	}
+	return mutate.ConfigFile(img, cf)
 }
 
 func imageSize(img v1.Image) (int64, error) {

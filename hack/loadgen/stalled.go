@@ -69,43 +69,11 @@ func stalledMain(args []string) error {
 	const bulk = "/v1/company-enrichment/bulk"
 	addr := strings.TrimPrefix(b.base, "http://")
 	declared := *bodyMiB << 20
-	stop := make(chan struct{})
-	var peak float64
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			peak = max(peak, metricFloat(b.metrics, "bulkd_admission_bytes"))
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-
+	stopPeak := samplePeak(b)
 	// A's uploads, each answered (or not) in its own goroutine.
-	var mu sync.Mutex
-	aEnds := map[string]int{}
-	var aTimes []time.Duration
-	var wgA sync.WaitGroup
 	start := time.Now()
-	go func() {
-		for range *uploads {
-			wgA.Add(1)
-			go func() {
-				defer wgA.Done()
-				end, took := stalledUpload(addr, bulk, keyA, declared)
-				mu.Lock()
-				aEnds[end]++
-				if strings.HasPrefix(end, "4") || strings.HasPrefix(end, "5") {
-					aTimes = append(aTimes, took)
-				}
-				mu.Unlock()
-			}()
-			time.Sleep(*pace)
-		}
-	}()
+	ua := startUploads(addr, bulk, keyA, declared, *uploads, *pace)
+	var mu sync.Mutex
 
 	// B: a 45-byte submission every 250 ms while A's uploads go on, and one
 	// large body at full speed a second in.
@@ -137,17 +105,72 @@ func stalledMain(args []string) error {
 		time.Sleep(250 * time.Millisecond)
 	}
 	wgB.Wait()
-	wgA.Wait()
-	close(stop)
-	<-sampled
-	sort.Slice(aTimes, func(i, j int) bool { return aTimes[i] < aTimes[j] })
+	ua.wg.Wait()
+	peak := stopPeak()
+	sort.Slice(ua.times, func(i, j int) bool { return ua.times[i] < ua.times[j] })
 	fmt.Printf("A: %d uploads declaring %d MiB, one every %v: ended %v; answered after p50 %v, max %v\n",
-		*uploads, *bodyMiB, *pace, aEnds, pct(aTimes, 0.5), pct(aTimes, 1))
+		*uploads, *bodyMiB, *pace, ua.ends, pct(ua.times, 0.5), pct(ua.times, 1))
 	fmt.Printf("B: %d submissions of 45 bytes during them: statuses %v, latency p50 %v, p99 %v, max %v\n",
 		len(bLat), bCodes, pct(bLat, 0.5), pct(bLat, 0.99), pct(bLat, 1))
 	fmt.Printf("B: one %d MiB body at full speed during them: %d in %v\n", *bodyMiB, bigCode, bigTook.Round(10*time.Millisecond))
 	fmt.Printf("peak bulkd_admission_bytes %s MiB; bulkd peak RSS %s\n", mibOf(peak), b.peakRSS())
 	return nil
+}
+
+// samplePeak samples b's bulkd_admission_bytes every 100 ms until the
+// returned stop is called, which returns the peak.
+func samplePeak(b *bulkd) (stop func() float64) {
+	done := make(chan struct{})
+	var peak float64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			peak = max(peak, metricFloat(b.metrics, "bulkd_admission_bytes"))
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		<-sampled
+		return peak
+	}
+}
+
+// stalledUploads are account A's stalled uploads: how each ended, and
+// when those answered (4xx, 5xx) were.
+type stalledUploads struct {
+	mu    sync.Mutex
+	wg    sync.WaitGroup
+	ends  map[string]int
+	times []time.Duration
+}
+
+// startUploads starts n stalled uploads declaring declared bytes, one
+// every pace, each in its own goroutine.
+func startUploads(addr, path, key string, declared, n int, pace time.Duration) *stalledUploads {
+	u := &stalledUploads{ends: map[string]int{}}
+	go func() {
+		for range n {
+			u.wg.Add(1)
+			go func() {
+				defer u.wg.Done()
+				end, took := stalledUpload(addr, path, key, declared)
+				u.mu.Lock()
+				u.ends[end]++
+				if strings.HasPrefix(end, "4") || strings.HasPrefix(end, "5") {
+					u.times = append(u.times, took)
+				}
+				u.mu.Unlock()
+			}()
+			time.Sleep(pace)
+		}
+	}()
+	return u
 }
 
 func mibOf(f float64) string { return fmt.Sprintf("%.1f", f/(1<<20)) }

@@ -89,125 +89,166 @@ func verifyMain(args []string) error {
 	fmt.Printf("verify: %d addresses over %d domains (%d with drops after K RCPTs, %d on a blocking server, %d behind MX names of shared servers), %d servers, SMTP round trip %v, %d sessions per server\n",
 		len(emails), *domains, len(hy.Drops), len(hy.Blocks), len(hy.Shared), len(spec.Hosts), *rtt, *capHost)
 	fmt.Printf("bulkd serve %s\n", strings.Join(flags, " "))
+	v := &verifyRun{w: w, b: b, hc: hc, key: key, body: body, n: float64(len(emails)), hy: hy, capHost: *capHost, target: *target}
 	for round := 1; round <= *rounds; round++ {
-		w.ResetStats()
-		t0 := time.Now()
-		id, err := submitTo(hc, b.base+"/v1/bulk", key, body)
-		if err != nil {
+		if err := v.round(round); err != nil {
 			return err
-		}
-		first, err := waitStatus(hc, b.base+"/v1/bulk/"+id, key, 120*time.Second, "partial_complete_retrying", "complete")
-		if err != nil {
-			return err
-		}
-		firstPass := time.Since(t0)
-		s := w.Stats()
-		if _, err := waitStatus(hc, b.base+"/v1/bulk/"+id, key, 120*time.Second, "complete"); err != nil {
-			return err
-		}
-		all := time.Since(t0)
-		final := w.Stats()
-		rows, err := verifyRows(hc, b.base, key, id)
-		if err != nil {
-			return err
-		}
-		knowable, right, falseDeliverable, greyFirst := 0, 0, 0, 0
-		dropN, dropRight, blockN, blockRight := 0, 0, 0, 0
-		for _, r := range rows {
-			c, ok := w.Expect(r.Input)
-			if !ok {
-				return fmt.Errorf("row %q not in the world", r.Input)
-			}
-			if r.Status == "deliverable" && c.Status != "deliverable" {
-				falseDeliverable++
-			}
-			if r.Attempts > 1 {
-				greyFirst++
-			}
-			if c.Knowable {
-				knowable++
-				if r.Status == c.Status && r.Reason == c.Reason {
-					right++
-				}
-			}
-			dom := r.Input[strings.LastIndexByte(r.Input, '@')+1:]
-			if _, ok := hy.Drops[dom]; ok {
-				dropN++
-				if r.Status == c.Status && r.Reason == c.Reason {
-					dropRight++
-				}
-			}
-			if hy.Blocks[dom] {
-				blockN++
-				if r.Status == c.Status && r.Reason == c.Reason {
-					blockRight++
-				}
-			}
-		}
-		n := float64(len(emails))
-		label := "cold caches"
-		if round > 1 {
-			label = "warm caches"
-		}
-		fmt.Printf("round %d (%s): first pass %s = %.0f addresses/s (status %s); all final after %s (%d addresses retried after greylisting)\n",
-			round, label, firstPass.Round(time.Millisecond), n/firstPass.Seconds(), first, all.Round(time.Millisecond), greyFirst)
-		fmt.Printf("  first pass: %d SMTP sessions (%.3f per address), %d RCPTs (%.3f per address), 421 answers %d, 452 answers %d, most sessions on one server %d (cap %d; servers over it %d), drops %d, blocks %d\n",
-			s.Sessions, float64(s.Sessions)/n, s.Rcpts, float64(s.Rcpts)/n, s.Rejected421, s.Replies452, maxConcurrent(s), *capHost, overCap(s, *capHost), dropCount(s), blockCount(s))
-		if *target > 0 && round == 1 {
-			verdict := "met"
-			if n/firstPass.Seconds() < *target {
-				verdict = "NOT met"
-			}
-			fmt.Printf("  target %.0f addresses/s in the first pass (cold): %s\n", *target, verdict)
-		}
-		fmt.Printf("  whole job:  %d sessions, %d RCPTs, 421 answers %d; accuracy %d/%d knowable (%.1f%%), false deliverable %d\n",
-			final.Sessions, final.Rcpts, final.Rejected421, right, knowable, 100*float64(right)/float64(max(knowable, 1)), falseDeliverable)
-		if dropN+blockN > 0 {
-			fmt.Printf("  drop servers: %d/%d right; blocking server: %d/%d unknown/blocked; most sessions on one server over the job %d (servers over the cap %d)\n",
-				dropRight, dropN, blockRight, blockN, maxConcurrent(final), overCap(final, *capHost))
 		}
 	}
 	b.stop()
 
 	if *bigRows > 0 {
-		// Submissions of a large job. Processing is parked on a DNS server
-		// that never answers (a bound UDP socket nobody reads), so the
-		// numbers are the submission path's, not the verifier's.
-		dead, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		defer dead.Close()
-		bigFlags := []string{"--dns-server", dead.LocalAddr().String()}
-		if *workers > 0 {
-			bigFlags = append(bigFlags, "--workers", strconv.Itoa(*workers))
-		}
-		big, err := startBulkd(*bin, srv.URL, bigFlags...)
-		if err != nil {
-			return err
-		}
-		defer big.stop()
-		var buf bytes.Buffer
-		buf.WriteString(`{"emails":[`)
-		for i := 0; i < *bigRows; i++ {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			fmt.Fprintf(&buf, `"user.%d@company-%d.example"`, i, i%5000)
-		}
-		buf.WriteString("]}")
-		var lat []time.Duration
-		for i := 0; i < *bigJobs; i++ {
-			t0 := time.Now()
-			if _, err := submitTo(hc, big.base+"/v1/bulk", key, buf.Bytes()); err != nil {
-				return err
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		fmt.Printf("submission of %d addresses (%.1f MB): p50 %s, max %s over %d; API peak RSS %s\n", *bigRows, float64(buf.Len())/1e6,
-			pct(lat, 0.5).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), big.peakRSS())
+		return bigSubmissions(*bin, srv.URL, *workers, *bigRows, *bigJobs, hc, key)
 	}
+	return nil
+}
+
+// verifyRun is one verifyMain's world, bulkd and addresses.
+type verifyRun struct {
+	w       *mailworld.World
+	b       *bulkd
+	hc      *http.Client
+	key     string
+	body    []byte
+	n       float64 // addresses
+	hy      mailworld.Hostility
+	capHost int
+	target  float64
+}
+
+// round runs one verification job of every address and reports it.
+func (v *verifyRun) round(round int) error {
+	w, b, n := v.w, v.b, v.n
+	w.ResetStats()
+	t0 := time.Now()
+	id, err := submitTo(v.hc, b.base+"/v1/bulk", v.key, v.body)
+	if err != nil {
+		return err
+	}
+	first, err := waitStatus(v.hc, b.base+"/v1/bulk/"+id, v.key, 120*time.Second, "partial_complete_retrying", "complete")
+	if err != nil {
+		return err
+	}
+	firstPass := time.Since(t0)
+	s := w.Stats()
+	if _, err := waitStatus(v.hc, b.base+"/v1/bulk/"+id, v.key, 120*time.Second, "complete"); err != nil {
+		return err
+	}
+	all := time.Since(t0)
+	final := w.Stats()
+	rows, err := verifyRows(v.hc, b.base, v.key, id)
+	if err != nil {
+		return err
+	}
+	t, err := tallyVerify(rows, w, v.hy)
+	if err != nil {
+		return err
+	}
+	label := "cold caches"
+	if round > 1 {
+		label = "warm caches"
+	}
+	fmt.Printf("round %d (%s): first pass %s = %.0f addresses/s (status %s); all final after %s (%d addresses retried after greylisting)\n",
+		round, label, firstPass.Round(time.Millisecond), n/firstPass.Seconds(), first, all.Round(time.Millisecond), t.greyFirst)
+	fmt.Printf("  first pass: %d SMTP sessions (%.3f per address), %d RCPTs (%.3f per address), 421 answers %d, 452 answers %d, most sessions on one server %d (cap %d; servers over it %d), drops %d, blocks %d\n",
+		s.Sessions, float64(s.Sessions)/n, s.Rcpts, float64(s.Rcpts)/n, s.Rejected421, s.Replies452, maxConcurrent(s), v.capHost, overCap(s, v.capHost), dropCount(s), blockCount(s))
+	if v.target > 0 && round == 1 {
+		verdict := "met"
+		if n/firstPass.Seconds() < v.target {
+			verdict = "NOT met"
+		}
+		fmt.Printf("  target %.0f addresses/s in the first pass (cold): %s\n", v.target, verdict)
+	}
+	fmt.Printf("  whole job:  %d sessions, %d RCPTs, 421 answers %d; accuracy %d/%d knowable (%.1f%%), false deliverable %d\n",
+		final.Sessions, final.Rcpts, final.Rejected421, t.right, t.knowable, 100*float64(t.right)/float64(max(t.knowable, 1)), t.falseDeliverable)
+	if t.dropN+t.blockN > 0 {
+		fmt.Printf("  drop servers: %d/%d right; blocking server: %d/%d unknown/blocked; most sessions on one server over the job %d (servers over the cap %d)\n",
+			t.dropRight, t.dropN, t.blockRight, t.blockN, maxConcurrent(final), overCap(final, v.capHost))
+	}
+	return nil
+}
+
+// verifyTally counts a verification job's rows against the world's truth.
+type verifyTally struct {
+	knowable, right, falseDeliverable, greyFirst int
+	dropN, dropRight, blockN, blockRight         int
+}
+
+func tallyVerify(rows []vrow, w *mailworld.World, hy mailworld.Hostility) (verifyTally, error) {
+	var t verifyTally
+	for _, r := range rows {
+		c, ok := w.Expect(r.Input)
+		if !ok {
+			return t, fmt.Errorf("row %q not in the world", r.Input)
+		}
+		if r.Status == "deliverable" && c.Status != "deliverable" {
+			t.falseDeliverable++
+		}
+		if r.Attempts > 1 {
+			t.greyFirst++
+		}
+		right := r.Status == c.Status && r.Reason == c.Reason
+		if c.Knowable {
+			t.knowable++
+			if right {
+				t.right++
+			}
+		}
+		dom := r.Input[strings.LastIndexByte(r.Input, '@')+1:]
+		if _, ok := hy.Drops[dom]; ok {
+			t.dropN++
+			if right {
+				t.dropRight++
+			}
+		}
+		if hy.Blocks[dom] {
+			t.blockN++
+			if right {
+				t.blockRight++
+			}
+		}
+	}
+	return t, nil
+}
+
+// bigSubmissions measures submissions of a large job. Processing is parked
+// on a DNS server that never answers (a bound UDP socket nobody reads), so
+// the numbers are the submission path's, not the verifier's.
+func bigSubmissions(bin, redisURL string, workers, bigRows, bigJobs int, hc *http.Client, key string) error {
+	dead, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer dead.Close()
+	bigFlags := []string{"--dns-server", dead.LocalAddr().String()}
+	if workers > 0 {
+		bigFlags = append(bigFlags, "--workers", strconv.Itoa(workers))
+	}
+	big, err := startBulkd(bin, redisURL, bigFlags...)
+	if err != nil {
+		return err
+	}
+	defer big.stop()
+	var buf bytes.Buffer
+	buf.WriteString(`{"emails":[`)
+	for i := 0; i < bigRows; i++ {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		fmt.Fprintf(&buf, `"user.%d@company-%d.example"`, i, i%5000)
+	}
+	buf.WriteString("]}")
+	var lat []time.Duration
+	for i := 0; i < bigJobs; i++ {
+		t0 := time.Now()
+		if _, err := submitTo(hc, big.base+"/v1/bulk", key, buf.Bytes()); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("submission of %d addresses (%.1f MB): p50 %s, max %s over %d; API peak RSS %s\n", bigRows, float64(buf.Len())/1e6,
+		pct(lat, 0.5).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), big.peakRSS())
 	return nil
 }
 

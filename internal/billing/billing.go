@@ -24,13 +24,13 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 )
 
-// Ledger entry kinds.
+// Ledger entry kinds that Go code reads back (the scripts below write
+// them, and also "adjust" and "quota_release", which no code tells apart:
+// an export shows them as they are).
 const (
 	KindCharge       = "charge"
 	KindRefund       = "refund"
-	KindAdjust       = "adjust"
 	KindQuotaConsume = "quota_consume"
-	KindQuotaRelease = "quota_release"
 )
 
 // InsufficientError is a charge refused for lack of credits.

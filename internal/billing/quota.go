@@ -17,6 +17,9 @@ type Window struct {
 	Name  string // e.g. bulk_searches, single_lookups: also the ledger unit
 	ID    string // distinguishes one period from the next
 	Reset time.Time
+	// Label is how a refusal names the quota, in the words of the family
+	// whose mount draws on it (family.Words); "" names it by Name.
+	Label string
 }
 
 // DailyWindow is the UTC day containing now: quotas on it reset at the next

@@ -28,6 +28,7 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/csvsniff"
 	"github.com/bulkd/bulkd/internal/dashboard/users"
+	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/family/form"
 )
 
@@ -582,7 +583,7 @@ type confirmData struct {
 	Remaining   int64
 	Limit       int64
 	ResetAt     time.Time
-	RefundNote  bool
+	RefundNote  string     // the family's sentence on what is refunded (family.Words)
 	Preview     [][]string // the first rows as they will be sent
 	PreviewMore int
 }
@@ -717,7 +718,9 @@ func (d *Dashboard) confirmData(r *http.Request, dr *draft) (*confirmData, *apie
 		cd.Price, cd.Cost, cd.Balance = q.Metering.Price.String(), q.Credits.String(), a.Balance.String()
 		cd.After = (a.Balance - q.Credits).String()
 		cd.Short = q.Credits > a.Balance
-		cd.RefundNote = q.Metering.RefundOutcome != ""
+		if q.Metering.RefundOutcome != "" {
+			cd.RefundNote = family.WordsOf(sub.mount.Family).RefundSentence
+		}
 	}
 	cd.Preview = body.preview
 	cd.PreviewMore = int(q.Rows) - len(cd.Preview)

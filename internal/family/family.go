@@ -12,22 +12,34 @@
 package family
 
 import (
-	"bytes"
 	"regexp"
 	"unicode/utf8"
 
 	"github.com/bulkd/bulkd/internal/apierr"
-	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family/form"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/jsonbody"
 )
 
-// Family is one kind of bulk job.
+// Family is one kind of bulk job. The whole contract reads here: the
+// parts the engine and the processor also use (Answerer, Renderer,
+// Retrier, Streamer, Closer, Metering) are declared in package jobs, which
+// cannot import this one, and named here under the same names.
 type Family interface {
-	// Name is the engine's name of the family's jobs (the BulkJob's
-	// spec.family, the bulkd.io/family label).
-	Name() string
+	// Renderer: Name is the engine's name of the family's jobs (the
+	// BulkJob's spec.family, the bulkd.io/family label); RenderRow writes
+	// one results row as a JSON object, ans nil while the row is pending
+	// (and for a row skipped as invalid).
+	Renderer
+	// Answerer answers the family's distinct inputs (the shard
+	// processor). Its ErrorAnswer is the family's error outcome for failed
+	// shards: what the processor records for every input a shard that
+	// failed for good left unanswered (company enrichment: "error", email
+	// lookup: "not_found", email verification: "unknown"). Its Outcome is
+	// also what the controller's ShardsFailed condition and event name
+	// (ErrorOutcome): one declaration, so the text cannot drift from the
+	// rows.
+	Answerer
 
 	// Rows is the family's one function per row of a submission body: it
 	// reads a row into its echo, its distinct input, or why it is invalid
@@ -40,8 +52,9 @@ type Family interface {
 	// domains' IDNA mappings).
 	Rows() jsonbody.RowFunc
 	// Metering is what the family charges on credit-metered keys: its
-	// price per distinct input, and the outcome refunded when a job
-	// completes (unlimited-plan mounts pay with quota instead).
+	// Price per distinct input, and the RefundOutcome refunded when a job
+	// completes (unlimited-plan mounts pay with quota instead: the API
+	// sets Quota).
 	Metering() Metering
 	// Form is the one declaration of the family's input: how the API
 	// decodes and limits its submission bodies (jsonbody.Decode with
@@ -59,45 +72,36 @@ type Family interface {
 	// the error to answer instead (email verification answers 409 before
 	// its job is complete).
 	ResultsReady(j *jobs.Job) *apierr.Error
-	// RenderRow writes one results row as a JSON object; ans is nil while
-	// the row is pending (and for a row skipped as invalid).
-	RenderRow(buf *bytes.Buffer, row jobs.Row, ans *jobs.StoredAnswer)
 	// CSVColumns names the columns of the results as CSV (format=csv), in
 	// order: each is a top-level field of the rows RenderRow writes.
 	CSVColumns() []string
 	// BadJobID is the error for a job_id path parameter that is not a uuid
 	// (SPEC: 422 for the families that say so, 400 for verification).
 	BadJobID() *apierr.Error
-
-	// Answerer answers the family's distinct inputs (the shard processor).
-	jobs.Answerer
-	// ErrorAnswer (of jobs.Answerer, repeated here because it is part of
-	// the contract) is the family's error outcome for failed shards: what
-	// the processor records for every input a shard that failed for good
-	// left unanswered (company enrichment: "error", email lookup:
-	// "not_found", email verification: "unknown"). Its Outcome is also what
-	// the controller's ShardsFailed condition and event name (ErrorOutcome):
-	// one declaration, so the text cannot drift from the rows.
-	ErrorAnswer() jobs.Answer
 	// Profile is how the family's shards are processed.
 	Profile() Profile
 }
 
-// Metering is what a family charges on credit-metered keys.
-type Metering struct {
-	// Price is what one distinct input costs.
-	Price credits.Amount
-	// RefundOutcome, when set, is an outcome that is not charged: when a
-	// job completes, Price times its rows answered with it is refunded in
-	// the same atomic step (email verification's "unknown"). Only for
-	// families with one row per distinct input.
-	RefundOutcome string
-}
-
-// Jobs is the engine's metering of a credit-paid submission.
-func (m Metering) Jobs() jobs.Metering {
-	return jobs.Metering{Price: m.Price, RefundOutcome: m.RefundOutcome}
-}
+// The contract's parts declared in package jobs (the engine and the
+// processor use them; jobs cannot import this package), under the same
+// names: one type each.
+type (
+	// Answerer answers distinct inputs: one Answer per input, in order;
+	// ErrorAnswer is what a failed shard's unanswered inputs get.
+	Answerer = jobs.Answerer
+	// Renderer is a family's name and how it renders a results row.
+	Renderer = jobs.Renderer
+	// Streamer is a family that hands out answers as they come
+	// (AnswerEach): optional.
+	Streamer = jobs.Streamer
+	// Closer is a family holding something a process gives back before
+	// it exits (parked SMTP sessions): optional.
+	Closer = jobs.Closer
+	// Metering is what a submission is charged: the family's Price per
+	// distinct input and RefundOutcome, or a plan Quota the API sets for
+	// unlimited-plan mounts. The engine's and the family's are one type.
+	Metering = jobs.Metering
+)
 
 // Profile is a family's processor settings.
 type Profile struct {
@@ -166,8 +170,8 @@ func (r *Registry) Names() []string {
 }
 
 // Answerers are the families' answerers by name, for the shard processor.
-func (r *Registry) Answerers() map[string]jobs.Answerer {
-	m := make(map[string]jobs.Answerer, len(r.order))
+func (r *Registry) Answerers() map[string]Answerer {
+	m := make(map[string]Answerer, len(r.order))
 	for _, f := range r.order {
 		m[f.Name()] = f
 	}

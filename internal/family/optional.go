@@ -156,3 +156,33 @@ func PersonSubject(first, last, domain string) string {
 	f := func(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
 	return "person:" + f(first) + "\x00" + f(last) + "\x00" + f(domain)
 }
+
+// Worded is a family (or a family's Single) with words of its own on the
+// shared paths: the API's quota refusals and the dashboard's notes. Shared
+// code holds no family's words (TestSharedPathsHoldNoFamilyWords); a
+// family without Words is named there by its name alone.
+type Worded interface {
+	Words() Words
+}
+
+// Words are what a family says through shared code.
+type Words struct {
+	// RefundSentence tells a customer, before a credit-paid submission,
+	// which rows are refunded (Metering.RefundOutcome; email verification:
+	// addresses whose result is unknown). The dashboard shows it; "" says
+	// nothing.
+	RefundSentence string
+	// BulkQuota and SingleQuota name the plan quotas the family's
+	// unlimited-plan bulk and single mounts draw on, as a 429 names them
+	// ("Daily <BulkQuota> exceeded", "Monthly <SingleQuota> reached").
+	// Empty for a family without unlimited-plan mounts.
+	BulkQuota, SingleQuota string
+}
+
+// WordsOf is v's Words (a Family or a Single), or none.
+func WordsOf(v any) Words {
+	if w, ok := v.(Worded); ok {
+		return w.Words()
+	}
+	return Words{}
+}

@@ -40,7 +40,10 @@ type StatusReader interface {
 }
 
 // Metering is how a submission is paid for: a credit price per distinct
-// input, or units of an unlimited plan's quota.
+// input, or units of an unlimited plan's quota. It is also a family's
+// declaration of what it charges (family.Metering is this type: the family
+// sets Price and RefundOutcome, the API sets Quota on unlimited-plan
+// mounts).
 type Metering struct {
 	Price credits.Amount // per distinct input; used when Quota is nil
 	Quota *Quota
@@ -135,6 +138,69 @@ const (
 // account's limits (usage.go); nothing was taken.
 func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, m Metering) (*Job, error) {
 	now := e.Now().UTC()
+	j, err := e.newJob(ctx, p, b, m, now)
+	if err != nil {
+		return nil, err
+	}
+	// The bytes the job will hold: its row map and inputs exactly (encoded
+	// once here; create writes these same chunks), and an estimate for
+	// its answers, replaced by their exact size when it completes.
+	enc, err := b.encode(j.ShardSize)
+	if err != nil {
+		return nil, err
+	}
+	answerBytes := cmp.Or(e.AnswerBytes, DefaultAnswerBytes)
+	reserveBytes := enc.bytes + j.Distinct*answerBytes
+
+	if err := e.fail(StepMark); err != nil {
+		return nil, err
+	}
+	if err := e.Store.markPending(ctx, j.ID, j.AccountID, now); err != nil {
+		return nil, fmt.Errorf("mark submission: %w", err)
+	}
+	sub := &submission{e: e, j: j}
+	// The account's limits before its money: a submission that does not
+	// fit is refused with nothing charged and nothing in the ledger.
+	if err := e.fail(StepReserve); err != nil {
+		return nil, sub.rollback(ctx, err)
+	}
+	if err := e.reserve(ctx, j, reserveBytes); err != nil {
+		// A refusal reserved nothing; after any other error the script
+		// may have run (a lost reply): release in case it did.
+		var le *accounts.LimitError
+		sub.reserved = !errors.As(err, &le)
+		return nil, sub.rollback(ctx, err)
+	}
+	sub.reserved = true
+
+	if err := e.fail(StepCharge); err != nil {
+		return nil, sub.rollback(ctx, err)
+	}
+	if err := e.charge(ctx, j, m); err != nil {
+		var ie *billing.InsufficientError
+		var qe *billing.QuotaError
+		if errors.As(err, &ie) || errors.As(err, &qe) {
+			_ = sub.rollback(ctx, err)
+			return nil, err
+		}
+		// The script may have run even though we saw an error (a timeout on
+		// the reply): reverse in case it did.
+		sub.charged = true
+		return nil, sub.rollback(ctx, err)
+	}
+	sub.charged = true
+	if err := sub.storeAndCommit(ctx, b); err != nil {
+		return nil, sub.rollback(ctx, err)
+	}
+	e.Log.Info("job accepted", "job", j.ID, "family", j.Family, "account", j.AccountID, "key", "bkd_"+j.KeyID,
+		"rows", j.TotalRows, "distinct", j.Distinct, "invalid", j.TotalInvalid, "shards", j.Shards,
+		"charge", j.Charge.String(), "quota_units", j.QuotaUnits)
+	return j, nil
+}
+
+// newJob is the job b makes for p's account, dated now and paid for as m
+// says (its charge or quota units; not taken yet).
+func (e *Engine) newJob(ctx context.Context, p *accounts.Principal, b *Builder, m Metering, now time.Time) (*Job, error) {
 	// The account's retention, if it chose one (docs/privacy.md): read
 	// here, not from the principal, so that a change applies to the next
 	// submission whatever authenticated it.
@@ -156,134 +222,96 @@ func (e *Engine) Submit(ctx context.Context, p *accounts.Principal, b *Builder, 
 	}
 	if m.Quota != nil {
 		j.QuotaUnits, j.QuotaWindow = payable, m.Quota.Window.Name
-	} else {
-		amt, err := m.Price.Mul(payable)
-		if err != nil {
-			return nil, err
-		}
-		j.Charge = amt
-		j.RefundOutcome, j.Price = m.RefundOutcome, m.Price
+		return j, nil
 	}
-
-	// The bytes the job will hold: its row map and inputs exactly (encoded
-	// once here; create writes these same chunks), and an estimate for
-	// its answers, replaced by their exact size when it completes.
-	enc, err := b.encode(j.ShardSize)
+	amt, err := m.Price.Mul(payable)
 	if err != nil {
 		return nil, err
 	}
-	answerBytes := cmp.Or(e.AnswerBytes, DefaultAnswerBytes)
-	reserveBytes := enc.bytes + j.Distinct*answerBytes
+	j.Charge = amt
+	j.RefundOutcome, j.Price = m.RefundOutcome, m.Price
+	return j, nil
+}
 
-	if err := e.fail(StepMark); err != nil {
-		return nil, err
-	}
-	if err := e.Store.markPending(ctx, j.ID, j.AccountID, now); err != nil {
-		return nil, fmt.Errorf("mark submission: %w", err)
-	}
-	charged, reserved := false, false
-	// enqueued: the executor may have heard of the job (Enqueue was called,
-	// whatever it returned: a Kubernetes create that timed out may still
-	// have made the BulkJob). Only then is there anything to cancel; a
-	// submission refused before (403 insufficient credits, 429 quota, a
+// submission is one Submit past its mark: what it has done so far, so
+// that a rollback undoes exactly that.
+type submission struct {
+	e                 *Engine
+	j                 *Job
+	charged, reserved bool
+	// enqueued: the executor may have heard of the job (Enqueue was
+	// called, whatever it returned: a Kubernetes create that timed out may
+	// still have made the BulkJob). Only then is there anything to cancel;
+	// a submission refused before (403 insufficient credits, 429 quota, a
 	// failed store) must not cost the executor a call, which in Kubernetes
 	// mode is a DELETE to the API server per rejection.
-	enqueued := false
-	rollback := func(cause error) error {
-		// Detach from the request: a client that hung up must not stop the
-		// refund.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		var errs []error
-		if enqueued {
-			if err := e.Executor.Cancel(rctx, j.ID); err != nil {
-				errs = append(errs, fmt.Errorf("cancel in executor: %w", err))
-			}
-		}
-		if err := e.Store.Delete(rctx, j.ID); err != nil {
-			errs = append(errs, err)
-		}
-		if reserved {
-			if err := e.Store.releaseUsage(rctx, j.AccountID, j.ID, "gone", -1); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if charged {
-			if _, err := e.Billing.Reverse(rctx, j.AccountID, j.ID, "submission failed: "+cause.Error()); err != nil && !errors.Is(err, billing.ErrChargeNotFound) {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) == 0 {
-			// Only a complete rollback may drop the mark; otherwise the
-			// janitor finishes the job.
-			if err := e.Store.dropPending(rctx, j.ID, j.AccountID); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			e.Log.Error("submission rollback incomplete; the janitor will finish it", "job", j.ID, "err", errors.Join(errs...))
-		} else {
-			e.Log.Warn("submission rolled back", "job", j.ID, "account", j.AccountID, "cause", cause)
-		}
-		return cause
-	}
+	enqueued bool
+}
 
-	// The account's limits before its money: a submission that does not
-	// fit is refused with nothing charged and nothing in the ledger.
-	if err := e.fail(StepReserve); err != nil {
-		return nil, rollback(err)
-	}
-	if err := e.reserve(ctx, j, reserveBytes); err != nil {
-		// A refusal reserved nothing; after any other error the script
-		// may have run (a lost reply): release in case it did.
-		var le *accounts.LimitError
-		reserved = !errors.As(err, &le)
-		return nil, rollback(err)
-	}
-	reserved = true
-
-	if err := e.fail(StepCharge); err != nil {
-		return nil, rollback(err)
-	}
-	if err := e.charge(ctx, j, m); err != nil {
-		var ie *billing.InsufficientError
-		var qe *billing.QuotaError
-		if errors.As(err, &ie) || errors.As(err, &qe) {
-			_ = rollback(err)
-			return nil, err
-		}
-		// The script may have run even though we saw an error (a timeout on
-		// the reply): reverse in case it did.
-		charged = true
-		return nil, rollback(err)
-	}
-	charged = true
-
+// storeAndCommit stores the paid job, hands a running one to the executor
+// and drops the submission's mark.
+func (s *submission) storeAndCommit(ctx context.Context, b *Builder) error {
+	e, j := s.e, s.j
 	if err := e.fail(StepStore); err != nil {
-		return nil, rollback(err)
+		return err
 	}
 	if err := e.Store.create(ctx, j, b); err != nil {
-		return nil, rollback(err)
+		return err
 	}
 	if err := e.fail(StepEnqueue); err != nil {
-		return nil, rollback(err)
+		return err
 	}
 	if j.Status == StatusRunning {
-		enqueued = true
+		s.enqueued = true
 		if err := e.Executor.Enqueue(ctx, j); err != nil {
-			return nil, rollback(fmt.Errorf("executor refused the job: %w", err))
+			return fmt.Errorf("executor refused the job: %w", err)
 		}
 	}
 	if err := e.fail(StepCommit); err != nil {
-		return nil, rollback(err)
+		return err
 	}
-	if err := e.Store.commit(ctx, j.ID, j.AccountID); err != nil {
-		return nil, rollback(err)
+	return e.Store.commit(ctx, j.ID, j.AccountID)
+}
+
+// rollback undoes what the submission did and returns cause. It is
+// detached from the request: a client that hung up must not stop the
+// refund. An incomplete rollback keeps the mark, and the janitor finishes
+// it.
+func (s *submission) rollback(ctx context.Context, cause error) error {
+	e, j := s.e, s.j
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var errs []error
+	if s.enqueued {
+		if err := e.Executor.Cancel(rctx, j.ID); err != nil {
+			errs = append(errs, fmt.Errorf("cancel in executor: %w", err))
+		}
 	}
-	e.Log.Info("job accepted", "job", j.ID, "family", j.Family, "account", j.AccountID, "key", "bkd_"+j.KeyID,
-		"rows", j.TotalRows, "distinct", j.Distinct, "invalid", j.TotalInvalid, "shards", j.Shards,
-		"charge", j.Charge.String(), "quota_units", j.QuotaUnits)
-	return j, nil
+	if err := e.Store.Delete(rctx, j.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if s.reserved {
+		if err := e.Store.releaseUsage(rctx, j.AccountID, j.ID, "gone", -1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.charged {
+		if _, err := e.Billing.Reverse(rctx, j.AccountID, j.ID, "submission failed: "+cause.Error()); err != nil && !errors.Is(err, billing.ErrChargeNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		// Only a complete rollback may drop the mark.
+		if err := e.Store.dropPending(rctx, j.ID, j.AccountID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		e.Log.Error("submission rollback incomplete; the janitor will finish it", "job", j.ID, "err", errors.Join(errs...))
+	} else {
+		e.Log.Warn("submission rolled back", "job", j.ID, "account", j.AccountID, "cause", cause)
+	}
+	return cause
 }
 
 // shardSizeFor is the shard size of a job of distinct inputs: ShardSize,

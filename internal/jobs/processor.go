@@ -169,6 +169,27 @@ func (p *Processor) Close() {
 	}
 }
 
+// shardStore is everything answering a shard asks of the store, in the
+// order of ProcessShard's walk: the shard's lease (taken, kept alive,
+// given back), the job and the shard's inputs, which of a batch's inputs
+// are answered already, the batch's answers recorded, the shard marked
+// done. The walk reads in this file through this one interface; *Store
+// implements it (storeleases.go: the lease and MarkShardDone; store.go:
+// Get, ShardInputs, Answered; storerecord.go: Record, the record script).
+type shardStore interface {
+	AcquireLease(ctx context.Context, id string, shard int, owner string, ttl time.Duration) (bool, error)
+	ExtendLease(ctx context.Context, id string, shard int, owner string, ttl time.Duration) error
+	ReleaseLease(ctx context.Context, id string, shard int, owner string) error
+	Get(ctx context.Context, id string) (*Job, error)
+	ShardInputs(ctx context.Context, id string, shard int) ([]Input, error)
+	Answered(ctx context.Context, id string, idx []int) ([]bool, error)
+	Record(ctx context.Context, j *Job, now time.Time, answers []Recorded) (int, error)
+	MarkShardDone(ctx context.Context, j *Job, shard int) error
+}
+
+// shards is the processor's store as the shard walk sees it.
+func (p *Processor) shards() shardStore { return p.Store }
+
 // ErrShardBusy means another worker holds the shard's lease.
 var ErrShardBusy = errors.New("shard is being processed elsewhere")
 
@@ -177,14 +198,14 @@ var ErrShardBusy = errors.New("shard is being processed elsewhere")
 // leftovers, answers nothing twice: answers are recorded only where none
 // exists.
 func (p *Processor) ProcessShard(ctx context.Context, jobID string, shard int) error {
-	ok, err := p.Store.AcquireLease(ctx, jobID, shard, p.Owner, p.LeaseTTL)
+	ok, err := p.shards().AcquireLease(ctx, jobID, shard, p.Owner, p.LeaseTTL)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return ErrShardBusy
 	}
-	defer func() { _ = p.Store.ReleaseLease(context.WithoutCancel(ctx), jobID, shard, p.Owner) }()
+	defer func() { _ = p.shards().ReleaseLease(context.WithoutCancel(ctx), jobID, shard, p.Owner) }()
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go p.heartbeat(hctx, jobID, shard)
@@ -205,7 +226,7 @@ func (p *Processor) ProcessShard(ctx context.Context, jobID string, shard int) e
 		}
 		p.announceProgress(ctx, jobID, shard)
 	}
-	if err := p.Store.MarkShardDone(ctx, j, shard); err != nil {
+	if err := p.shards().MarkShardDone(ctx, j, shard); err != nil {
 		return err
 	}
 	p.announceDone(ctx, jobID, shard)
@@ -217,7 +238,7 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 	for i := range batch {
 		idx[i] = first + i
 	}
-	done, err := p.Store.Answered(ctx, j.ID, idx)
+	done, err := p.shards().Answered(ctx, j.ID, idx)
 	if err != nil {
 		return err
 	}
@@ -240,7 +261,7 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 			// As below: answers in hand are written, a Redis restart
 			// costing a pause (Record writes only what is not recorded).
 			return p.withStore(ctx, "record answers of "+j.ID, func() error {
-				_, err := p.Store.Record(ctx, j, p.Now(), rec)
+				_, err := p.shards().Record(ctx, j, p.Now(), rec)
 				return err
 			})
 		})
@@ -266,7 +287,7 @@ func (p *Processor) answerBatch(ctx context.Context, j *Job, fam Answerer, batch
 	// answering them again (Record writes only answers not yet recorded,
 	// so writing again is safe).
 	return p.withStore(ctx, "record answers of "+j.ID, func() error {
-		_, err := p.Store.Record(ctx, j, p.Now(), rec)
+		_, err := p.shards().Record(ctx, j, p.Now(), rec)
 		return err
 	})
 }
@@ -409,7 +430,7 @@ func (p *Processor) KnownFamilies() []string {
 // loadShard reads what answering a shard needs: the job, its family's
 // answerer and the shard's inputs.
 func (p *Processor) loadShard(ctx context.Context, jobID string, shard int) (*Job, Answerer, []Input, error) {
-	j, err := p.Store.Get(ctx, jobID)
+	j, err := p.shards().Get(ctx, jobID)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -417,7 +438,7 @@ func (p *Processor) loadShard(ctx context.Context, jobID string, shard int) (*Jo
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("job %s: %w %q (this build knows %v)", jobID, ErrUnknownFamily, j.Family, p.KnownFamilies())
 	}
-	inputs, err := p.Store.ShardInputs(ctx, jobID, shard)
+	inputs, err := p.shards().ShardInputs(ctx, jobID, shard)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -426,7 +447,7 @@ func (p *Processor) loadShard(ctx context.Context, jobID string, shard int) (*Jo
 
 func (p *Processor) heartbeat(ctx context.Context, jobID string, shard int) {
 	every(ctx, p.LeaseTTL/3, func() {
-		if err := p.Store.ExtendLease(ctx, jobID, shard, p.Owner, p.LeaseTTL); err != nil && ctx.Err() == nil {
+		if err := p.shards().ExtendLease(ctx, jobID, shard, p.Owner, p.LeaseTTL); err != nil && ctx.Err() == nil {
 			p.Log.Warn("lease heartbeat failed", "job", jobID, "shard", shard, "err", err)
 		}
 	})

@@ -110,28 +110,56 @@ func (s *Store) Redact(ctx context.Context, j *Job, hitInput, hitAnswer func(str
 	red.Inputs = int64(len(hits))
 	// 3. Answers: unanswered ones answered (counted, the job completed if
 	// it was the last), provisional ones replaced, final ones swapped.
-	if len(hits) > 0 {
-		now := time.Now()
-		recs := make([]Recorded, 0, len(hits))
-		for idx, rows := range hits {
-			recs = append(recs, Recorded{Index: int(idx), Rows: rows, Outcome: ans.Outcome, Data: ans.Data})
-		}
-		if _, err := s.Record(ctx, j, now, recs); err != nil && err != ErrJobNotFound {
-			return nil, err
-		}
-		if _, err := s.Replace(ctx, j, now, recs); err != nil && err != ErrJobNotFound {
-			return nil, err
-		}
-		val := ans.Outcome + "\n" + string(ans.Data)
-		for _, r := range recs {
-			if err := swapAnswerScript.Run(ctx, s.rdb, []string{metaKey(j.ID), answersKey(j.ID)}, r.Index, r.Rows, ans.Outcome, val).Err(); err != nil {
-				return nil, fmt.Errorf("erase from job %s: %w", j.ID, err)
-			}
-		}
+	if err := s.answerRedacted(ctx, j, hits, ans); err != nil {
+		return nil, err
 	}
 	// 4. Rows: the echoes of the hits' rows, and of invalid rows naming
 	// the subject.
-	if err := s.hscan(ctx, rowsKey(j.ID), func(field, val string) error {
+	if err := s.redactRows(ctx, j, hits, hitAnswer, red); err != nil {
+		return nil, err
+	}
+	if red.Inputs > 0 || red.Rows > 0 {
+		// Cached rendered rows of this job are stale: results readers
+		// compare this generation (results.go).
+		if err := s.rdb.HIncrBy(ctx, metaKey(j.ID), "erased", 1).Err(); err != nil {
+			return nil, fmt.Errorf("erase from job %s: %w", j.ID, err)
+		}
+	}
+	return red, nil
+}
+
+// answerRedacted answers the erased inputs hits (distinct index -> rows)
+// with ans, whatever their answer was: unanswered ones recorded (counted,
+// the job completed if it was the last), provisional ones replaced, final
+// ones swapped.
+func (s *Store) answerRedacted(ctx context.Context, j *Job, hits map[int32]int64, ans Answer) error {
+	if len(hits) == 0 {
+		return nil
+	}
+	now := time.Now()
+	recs := make([]Recorded, 0, len(hits))
+	for idx, rows := range hits {
+		recs = append(recs, Recorded{Index: int(idx), Rows: rows, Outcome: ans.Outcome, Data: ans.Data})
+	}
+	if _, err := s.Record(ctx, j, now, recs); err != nil && err != ErrJobNotFound {
+		return err
+	}
+	if _, err := s.Replace(ctx, j, now, recs); err != nil && err != ErrJobNotFound {
+		return err
+	}
+	val := ans.Outcome + "\n" + string(ans.Data)
+	for _, r := range recs {
+		if err := swapAnswerScript.Run(ctx, s.rdb, []string{metaKey(j.ID), answersKey(j.ID)}, r.Index, r.Rows, ans.Outcome, val).Err(); err != nil {
+			return fmt.Errorf("erase from job %s: %w", j.ID, err)
+		}
+	}
+	return nil
+}
+
+// redactRows removes the echoes of the rows of the erased inputs hits,
+// and of invalid rows whose echo hitAnswer matches, counting them in red.
+func (s *Store) redactRows(ctx context.Context, j *Job, hits map[int32]int64, hitAnswer func(string) bool, red *Redaction) error {
+	return s.hscan(ctx, rowsKey(j.ID), func(field, val string) error {
 		rows, err := decodeRows([]byte(val))
 		if err != nil {
 			return fmt.Errorf("job %s row chunk %s: %w", j.ID, field, err)
@@ -150,17 +178,7 @@ func (s *Store) Redact(ctx context.Context, j *Job, hitInput, hitAnswer func(str
 			return nil
 		}
 		return s.rdb.HSet(ctx, rowsKey(j.ID), field, encodeRows(rows)).Err()
-	}); err != nil {
-		return nil, err
-	}
-	if red.Inputs > 0 || red.Rows > 0 {
-		// Cached rendered rows of this job are stale: results readers
-		// compare this generation (results.go).
-		if err := s.rdb.HIncrBy(ctx, metaKey(j.ID), "erased", 1).Err(); err != nil {
-			return nil, fmt.Errorf("erase from job %s: %w", j.ID, err)
-		}
-	}
-	return red, nil
+	})
 }
 
 // hscan calls f with every field of hash key, redactScanCount at a time.

@@ -57,8 +57,42 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	if err != nil {
 		return err
 	}
-	rows, shards := enc.rows, enc.shards
 	exp := j.ExpiresAt
+	if err := s.writeChunks(ctx, j.ID, exp, enc); err != nil {
+		return fmt.Errorf("store job %s: %w", j.ID, err)
+	}
+	j.WebhookURL = b.WebhookURL
+	meta := jobMeta(j, b, enc.bytes)
+	if err := s.storeSuppressed(ctx, j, b, meta); err != nil {
+		return fmt.Errorf("store job %s: %w", j.ID, err)
+	}
+	tx := s.rdb.TxPipeline() // every key here carries the job's hash tag
+	tx.HSet(ctx, metaKey(j.ID), meta)
+	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
+		tx.PExpireAt(ctx, k, exp)
+	}
+	if _, err := tx.Exec(ctx); err != nil {
+		return fmt.Errorf("store job %s: %w", j.ID, err)
+	}
+	// Its memberships (other hash slots) in one round trip: the active
+	// set, the jobs that may owe a webhook event (webhook.go), its
+	// account's index (account.go).
+	pipe := s.rdb.Pipeline()
+	if j.Status == StatusRunning {
+		pipe.SAdd(ctx, activeKey, j.ID)
+	}
+	watchWebhook(ctx, pipe, j)
+	index(ctx, pipe, j)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store job %s: its sets: %w", j.ID, err)
+	}
+	return nil
+}
+
+// writeChunks writes a job's row map and inputs, chunk by chunk, in
+// pipelines of bounded size, each key expiring at exp from its first
+// write on.
+func (s *Store) writeChunks(ctx context.Context, id string, exp time.Time, enc *encoded) error {
 	pipe := s.rdb.Pipeline()
 	queued, cmds := 0, 0
 	flush := func() error {
@@ -72,7 +106,7 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 	for _, part := range []struct {
 		key    string
 		chunks [][]byte
-	}{{rowsKey(j.ID), rows}, {inputsKey(j.ID), shards}} {
+	}{{rowsKey(id), enc.rows}, {inputsKey(id), enc.shards}} {
 		for c, chunk := range part.chunks {
 			pipe.HSet(ctx, part.key, strconv.Itoa(c), chunk)
 			if c == 0 {
@@ -84,14 +118,17 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 			cmds++
 			if queued >= createPipeBytes || cmds >= createPipeCmds {
 				if err := flush(); err != nil {
-					return fmt.Errorf("store job %s: %w", j.ID, err)
+					return err
 				}
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return fmt.Errorf("store job %s: %w", j.ID, err)
-	}
+	return flush()
+}
+
+// jobMeta is the metadata hash of a new job; baseBytes are the bytes of
+// its row map and inputs.
+func jobMeta(j *Job, b *Builder, baseBytes int64) map[string]any {
 	meta := map[string]any{
 		"id": j.ID, "family": j.Family, "account": j.AccountID, "key": j.KeyID, "status": j.Status,
 		"total_rows": j.TotalRows, "total_invalid": j.TotalInvalid, "distinct": j.Distinct,
@@ -99,62 +136,45 @@ func (s *Store) create(ctx context.Context, j *Job, b *Builder) error {
 		"shards": j.Shards, "shard_size": j.ShardSize, "shards_done": 0,
 		"charge": int64(j.Charge), "quota_units": j.QuotaUnits, "quota_window": j.QuotaWindow,
 		"price": int64(j.Price), "refund_outcome": j.RefundOutcome, "refunded": 0,
-		"created_at": j.CreatedAt.UnixMilli(), "completed_at": 0, "expires_at": exp.UnixMilli(),
+		"created_at": j.CreatedAt.UnixMilli(), "completed_at": 0, "expires_at": j.ExpiresAt.UnixMilli(),
 		// The bytes of the row map and inputs: with the answers' bytes
 		// (answer_bytes, recordScript) what the job holds (usage.go).
-		"base_bytes": enc.bytes,
+		"base_bytes": baseBytes,
 	}
 	if j.Status == StatusCompleted {
 		meta["completed_at"] = j.CompletedAt.UnixMilli()
 	}
-	if j.WebhookURL = b.WebhookURL; j.WebhookURL != "" {
+	if j.WebhookURL != "" {
 		meta["webhook_url"] = j.WebhookURL
 	}
 	if b.IdemKey != "" {
 		meta["idem"] = b.IdemKey
 	}
-	if len(b.suppressed) > 0 {
-		// Answered at submission (Builder.Suppress): counted as the
-		// record script would have counted them.
-		meta["rows_processed"] = j.TotalInvalid + b.suppressedRows
-		meta["distinct_processed"] = len(b.suppressed)
-		var abytes int64
-		answers := make(map[string]any, len(b.suppressed))
-		for i, a := range b.suppressed {
-			val := a.Outcome + "\n" + string(a.Data)
-			answers[strconv.Itoa(int(i))] = val
-			abytes += int64(len(val))
-			meta["out:"+a.Outcome] = b.suppressedRows // one outcome for all of them
-		}
-		meta["answer_bytes"] = abytes
-		if err := s.rdb.HSet(ctx, answersKey(j.ID), answers).Err(); err != nil {
-			return fmt.Errorf("store job %s: %w", j.ID, err)
-		}
-		if err := s.rdb.PExpireAt(ctx, answersKey(j.ID), exp).Err(); err != nil {
-			return fmt.Errorf("store job %s: %w", j.ID, err)
-		}
+	return meta
+}
+
+// storeSuppressed writes the answers of the inputs answered at submission
+// (Builder.Suppress) and counts them in meta as the record script would
+// have counted them.
+func (s *Store) storeSuppressed(ctx context.Context, j *Job, b *Builder, meta map[string]any) error {
+	if len(b.suppressed) == 0 {
+		return nil
 	}
-	tx := s.rdb.TxPipeline() // every key here carries the job's hash tag
-	tx.HSet(ctx, metaKey(j.ID), meta)
-	for _, k := range []string{metaKey(j.ID), rowsKey(j.ID), inputsKey(j.ID)} {
-		tx.PExpireAt(ctx, k, exp)
+	meta["rows_processed"] = j.TotalInvalid + b.suppressedRows
+	meta["distinct_processed"] = len(b.suppressed)
+	var abytes int64
+	answers := make(map[string]any, len(b.suppressed))
+	for i, a := range b.suppressed {
+		val := a.Outcome + "\n" + string(a.Data)
+		answers[strconv.Itoa(int(i))] = val
+		abytes += int64(len(val))
+		meta["out:"+a.Outcome] = b.suppressedRows // one outcome for all of them
 	}
-	if _, err := tx.Exec(ctx); err != nil {
-		return fmt.Errorf("store job %s: %w", j.ID, err)
+	meta["answer_bytes"] = abytes
+	if err := s.rdb.HSet(ctx, answersKey(j.ID), answers).Err(); err != nil {
+		return err
 	}
-	// Its memberships (other hash slots) in one round trip: the active
-	// set, the jobs that may owe a webhook event (webhook.go), its
-	// account's index (account.go).
-	pipe = s.rdb.Pipeline()
-	if j.Status == StatusRunning {
-		pipe.SAdd(ctx, activeKey, j.ID)
-	}
-	watchWebhook(ctx, pipe, j)
-	index(ctx, pipe, j)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("store job %s: its sets: %w", j.ID, err)
-	}
-	return nil
+	return s.rdb.PExpireAt(ctx, answersKey(j.ID), j.ExpiresAt).Err()
 }
 
 // Delete takes a job out of the engine's sets, then removes every key of

@@ -85,6 +85,12 @@ func (f *Family) Metering() family.Metering { return family.Metering{Price: Pric
 // Form implements family.Family.
 func (f *Family) Form() form.Form { return form.Lookup }
 
+// Words implements family.Worded: the quotas its unlimited-plan mounts
+// draw on, in SPEC section 8's words.
+func (f *Family) Words() family.Words { return words }
+
+var words = family.Words{BulkQuota: "bulk search quota", SingleQuota: "single-lookup cap"}
+
 // Profile implements family.Family: a whole shard per batch, so a domain's
 // people are resolved and probed together.
 func (f *Family) Profile() family.Profile { return family.Profile{BatchSize: MaxRows} }

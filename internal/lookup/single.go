@@ -40,6 +40,10 @@ type SingleResponse struct {
 // Name implements family.Single.
 func (s *Single) Name() string { return Name }
 
+// Words implements family.Worded: the quotas of the unlimited-plan mounts
+// (SPEC section 8).
+func (s *Single) Words() family.Words { return words }
+
 // SinglePrice implements family.Single.
 func (s *Single) SinglePrice() credits.Amount { return Price }
 

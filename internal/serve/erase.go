@@ -91,7 +91,7 @@ func erase(ctx context.Context, rdb redis.UniversalClient, env admin.Env, args [
 	// Diagnostics go to stderr; they name no one (the subject is logged
 	// as its hash only).
 	log := slog.New(slog.NewTextHandler(errWriter(env), nil))
-	fams, err := buildFamilies(cfg, rdb, log, extra)
+	fams, err := buildFamilies(cfg, rdb, log, scope{declared: true}, extra) // their subjects only
 	if err != nil {
 		return err
 	}

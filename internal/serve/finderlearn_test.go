@@ -20,7 +20,7 @@ func TestFinderLearnFromVerificationFlag(t *testing.T) {
 			t.Fatal("the default is off")
 		}
 		cfg.FinderLearnFromVerification = on
-		f, err := buildFamilies(cfg, rdb, slog.Default(), nil)
+		f, err := buildFamilies(cfg, rdb, slog.Default(), scope{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

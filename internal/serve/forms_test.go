@@ -19,7 +19,7 @@ import (
 // says Final.
 func TestBuiltinFormsMatchTheirFamilies(t *testing.T) {
 	rdb, _ := testredis.Client(t)
-	f, err := buildFamilies(config.Default(), rdb, slog.Default(), nil)
+	f, err := buildFamilies(config.Default(), rdb, slog.Default(), scope{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,24 +21,18 @@ import (
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company"
 	"github.com/bulkd/bulkd/internal/company/normalize"
-	"github.com/bulkd/bulkd/internal/company/redirect"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/dashboard"
 	"github.com/bulkd/bulkd/internal/egress"
-	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/family"
-	"github.com/bulkd/bulkd/internal/finder"
 	"github.com/bulkd/bulkd/internal/jobs"
-	"github.com/bulkd/bulkd/internal/lookup"
 	"github.com/bulkd/bulkd/internal/privacy"
 	"github.com/bulkd/bulkd/internal/ratelimit"
 	"github.com/bulkd/bulkd/internal/redisconn"
 	"github.com/bulkd/bulkd/internal/rowcache"
 	"github.com/bulkd/bulkd/internal/spamc"
 	"github.com/bulkd/bulkd/internal/spamcheck"
-	"github.com/bulkd/bulkd/internal/verification"
 	"github.com/bulkd/bulkd/internal/verify"
-	"github.com/bulkd/bulkd/internal/verify/rules"
 	"github.com/bulkd/bulkd/internal/webhook"
 )
 
@@ -84,11 +78,12 @@ type Options struct {
 	Families []Extra
 }
 
-// Extra is a family and its single-input mounts: buildFamilies lists the
-// built-in ones this way (adding a family to bulkd is one more entry), and
-// Options.Families takes more (a test's). The API mounts the bulk
-// endpoints the family's form lists (form.Form.Bulk, bulkMounts): the
-// paths bulkctl submits to are the same declaration.
+// Extra is a family beyond the built-in ones (a test's: test/fourthfamily)
+// and its single-input mounts. The built-in families are not listed this
+// way: families.go builds them, each only in the processes whose role needs
+// it. The API mounts the bulk endpoints the family's form lists
+// (form.Form.Bulk, bulkMounts): the paths bulkctl submits to are the same
+// declaration.
 type Extra struct {
 	Family family.Family
 	// Singles are its single-input mounts, if it has any.
@@ -102,7 +97,7 @@ func Build(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*Com
 
 // BuildWith assembles the components on rdb with another executor.
 func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o Options) (*Components, error) {
-	fams, err := buildFamilies(cfg, rdb, log, o.Families)
+	fams, err := buildFamilies(cfg, rdb, log, scope{}, o.Families)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +158,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy, Suppress: suppress,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits:       cfg.AccountLimits(),
-		ReadyDetails: func() map[string]any { return map[string]any{"smtp_egress": fams.helo.Results()} },
+		ReadyDetails: func() map[string]any { return map[string]any{"smtp_egress": fams.helo.Results()} }, // serve builds every family
 		Dashboard: func(api *apiserver.Server) http.Handler {
 			dash = newDashboard(cfg, api, log)
 			return dash
@@ -206,229 +201,47 @@ func SpamCheck(cfg config.Config, log *slog.Logger) (*apiserver.SpamCheck, error
 }
 
 // NewProcessor builds the shard processor alone, with every family's
-// answerer (and the extra families'): all that `bulkd processor` and the
-// controller need. Its
-// completion refunds are dated by the wall clock (no clock is injected in
-// those processes).
+// answerer (and the extra families'). Its completion refunds are dated by
+// the wall clock (no clock is injected in those processes).
 func NewProcessor(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
-	fams, err := buildFamilies(cfg, rdb, log, extra)
+	fams, err := buildFamilies(cfg, rdb, log, scope{}, extra)
 	if err != nil {
 		return nil, err
 	}
 	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
-// NewProcessorWatching is NewProcessor whose verifier's address lists
-// follow `bulkd admin lists sync` until ctx ends (a processor pod may run a
-// shard for a long time).
-func NewProcessorWatching(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra ...Extra) (*jobs.Processor, error) {
-	fams, err := buildFamilies(cfg, rdb, log, extra)
+// NewJobProcessor builds what `bulkd processor` needs for one job: the
+// shard processor with the answerer of the job's family alone (a company
+// enrichment pod builds no SMTP verifier, loads no address lists and
+// starts no HELO check). The verifier's address lists, when built, follow
+// `bulkd admin lists sync` until ctx ends (a processor pod may run a shard
+// for a long time). A job that is gone is jobs.ErrJobNotFound.
+func NewJobProcessor(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, jobID string) (*jobs.Processor, error) {
+	j, err := jobs.NewStore(rdb, nil).Get(ctx, jobID)
 	if err != nil {
 		return nil, err
 	}
-	go verify.WatchLists(ctx, rdb, fams.lists, log)
+	fams, err := buildFamilies(cfg, rdb, log, scope{only: j.Family}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := fams.registry.Get(j.Family); !ok {
+		return nil, fmt.Errorf("job %s: %w %q (this build knows %v)", jobID, jobs.ErrUnknownFamily, j.Family, builtinNames())
+	}
+	if fams.lists != nil {
+		go verify.WatchLists(ctx, rdb, fams.lists, log)
+	}
 	return newProcessor(cfg, rdb, billing.New(rdb, nil), fams.registry, log), nil
 }
 
-// families are the job families of a process and how the API mounts them.
-type families struct {
-	registry     *family.Registry
-	bulk         []apiserver.Bulk
-	singles      []apiserver.Single
-	company      *enrich.CompanyFamily
-	companies    *company.Store
-	verification *verification.Family
-	helo         *egress.Checker // the egresses' HELO check (/readyz)
-	lists        *verify.Lists
-}
-
-// buildFamilies builds every family once: the registry the processor
-// answers from and the bulk endpoints the API mounts; extra families come
-// after the built-in ones.
-func buildFamilies(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, extra []Extra) (*families, error) {
-	out, err := outboundConfig(cfg)
-	if err != nil {
-		return nil, err
+// builtinNames lists the built-in families' names.
+func builtinNames() []string {
+	var out []string
+	for _, b := range builtins {
+		out = append(out, b.name)
 	}
-	if cfg.SMTPDenyPrivate {
-		log.Warn("--smtp-deny-private is deprecated and has no effect: addresses that are not public are always refused; open ranges with --outbound-allow-cidrs")
-	}
-	companies := company.NewStore(rdb, "bulkd:")
-	ans := &enrich.Answerer{Store: companies}
-	if cfg.RedirectChecks {
-		ans.Redirects = redirect.NewChecker(out, redirect.Options{})
-	}
-	co := enrich.NewFamily(normalize.New(strings.Split(cfg.NetworkHosts, ",")), ans) // it trims, lowercases and defaults
-	ver, vs, err := verificationFamily(cfg, rdb, log)
-	if err != nil {
-		return nil, err
-	}
-	lists := vs.lists
-	delays, err := cfg.RetryDelays()
-	if err != nil {
-		return nil, err
-	}
-	// Lookups check candidates with the verification family's verifiers
-	// (one politeness budget per MX host for both families); learned
-	// patterns are shared through Redis by every process.
-	patterns := finder.NewRedisPatterns(rdb)
-	if cfg.FinderLearnFromVerification {
-		// Deliverable addresses of verification jobs teach the finder
-		// their domains' address shapes (finder/shape.go).
-		ver.Teacher = &finder.VerificationTeacher{Store: patterns}
-	}
-	lk := lookup.New(finder.New(vs.bulk, patterns), delays)
-	f := &families{company: co, companies: companies, verification: ver, lists: lists, helo: vs.helo}
-	// The families, one entry each (a new family is one more), then the
-	// extra ones (a test's).
-	entries := append([]Extra{
-		{Family: co,
-			Singles: []apiserver.Single{{Method: "GET", Path: "/company-enrichment", Family: co, Keys: apiserver.Metered, ChargePrefix: "single-"}}},
-		{Family: ver,
-			Singles: []apiserver.Single{{Method: "GET", Path: "/verify", Family: ver, Keys: apiserver.Metered, ChargePrefix: "verify-"}}},
-		{Family: lk,
-			Singles: LookupSingles(&lookup.Single{Finder: finder.New(vs.single, patterns), Timeout: cfg.LookupTimeout},
-				ratelimit.New(rdb, cfg.UnlimitedLookupRPS))},
-	}, extra...)
-	var all []family.Family
-	for _, x := range entries {
-		all = append(all, x.Family)
-		b, err := bulkMounts(x.Family)
-		if err != nil {
-			return nil, err
-		}
-		f.bulk = append(f.bulk, b...)
-		f.singles = append(f.singles, x.Singles...)
-	}
-	f.registry = family.NewRegistry(all...)
-	return f, nil
-}
-
-// bulkMounts are the API's mounts of the bulk endpoints fam's form lists:
-// its paths, under /v1, and its keys (an Unlimited endpoint takes
-// unlimited-plan keys and is paid for with the daily bulk search quota,
-// the apiserver's metering of unlimited mounts).
-func bulkMounts(fam family.Family) ([]apiserver.Bulk, error) {
-	fm := fam.Form()
-	if len(fm.Bulk) == 0 {
-		return nil, fmt.Errorf("family %s: its form lists no bulk endpoint", fam.Name())
-	}
-	var out []apiserver.Bulk
-	for _, m := range fm.Bulk {
-		path, ok := strings.CutPrefix(m.Path, "/v1/")
-		if !ok {
-			return nil, fmt.Errorf("family %s: bulk endpoint %q is not under /v1/", fam.Name(), m.Path)
-		}
-		keys := apiserver.Metered
-		if m.Unlimited {
-			keys = apiserver.UnlimitedPlan
-		}
-		out = append(out, apiserver.Bulk{Path: "/" + path, Family: fam, Keys: keys})
-	}
-	return out, nil
-}
-
-// LookupSingles are the single email lookup mounts (POST /v1/email-lookup
-// and /v1/unlimited/email-lookup, docs/api.md) of one lookup.Single; the
-// single lookup's Timeout bounds one lookup (DNS, the catch-all probe and
-// every candidate's RCPT), past it the answer is 502 and nothing is
-// charged. perAccount is the per-account requests-per-second limit of the
-// unlimited one (SPEC section 8, quota rule 6), on top of the per-key
-// limit every endpoint has. Exported for the apiserver tests, which mount
-// the lookups as bulkd does.
-func LookupSingles(one *lookup.Single, perAccount *ratelimit.Limiter) []apiserver.Single {
-	return []apiserver.Single{
-		{Method: "POST", Path: "/email-lookup", Family: one, Keys: apiserver.Metered, ChargePrefix: "lookup-", MaxBody: lookup.MaxSingleBody},
-		{Method: "POST", Path: "/unlimited/email-lookup", Family: one, Keys: apiserver.UnlimitedPlan, ChargePrefix: "ulookup-", MaxBody: lookup.MaxSingleBody,
-			AccountLimiter: perAccount, AccountLimitKey: "lookup-acct:", AccountLimitWhat: "single lookups per second per account"},
-	}
-}
-
-// verifiers are the SMTP verifiers of a process: bulk (no waiting) and
-// single (waits out a short greylist within the request; the bulk one when
-// --verify-single-retry is 0).
-type verifiers struct {
-	bulk, single *verify.Verifier
-	lists        *verify.Lists // both verifiers'
-	// helo is the start-up check of each egress's HELO name (its A and
-	// PTR records against the egress's public address), shown on /readyz.
-	helo *egress.Checker
-}
-
-// verificationFamily builds the SMTP verifier (politeness shared through
-// Redis, lists overlaid with what an operator loaded) and its family.
-func verificationFamily(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*verification.Family, verifiers, error) {
-	delays, err := cfg.RetryDelays()
-	if err != nil {
-		return nil, verifiers{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	lists, err := verify.LoadListsFromRedis(ctx, rdb)
-	if err != nil {
-		log.Warn("operator-loaded address lists unavailable; using the built-in ones", "err", err)
-		lists = verify.DefaultLists()
-	}
-	probes := verify.NewRedisProbes(rdb)
-	// The per-server rules (defaults and `bulkd admin smtp-rules`), read
-	// again every 10 s while verifying: a change needs no restart.
-	smtpRules := rules.NewRedisHolder(ctx, rdb, 0, log)
-	lim := verify.NewRedisLimiter(rdb, verify.LimiterOptions{SessionsPerHost: cfg.SMTPSessionsPerHost, SessionsPerSecond: cfg.SMTPSessionRate})
-	out, err := outboundConfig(cfg)
-	if err != nil {
-		return nil, verifiers{}, err
-	}
-	egs, err := cfg.SMTPEgresses()
-	if err != nil {
-		return nil, verifiers{}, err
-	}
-	vcfg := verify.Config{DNSServer: cfg.DNSServer, SMTPPort: cfg.SMTPPort, HeloName: cfg.SMTPHelo, MailFrom: cfg.SMTPMailFrom,
-		CommandTimeout: cfg.SMTPCommandTimeout, SessionIdle: sessionIdle(cfg), Policy: out.Policy(), Probes: probes, Rules: smtpRules, Egresses: egs, Logger: log}
-	v, err := verify.New(vcfg, lists, lim)
-	if err != nil {
-		return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
-	}
-	fam := verification.New(v, delays)
-	vs := verifiers{bulk: v, single: v, lists: lists, helo: startHeloCheck(cfg, egs, log)}
-	if cfg.VerifySingleRetry > 0 {
-		// The single check may wait out a short greylist within its own
-		// timeout: a second verifier with the same parts and that setting.
-		scfg := vcfg
-		scfg.GreylistRetry = cfg.VerifySingleRetry
-		sv, err := verify.New(scfg, lists, lim)
-		if err != nil {
-			return nil, verifiers{}, fmt.Errorf("email verifier: %w", err)
-		}
-		fam.Single, vs.single = sv, sv
-	}
-	return fam, vs, nil
-}
-
-// sessionIdle is --smtp-session-idle for verify.Config, where 0 means the
-// default and a negative wait disables parking.
-func sessionIdle(cfg config.Config) time.Duration {
-	if cfg.SMTPSessionIdle <= 0 {
-		return -1
-	}
-	return cfg.SMTPSessionIdle
-}
-
-// heloCheckTimeout bounds the start-up HELO check of all egresses.
-const heloCheckTimeout = 30 * time.Second
-
-// startHeloCheck checks each egress's HELO name in the background (DNS may
-// be slow at start; serving does not wait for it) and logs the outcome: a
-// mismatch is a warning, not a reason to refuse to start or to be
-// unready, since verification still works, only with more refusals and
-// blocks from the servers that check (docs/egress.md).
-func startHeloCheck(cfg config.Config, egs []egress.Egress, log *slog.Logger) *egress.Checker {
-	chk := egress.NewChecker(cfg.DNSServer, 2*time.Second, egs)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), heloCheckTimeout)
-		defer cancel()
-		chk.Run(ctx, egs, log)
-	}()
-	return chk
+	return out
 }
 
 // newProcessor builds the shard processor; bl pays the refunds of the jobs

@@ -33,7 +33,7 @@ func TestSMTPSessionIdleFlag(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		_, vs, err := verificationFamily(cfg, rdb, slog.Default())
+		vs, err := (&parts{cfg: cfg, rdb: rdb, log: slog.Default(), out: &families{}}).verifiers()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,11 +38,13 @@ func outboundConfig(cfg config.Config) (outbound.Config, error) {
 }
 
 // NewController builds what `bulkd controller` runs beside its manager, on
-// one build of the families: the shard processor (it answers a failed
-// shard's inputs as errors) and the webhook sweeper and deliverer, with
-// their metrics on reg.
+// the families as declared (names, metering, error answers and how their
+// jobs are shown; no answerer, no SMTP verifier, no address list, no HELO
+// check): the shard processor (it answers a failed shard's inputs as the
+// family's error outcome, and answers nothing else) and the webhook
+// sweeper and deliverer, with their metrics on reg.
 func NewController(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, reg prometheus.Registerer, extra ...Extra) (*jobs.Processor, *webhook.Service, error) {
-	fams, err := buildFamilies(cfg, rdb, log, extra)
+	fams, err := buildFamilies(cfg, rdb, log, scope{declared: true}, extra)
 	if err != nil {
 		return nil, nil, err
 	}

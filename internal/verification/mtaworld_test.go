@@ -20,7 +20,7 @@ import (
 // TestAccuracyMTAWorld is issue 25's goal on unmodified mail software
 // (internal/mtaworld, docs/mta-world.md): stock Postfix with postgrey and
 // a DNS block list, and Exim, each with the limits postmasters set. The
-// verifier is built as `bulkd serve` builds it (verificationFamily: its
+// verifier is built as `bulkd serve` builds it (serve.parts.verifiers: its
 // defaults, the Redis limiter at 3 sessions and 5 new sessions/s per
 // server, per-server rules from Redis) except for the retry schedule,
 // which is scaled down with the world's 5 s greylisting and 10-20 s rate

@@ -110,6 +110,12 @@ func (f *Family) Metering() family.Metering {
 	return family.Metering{Price: Price, RefundOutcome: verify.StatusUnknown}
 }
 
+// Words implements family.Worded: the dashboard's note on the refund of
+// RefundOutcome.
+func (f *Family) Words() family.Words {
+	return family.Words{RefundSentence: "Addresses whose result is unknown are refunded when the job completes."}
+}
+
 // Form implements family.Family.
 func (f *Family) Form() form.Form { return form.Verification }
 

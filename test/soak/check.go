@@ -176,7 +176,6 @@ func (r *runner) checkJob(ctx context.Context, c *Checks, j *job) {
 		c.NotFinished++
 		c.example("%s job %s: status %q after the drain", j.fam.name, j.id, st.Status)
 	}
-	str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
 	want := 0
 	switch j.fam.kind {
 	case famCompany:
@@ -193,78 +192,99 @@ func (r *runner) checkJob(ctx context.Context, c *Checks, j *job) {
 	}
 	switch j.fam.kind {
 	case famCompany:
-		var sum float64
-		for i, row := range rows {
-			t := j.company[i]
-			res := str(row, "result")
-			c.AnswersByOutcome["company/"+res]++
-			cr, _ := row["credits_consumed"].(float64)
-			sum += cr
-			switch {
-			case res == "pending":
-				c.PendingRows++
-			case res == "error":
-				c.ErrorRows["company"]++
-				c.example("company job %s row %d %q: error (its shard failed for good)", j.id, i, t.input)
-			case res != t.result || str(row, "input") != t.input || int(cr) != t.credits:
-				c.Wrong["company"]++
-				c.example("company job %s row %d %q: result %s credits %v, want %s %d", j.id, i, t.input, res, cr, t.result, t.credits)
-			case t.redirect != nil && t.result != "invalid_url" && row["is_redirect"] != *t.redirect:
-				c.Wrong["company"]++
-				c.example("company job %s row %d %q: is_redirect %v, want %v", j.id, i, t.input, row["is_redirect"], *t.redirect)
-			}
-		}
-		if credits.Amount(sum*1000+0.5) != j.charge {
-			c.ChargeMismatch++
-			c.example("company job %s: rows' credits_consumed add up to %v, the submission charged %s", j.id, sum, j.charge)
-		}
+		checkCompanyRows(c, j, rows)
 	case famVerify:
-		for i, row := range rows {
-			t := j.verify[i]
-			s, reason := str(row, "status"), str(row, "reason")
-			c.AnswersByOutcome["verify/"+s]++
-			switch {
-			case s == "pending":
-				c.PendingRows++
-			case s == "unknown":
-				c.VerifyUnknownByReason[reason]++
-				if reason == "processing_error" {
-					c.ErrorRows["verify"]++
-					c.example("verify job %s %s: unknown/processing_error (its shard failed for good)", j.id, t.email)
-				} else if t.status != "unknown" {
-					c.Wrong["verify"]++
-					c.example("verify job %s %s: unknown/%s, want %s/%s", j.id, t.email, reason, t.status, t.reason)
-				}
-			case s != t.status || reason != t.reason:
-				c.Wrong["verify"]++
-				c.example("verify job %s %s: %s/%s, want %s/%s", j.id, t.email, s, reason, t.status, t.reason)
-			}
-		}
+		checkVerifyRows(c, j, rows)
 	default:
-		for i, row := range rows {
-			t := j.lookup[i]
-			s, sub, email := str(row, "status"), str(row, "substatus"), strings.ToLower(str(row, "email"))
-			c.AnswersByOutcome["lookup/"+s+"/"+sub]++
-			switch {
-			case s == "pending":
-				c.PendingRows++
-			case sub == "processing_error":
-				c.ErrorRows["lookup"]++
-				c.example("lookup job %s %s %s @ %s: %s/%s (its shard failed for good)", j.id, t.FirstName, t.LastName, t.Domain, s, sub)
-			case t.Reason != "":
-				if s != "not_found" || sub != t.Reason {
-					c.Wrong["lookup"]++
-					c.example("lookup job %s %s %s @ %s: %s/%s, want not_found/%s", j.id, t.FirstName, t.LastName, t.Domain, s, sub, t.Reason)
-				}
-			case t.CatchAll:
-			case email != "" && email != strings.ToLower(t.Email):
+		checkLookupRows(c, j, rows)
+	}
+}
+
+// str is row's field k as a string ("" when absent).
+func str(row map[string]any, k string) string { s, _ := row[k].(string); return s }
+
+// checkCompanyRows checks a company job's rows against the truth; c is
+// locked.
+func checkCompanyRows(c *Checks, j *job, rows []map[string]any) {
+	var sum float64
+	for i, row := range rows {
+		t := j.company[i]
+		res := str(row, "result")
+		c.AnswersByOutcome["company/"+res]++
+		cr, _ := row["credits_consumed"].(float64)
+		sum += cr
+		switch {
+		case res == "pending":
+			c.PendingRows++
+		case res == "error":
+			c.ErrorRows["company"]++
+			c.example("company job %s row %d %q: error (its shard failed for good)", j.id, i, t.input)
+		case res != t.result || str(row, "input") != t.input || int(cr) != t.credits:
+			c.Wrong["company"]++
+			c.example("company job %s row %d %q: result %s credits %v, want %s %d", j.id, i, t.input, res, cr, t.result, t.credits)
+		case t.redirect != nil && t.result != "invalid_url" && row["is_redirect"] != *t.redirect:
+			c.Wrong["company"]++
+			c.example("company job %s row %d %q: is_redirect %v, want %v", j.id, i, t.input, row["is_redirect"], *t.redirect)
+		}
+	}
+	if credits.Amount(sum*1000+0.5) != j.charge {
+		c.ChargeMismatch++
+		c.example("company job %s: rows' credits_consumed add up to %v, the submission charged %s", j.id, sum, j.charge)
+	}
+}
+
+// checkVerifyRows checks a verification job's rows against the truth; c
+// is locked.
+func checkVerifyRows(c *Checks, j *job, rows []map[string]any) {
+	for i, row := range rows {
+		t := j.verify[i]
+		s, reason := str(row, "status"), str(row, "reason")
+		c.AnswersByOutcome["verify/"+s]++
+		switch {
+		case s == "pending":
+			c.PendingRows++
+		case s == "unknown":
+			c.VerifyUnknownByReason[reason]++
+			if reason == "processing_error" {
+				c.ErrorRows["verify"]++
+				c.example("verify job %s %s: unknown/processing_error (its shard failed for good)", j.id, t.email)
+			} else if t.status != "unknown" {
+				c.Wrong["verify"]++
+				c.example("verify job %s %s: unknown/%s, want %s/%s", j.id, t.email, reason, t.status, t.reason)
+			}
+		case s != t.status || reason != t.reason:
+			c.Wrong["verify"]++
+			c.example("verify job %s %s: %s/%s, want %s/%s", j.id, t.email, s, reason, t.status, t.reason)
+		}
+	}
+}
+
+// checkLookupRows checks a lookup job's rows against the truth; c is
+// locked.
+func checkLookupRows(c *Checks, j *job, rows []map[string]any) {
+	for i, row := range rows {
+		t := j.lookup[i]
+		s, sub, email := str(row, "status"), str(row, "substatus"), strings.ToLower(str(row, "email"))
+		c.AnswersByOutcome["lookup/"+s+"/"+sub]++
+		switch {
+		case s == "pending":
+			c.PendingRows++
+		case sub == "processing_error":
+			c.ErrorRows["lookup"]++
+			c.example("lookup job %s %s %s @ %s: %s/%s (its shard failed for good)", j.id, t.FirstName, t.LastName, t.Domain, s, sub)
+		case t.Reason != "":
+			if s != "not_found" || sub != t.Reason {
 				c.Wrong["lookup"]++
-				c.example("lookup job %s %s %s @ %s: %s, the person's address is %q", j.id, t.FirstName, t.LastName, t.Domain, email, t.Email)
-			case t.Findable && (s != "found" || sub != "verified"):
-				c.Missed++
-				if len(c.MissedExamples) < 5 {
-					c.MissedExamples = append(c.MissedExamples, fmt.Sprintf("%s %s @ %s: %s/%s, findable as %s", t.FirstName, t.LastName, t.Domain, s, sub, t.Email))
-				}
+				c.example("lookup job %s %s %s @ %s: %s/%s, want not_found/%s", j.id, t.FirstName, t.LastName, t.Domain, s, sub, t.Reason)
+			}
+		case t.CatchAll:
+		case email != "" && email != strings.ToLower(t.Email):
+			c.Wrong["lookup"]++
+			c.example("lookup job %s %s %s @ %s: %s, the person's address is %q", j.id, t.FirstName, t.LastName, t.Domain, email, t.Email)
+		case t.Findable && (s != "found" || sub != "verified"):
+			c.Missed++
+			if len(c.MissedExamples) < 5 {
+				c.MissedExamples = append(c.MissedExamples, fmt.Sprintf("%s %s @ %s: %s/%s, findable as %s", t.FirstName, t.LastName, t.Domain, s, sub, t.Email))
 			}
 		}
 	}
@@ -335,92 +355,8 @@ func (r *runner) checkLedgers(ctx context.Context, c *Checks, accepted map[strin
 		}
 	}
 	for _, a := range r.accounts {
-		byJob := map[string]*ledgerJob{}
-		after := ""
-		for {
-			es, err := bl.Entries(ctx, a.id, after, 1000)
-			if err != nil {
-				c.ReadErrors++
-				c.example("ledger of %s: %v", a.id, err)
-				break
-			}
-			for _, e := range es {
-				c.LedgerEntries++
-				if e.JobID == "" {
-					continue
-				}
-				lj := byJob[e.JobID]
-				if lj == nil {
-					lj = &ledgerJob{firstAt: e.Time, keyID: e.KeyID}
-					byJob[e.JobID] = lj
-				}
-				switch e.Unit {
-				case "credits":
-					amt, err := credits.Parse(e.Amount)
-					if err != nil {
-						c.example("ledger entry %s: amount %q", e.ID, e.Amount)
-						continue
-					}
-					if e.Kind == billing.KindCharge {
-						lj.charges++
-						lj.charged += amt
-					} else {
-						lj.refunds++
-						lj.refunded += amt
-					}
-				default:
-					u, _ := strconv.ParseInt(e.Amount, 10, 64)
-					if e.Kind == billing.KindQuotaConsume {
-						lj.quotaCount++
-						lj.quotaUnits += u
-					} else {
-						lj.released += u
-					}
-				}
-			}
-			if len(es) < 1000 {
-				break
-			}
-			after = es[len(es)-1].ID
-		}
-		for id, lj := range byJob {
-			j, ok := accepted[id]
-			if !ok {
-				if lj.charged+lj.refunded != 0 || lj.quotaUnits+lj.released != 0 {
-					if pending[id] {
-						c.RollbacksPending++
-					} else {
-						c.UnexplainedCharges++
-						c.example("account %s: job %s, which no client was given, is charged %s credits / %d searches net (charged at %.3fs; %s)", a.id, id,
-							-(lj.charged + lj.refunded), lj.quotaUnits+lj.released, lj.firstAt.Sub(r.t0).Seconds(), r.submissionsAround(lj.keyID, lj.firstAt.Sub(r.t0)))
-					}
-				}
-				continue
-			}
-			switch {
-			case j.fam.quota:
-				c.QuotaUnits += lj.quotaUnits
-				if lj.quotaCount != 1 || lj.quotaUnits != j.totalRows || lj.released != 0 || lj.charges != 0 {
-					c.ChargeMismatch++
-					c.example("unlimited job %s: %d quota entries for %d searches, %d released, %d credit charges; want one of %d", id, lj.quotaCount,
-						lj.quotaUnits, lj.released, lj.charges, j.totalRows)
-				}
-			default:
-				c.ChargedCredits += -lj.charged
-				ok := lj.charges == 1 && -lj.charged == j.charge
-				if j.fam.kind == famVerify {
-					c.RefundedVerify += lj.refunded
-					ok = ok && lj.refunds <= 1
-				} else {
-					ok = ok && lj.refunds == 0
-				}
-				if !ok {
-					c.ChargeMismatch++
-					c.example("%s job %s: %d charges of %s, %d refunds of %s; the submission said %s", j.fam.name, id, lj.charges, -lj.charged,
-						lj.refunds, lj.refunded, j.charge)
-				}
-			}
-		}
+		byJob := ledgerByJob(ctx, bl, c, a.id)
+		r.checkAccountJobs(c, a.id, byJob, accepted, pending)
 		for id, j := range accepted {
 			if j.kc.acct == a && byJob[id] == nil && (j.charge != 0 || j.fam.quota) {
 				c.ChargeMismatch++
@@ -437,8 +373,113 @@ func (r *runner) checkLedgers(ctx context.Context, c *Checks, accepted map[strin
 			c.example("%v", err)
 		}
 	}
-	// Verification refunds: each job's refunded amount (its hash) is its
-	// unknown addresses at 0.2, once.
+	r.checkVerifyRefunds(ctx, c, accepted)
+}
+
+// ledgerByJob reads account's whole ledger, by job.
+func ledgerByJob(ctx context.Context, bl *billing.Billing, c *Checks, account string) map[string]*ledgerJob {
+	byJob := map[string]*ledgerJob{}
+	after := ""
+	for {
+		es, err := bl.Entries(ctx, account, after, 1000)
+		if err != nil {
+			c.ReadErrors++
+			c.example("ledger of %s: %v", account, err)
+			return byJob
+		}
+		for _, e := range es {
+			c.LedgerEntries++
+			if e.JobID == "" {
+				continue
+			}
+			lj := byJob[e.JobID]
+			if lj == nil {
+				lj = &ledgerJob{firstAt: e.Time, keyID: e.KeyID}
+				byJob[e.JobID] = lj
+			}
+			lj.add(c, e)
+		}
+		if len(es) < 1000 {
+			return byJob
+		}
+		after = es[len(es)-1].ID
+	}
+}
+
+// add counts one of the job's ledger entries.
+func (lj *ledgerJob) add(c *Checks, e billing.Entry) {
+	switch e.Unit {
+	case "credits":
+		amt, err := credits.Parse(e.Amount)
+		if err != nil {
+			c.example("ledger entry %s: amount %q", e.ID, e.Amount)
+			return
+		}
+		if e.Kind == billing.KindCharge {
+			lj.charges++
+			lj.charged += amt
+		} else {
+			lj.refunds++
+			lj.refunded += amt
+		}
+	default:
+		u, _ := strconv.ParseInt(e.Amount, 10, 64)
+		if e.Kind == billing.KindQuotaConsume {
+			lj.quotaCount++
+			lj.quotaUnits += u
+		} else {
+			lj.released += u
+		}
+	}
+}
+
+// checkAccountJobs checks what account's ledger says about each job
+// against what its client was told (accepted); pending are the
+// submissions being rolled back.
+func (r *runner) checkAccountJobs(c *Checks, account string, byJob map[string]*ledgerJob, accepted map[string]*job, pending map[string]bool) {
+	for id, lj := range byJob {
+		j, ok := accepted[id]
+		if !ok {
+			if lj.charged+lj.refunded != 0 || lj.quotaUnits+lj.released != 0 {
+				if pending[id] {
+					c.RollbacksPending++
+				} else {
+					c.UnexplainedCharges++
+					c.example("account %s: job %s, which no client was given, is charged %s credits / %d searches net (charged at %.3fs; %s)", account, id,
+						-(lj.charged + lj.refunded), lj.quotaUnits+lj.released, lj.firstAt.Sub(r.t0).Seconds(), r.submissionsAround(lj.keyID, lj.firstAt.Sub(r.t0)))
+				}
+			}
+			continue
+		}
+		switch {
+		case j.fam.quota:
+			c.QuotaUnits += lj.quotaUnits
+			if lj.quotaCount != 1 || lj.quotaUnits != j.totalRows || lj.released != 0 || lj.charges != 0 {
+				c.ChargeMismatch++
+				c.example("unlimited job %s: %d quota entries for %d searches, %d released, %d credit charges; want one of %d", id, lj.quotaCount,
+					lj.quotaUnits, lj.released, lj.charges, j.totalRows)
+			}
+		default:
+			c.ChargedCredits += -lj.charged
+			ok := lj.charges == 1 && -lj.charged == j.charge
+			if j.fam.kind == famVerify {
+				c.RefundedVerify += lj.refunded
+				ok = ok && lj.refunds <= 1
+			} else {
+				ok = ok && lj.refunds == 0
+			}
+			if !ok {
+				c.ChargeMismatch++
+				c.example("%s job %s: %d charges of %s, %d refunds of %s; the submission said %s", j.fam.name, id, lj.charges, -lj.charged,
+					lj.refunds, lj.refunded, j.charge)
+			}
+		}
+	}
+}
+
+// checkVerifyRefunds: each verification job's refunded amount (its hash)
+// is its unknown addresses at their price, once.
+func (r *runner) checkVerifyRefunds(ctx context.Context, c *Checks, accepted map[string]*job) {
 	for _, j := range accepted {
 		if j.fam.kind != famVerify {
 			continue

@@ -198,16 +198,9 @@ func Run(tb testing.TB, cfg Config) (*Report, error) {
 		"--dns-server", r.mail.w.DNSAddr(), "--smtp-port", strconv.Itoa(r.mail.w.SMTPPort()), "--outbound-allow-cidrs", mailworld.AllowCIDRs,
 		"--smtp-sessions-per-host", strconv.Itoa(maxConns), "--smtp-session-rate", "100",
 		"--verify-retry-delays", cfg.RetryDelays, "--redirect-checks=true", "--http-proxy", "http://" + proxy}
-	for i := 0; i < 2; i++ {
-		rep, err := newReplica(fmt.Sprintf("r%d", i), cfg.Bin, cfg.Dir, common)
-		if err != nil {
-			return nil, err
-		}
-		r.reps = append(r.reps, rep)
-		if err := rep.start(ctx, time.Minute); err != nil {
-			return nil, err
-		}
-		defer rep.stop(10 * time.Second)
+	defer r.stopReplicas()
+	if err := r.startReplicas(ctx, common); err != nil {
+		return nil, err
 	}
 	r.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: cfg.Keys * cfg.InFlight * 2, MaxIdleConnsPerHost: cfg.Keys * cfg.InFlight, IdleConnTimeout: 90 * time.Second,
@@ -217,6 +210,39 @@ func Run(tb testing.TB, cfg Config) (*Report, error) {
 		cfg.Bin, r.reps[0].name, r.reps[0].addr, r.reps[1].name, r.reps[1].addr, r.redis.Addr, cfg.Keys, cfg.Accounts, cfg.UnlimitedAccounts,
 		len(r.companies.known), r.mail.w.DNSAddr())
 
+	loadTook, drainTook, drained := r.loadAndDrain(ctx)
+	rep := r.report(loadTook, drainTook, drained)
+	r.check(ctx, rep)
+	return rep, nil
+}
+
+// startReplicas starts the two `bulkd serve` replicas with the flags
+// common; stopReplicas stops those started.
+func (r *runner) startReplicas(ctx context.Context, common []string) error {
+	for i := 0; i < 2; i++ {
+		rep, err := newReplica(fmt.Sprintf("r%d", i), r.cfg.Bin, r.cfg.Dir, common)
+		if err != nil {
+			return err
+		}
+		r.reps = append(r.reps, rep)
+		if err := rep.start(ctx, time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) stopReplicas() {
+	for i := len(r.reps) - 1; i >= 0; i-- {
+		r.reps[i].stop(10 * time.Second)
+	}
+}
+
+// loadAndDrain runs the clients for the load phase, with the faults, then
+// lets them poll and read until every job they were given is finished
+// (the drain), at most cfg.Drain.
+func (r *runner) loadAndDrain(ctx context.Context) (loadTook, drainTook time.Duration, drained bool) {
+	cfg := r.cfg
 	// The load.
 	r.t0 = time.Now()
 	stop := make(chan struct{})
@@ -240,14 +266,14 @@ wait:
 		}
 	}
 	r.stopSubmit.Store(true)
-	loadTook := r.since()
+	loadTook = r.since()
 	<-faultsDone
 	r.logf("load phase over (%s); waiting for every accepted job to finish (at most %s)", loadTook.Round(time.Millisecond), cfg.Drain)
 
 	// The drain: the clients keep polling and reading until every job
 	// they were given is finished and no submission is still retrying.
 	drainStart := time.Now()
-	drained := false
+	drained = false
 	for time.Since(drainStart) < cfg.Drain {
 		if r.allDone() {
 			drained = true
@@ -259,7 +285,7 @@ wait:
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	drainTook := time.Since(drainStart)
+	drainTook = time.Since(drainStart)
 	close(stop)
 	wg.Wait()
 	r.logf("drain over after %s (all finished: %v)", drainTook.Round(time.Millisecond), drained)
@@ -269,9 +295,7 @@ wait:
 		}
 	}
 
-	rep := r.report(loadTook, drainTook, drained)
-	r.check(ctx, rep)
-	return rep, nil
+	return loadTook, drainTook, drained
 }
 
 // makeAccounts creates the accounts and keys: pay-as-you-go accounts with

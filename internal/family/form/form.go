@@ -13,11 +13,13 @@
 // a family's input.
 //
 // The package is a leaf (the standard library only): bulkctl, a client
-// binary, links it without linking the server. The shipped families'
-// forms are declared here for that reason (Company, Verification, Lookup,
-// listed in Builtin, which bulkctl offers), and each family returns its own
-// from family.Family.Form; a form declared elsewhere (test/fourthfamily's)
-// is served and shown by the dashboard all the same, and reaches bulkctl
+// binary, links it without linking the server. The forms of the families
+// bulkd ships are declared here for that reason (Company, Verification,
+// Lookup, listed in Builtin, which bulkctl offers), and a shipped family
+// added later declares its Form here too and appends it to Builtin; each
+// family returns its own from family.Family.Form. A family outside bulkd
+// (a test's: test/fourthfamily) declares its Form in its own package; the
+// dashboard serves and shows it all the same, and it reaches bulkctl only
 // when the program linking it says so (bulkctl.MountsOf).
 package form
 
