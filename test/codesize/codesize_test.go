@@ -32,10 +32,6 @@ const (
 // TODO(lead): remove once i29a/b/c land (and i27, i28): empty this list at
 // merge; the test must then pass with no entry.
 var pending = []string{
-	"internal/family/form", "internal/bulkctl", "cmd/bulkctl", "internal/dashboard", // i29a
-	"controllers", "internal/kube", "test/nodeagent", // i29b
-	"internal/verify", "internal/finder", "internal/mailworld", "internal/mtaworld", // i29c
-	"internal/egress", "internal/testsocks", "internal/company", "hack/mailworld", "hack/mtaworld", // i29c
 	"hack/kube-bench",  // i27
 	"internal/privacy", // i28
 }
