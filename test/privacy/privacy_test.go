@@ -74,9 +74,14 @@ func world(t *testing.T) *mailworld.World {
 
 func start(t *testing.T, logs *logBuf, opts ...bulkdtest.Option) *bulkdtest.Env {
 	t.Helper()
+	return startIn(t, logs, world(t), opts...)
+}
+
+// startIn starts bulkd against the mail world w.
+func startIn(t *testing.T, logs *logBuf, w *mailworld.World, opts ...bulkdtest.Option) *bulkdtest.Env {
+	t.Helper()
 	bulkdtest.LogTo = logs
 	t.Cleanup(func() { bulkdtest.LogTo = nil })
-	w := world(t)
 	opts = append([]bulkdtest.Option{bulkdtest.WithMailWorld(w), bulkdtest.WithConfig(func(c *config.Config) {
 		c.PrivacySecret = secret
 		c.VerifyRetryDelays = "" // no greylisting here: answers are final
