@@ -184,6 +184,8 @@ func (d *Dashboard) routes() http.Handler {
 		g.Get(Base+"/api/jobs", d.apiJobs)
 		g.Get(Base+"/api/jobs/{id}", d.apiJob)
 		g.Get(Base+"/ledger", d.ledger)
+		g.Get(Base+"/settings", d.settings)
+		g.Post(Base+"/settings/retention", d.setRetention)
 	})
 	return r
 }
