@@ -140,8 +140,9 @@ type deletedJob struct {
 	Removed []string `json:"removed"`
 }
 
-// removedTraces is what a deletion removes, in the answer's words.
-var removedTraces = []string{"status", "rows", "results", "inputs", "cached_results", "idempotency_record", "webhook_events"}
+// RemovedTraces is what a deletion removes, in the answer's words (the
+// API's DELETE answer and the dashboard's page after a deletion).
+var RemovedTraces = []string{"status", "rows", "results", "inputs", "cached_results", "idempotency_record", "webhook_events"}
 
 func (s *Server) deleteBulkJob(m Bulk) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +161,7 @@ func (s *Server) deleteBulkJob(m Bulk) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, deletedJob{JobID: id, Status: "deleted", PreviousStatus: familyStatus(m.Family, d.Job),
 			TotalRows: d.Job.TotalRows, TotalProcessed: family.Processed(m.Family, d.Job), Unprocessed: d.Unprocessed,
-			CreditsRefunded: float64(d.Refunded) / credits.Scale, Removed: removedTraces})
+			CreditsRefunded: float64(d.Refunded) / credits.Scale, Removed: RemovedTraces})
 	}
 }
 

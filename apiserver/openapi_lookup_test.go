@@ -372,8 +372,8 @@ func TestOpenAPILookupContract(t *testing.T) {
 	}{
 		{"LookupResultRow", rowFields, []string{"found", "not_found", family.OutcomeSuppressed, "pending"}, // ambiguous: two rows of one job, one address, or an address against the domain's pattern; suppressed: a person erased on their request (docs/privacy.md)
 			append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), append(append([]string{}, substatuses[4:]...), "processing_error", lookup.SubQueued, lookup.SubRetrying, family.OutcomeSuppressed)...)},
-		{"LookupResponse", append(append([]string{}, rowFields...), "credits_consumed"), []string{"found", "not_found"},
-			append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), substatuses[4:len(substatuses)-1]...)}, // unknown is a 502
+		{"LookupResponse", append(append([]string{}, rowFields...), "credits_consumed"), []string{"found", "not_found", family.OutcomeSuppressed},
+			append(append(append(append([]string{}, substatuses[:4]...), finder.SubAmbiguous), substatuses[4:len(substatuses)-1]...), family.OutcomeSuppressed)}, // unknown is a 502
 	} {
 		row := schemas[c.name].Value
 		closed(c.name, row, c.fields...)

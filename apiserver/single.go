@@ -90,6 +90,9 @@ func (s *Server) single(m Single) http.HandlerFunc {
 				return
 			}
 		}
+		if s.singleSuppressed(w, r, call) {
+			return
+		}
 		chargeID, ok := s.newChargeID(w, r, p.Account.ID, m.ChargePrefix)
 		if !ok {
 			return
@@ -139,6 +142,26 @@ func (s *Server) single(m Single) http.HandlerFunc {
 		}
 		writeSingleBytes(w, b)
 	}
+}
+
+// singleSuppressed answers a call whose input names a person on the
+// suppression list (docs/privacy.md) with the family's suppressed answer,
+// before anything is charged or looked up, and reports whether it did. A
+// list that cannot be read is a 503: fail closed, as a bulk submission.
+func (s *Server) singleSuppressed(w http.ResponseWriter, r *http.Request, call family.SingleCall) bool {
+	if len(call.Subjects) == 0 || call.Suppressed == nil {
+		return false
+	}
+	yes, err := s.Suppress.Any(r.Context(), call.Subjects...)
+	if err != nil {
+		s.Logger.Error("suppression list unavailable", "err", err)
+		apierr.Write(w, errTemporarilyUnavailable())
+		return true
+	}
+	if yes {
+		s.writeSingle(w, r, call.Suppressed)
+	}
+	return yes
 }
 
 // chargeSingle takes a single request's price (credits on a metered

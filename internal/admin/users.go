@@ -23,11 +23,14 @@ const UserUsage = `  user create ACCOUNT --email E [--password-stdin] [--base-ur
   user password EMAIL --password-stdin             set the password read from stdin; the user's sessions end
   user revoke-sessions EMAIL                       sign the user out everywhere; print how many sessions ended
   user list ACCOUNT                                print the account's dashboard users (id and email), one a line
+  user role EMAIL owner|member                     set the user's role: only an owner changes the account's
+                                                   settings in the dashboard (its retention); the first user
+                                                   of an account is its owner
 `
 
 func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: user create|link|password|revoke-sessions|list ...")
+		return errors.New("usage: user create|link|password|revoke-sessions|list|role ...")
 	}
 	us := users.New(rdb, env.Now, users.Options{})
 	st := accounts.NewStore(rdb, env.Now)
@@ -70,6 +73,20 @@ func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []str
 			return nil
 		}
 		return link(u.ID)
+	case "role":
+		pos, err := parse(fs, args[1:], 2)
+		if err != nil {
+			return err
+		}
+		u, _, err := us.ByEmail(ctx, pos[0])
+		if err != nil {
+			return fmt.Errorf("user %s: %w", pos[0], err)
+		}
+		if err := us.SetRole(ctx, u.ID, pos[1]); err != nil {
+			return err
+		}
+		fmt.Fprintln(env.Stdout, u.ID, pos[1])
+		return nil
 	case "link", "password", "revoke-sessions":
 		pos, err := parse(fs, args[1:], 1)
 		if err != nil {

@@ -179,9 +179,13 @@ func (d *Dashboard) routes() http.Handler {
 		g.Post(Base+"/jobs/new/{draft}/confirm", d.confirm)
 		g.Get(Base+"/jobs/{id}", d.jobPage)
 		g.Get(Base+"/jobs/{id}/results.csv", d.jobCSV)
+		g.Get(Base+"/jobs/{id}/delete", d.deleteJobForm)
+		g.Post(Base+"/jobs/{id}/delete", d.deleteJob)
 		g.Get(Base+"/api/jobs", d.apiJobs)
 		g.Get(Base+"/api/jobs/{id}", d.apiJob)
 		g.Get(Base+"/ledger", d.ledger)
+		g.Get(Base+"/settings", d.settings)
+		g.Post(Base+"/settings/retention", d.setRetention)
 	})
 	return r
 }

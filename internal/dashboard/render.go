@@ -16,7 +16,7 @@ import (
 )
 
 // pageNames are the templates, each rendered inside layout.html.
-var pageNames = []string{"login", "link", "error", "overview", "keys", "revoke", "jobs", "job", "newjob", "mapping", "confirm", "ledger"}
+var pageNames = []string{"login", "link", "error", "overview", "keys", "revoke", "jobs", "job", "newjob", "mapping", "confirm", "ledger", "deletejob", "deleted", "settings"}
 
 func parsePages() map[string]*template.Template {
 	out := make(map[string]*template.Template, len(pageNames))

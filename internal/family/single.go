@@ -49,6 +49,15 @@ type SingleCall struct {
 	// paid with a quota unit): the answer's credits_consumed when kept. An
 	// error is a 500 and the charge is refunded (SPEC 2.10).
 	Answer func(ctx context.Context, charged credits.Amount) (SingleAnswer, error)
+	// Subjects are the canonical subjects (EmailSubject, PersonSubject)
+	// the input names. When one is on the suppression list (a person
+	// erased on their request, docs/privacy.md) the API answers
+	// Suppressed instead: nothing is charged and Answer is never called,
+	// so no DNS query and no SMTP session.
+	Subjects []string
+	// Suppressed is the 200 answer for a suppressed input (the family's
+	// outcome "suppressed", naming no one).
+	Suppressed any
 }
 
 // SingleAnswer is a single request's answer.

@@ -32,6 +32,9 @@ type Deletion struct {
 	Keys int64
 	// At is when the job was stopped.
 	At time.Time
+	// By is who asked, for the audit log (DeleteJobBy); "": the job's
+	// own key.
+	By string
 }
 
 // tombstoneScript stops a job: from this step on the write scripts
@@ -97,6 +100,12 @@ func (e *Engine) Delete(ctx context.Context, keyID, family, jobID string) (*Dele
 //
 // why is the ledger note's reason ("deleted by its owner", "erased").
 func (e *Engine) DeleteJob(ctx context.Context, j *Job, why string) (*Deletion, error) {
+	return e.DeleteJobBy(ctx, j, why, "")
+}
+
+// DeleteJobBy is DeleteJob on the request of by (Deletion.By: the audit
+// log's actor, e.g. a dashboard user's id; "": the job's own key).
+func (e *Engine) DeleteJobBy(ctx context.Context, j *Job, why, by string) (*Deletion, error) {
 	// Detach: a client that hangs up half-way must not leave the job
 	// stopped but unpaid.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -109,7 +118,7 @@ func (e *Engine) DeleteJob(ctx context.Context, j *Job, why string) (*Deletion, 
 	if res[0] < 0 {
 		return nil, ErrJobNotFound
 	}
-	d := &Deletion{Job: j, Unprocessed: res[2], At: now}
+	d := &Deletion{Job: j, Unprocessed: res[2], At: now, By: by}
 	if err := e.Executor.Cancel(ctx, j.ID); err != nil {
 		return nil, fmt.Errorf("delete job %s: stop its work: %w", j.ID, err)
 	}

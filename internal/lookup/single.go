@@ -61,19 +61,23 @@ func (s *Single) ParseSingle(req family.SingleRequest) (family.SingleCall, *apie
 	if e := v.Err(); e != nil {
 		return family.SingleCall{}, e
 	}
-	return family.SingleCall{Timeout: s.Timeout, Answer: func(ctx context.Context, charged credits.Amount) (family.SingleAnswer, error) {
-		res := s.Finder.Find(ctx, []finder.Person{row.Person()})[0]
-		if Undetermined(res) {
-			why := "the domain's mail server did not give a final answer (it may be greylisting; try again in a few minutes)"
-			if ctx.Err() != nil {
-				why = fmt.Sprintf("the lookup did not finish within %s (the mail host or DNS did not answer in time)", s.Timeout)
+	// An erased person is answered suppressed, not looked up and free; the
+	// answer does not echo their name (as a bulk row's).
+	sup := Response{Result: finder.Result{Status: family.OutcomeSuppressed, Substatus: family.OutcomeSuppressed}}
+	return family.SingleCall{Timeout: s.Timeout, Subjects: []string{family.PersonSubject(*row.FirstName, *row.LastName, *row.Domain)},
+		Suppressed: SingleResponse{Response: sup}, Answer: func(ctx context.Context, charged credits.Amount) (family.SingleAnswer, error) {
+			res := s.Finder.Find(ctx, []finder.Person{row.Person()})[0]
+			if Undetermined(res) {
+				why := "the domain's mail server did not give a final answer (it may be greylisting; try again in a few minutes)"
+				if ctx.Err() != nil {
+					why = fmt.Sprintf("the lookup did not finish within %s (the mail host or DNS did not answer in time)", s.Timeout)
+				}
+				return family.SingleAnswer{Failure: apierr.New(http.StatusBadGateway, "The email lookup could not be completed: "+why+
+					". Nothing was charged for it.")}, nil
 			}
-			return family.SingleAnswer{Failure: apierr.New(http.StatusBadGateway, "The email lookup could not be completed: "+why+
-				". Nothing was charged for it.")}, nil
-		}
-		return family.SingleAnswer{Keep: true, Body: SingleResponse{
-			Response:        Response{Result: res, FirstName: *row.FirstName, LastName: *row.LastName, Domain: *row.Domain},
-			CreditsConsumed: charged,
+			return family.SingleAnswer{Keep: true, Body: SingleResponse{
+				Response:        Response{Result: res, FirstName: *row.FirstName, LastName: *row.LastName, Domain: *row.Domain},
+				CreditsConsumed: charged,
+			}}, nil
 		}}, nil
-	}}, nil
 }

@@ -93,17 +93,54 @@ func (e *Eraser) Erase(ctx context.Context, sub Subject, actor string) (*Report,
 	for _, s := range subs {
 		rep.Subjects = append(rep.Subjects, e.Hasher.Hash(s))
 	}
+	addr := strings.ToLower(strings.TrimSpace(sub.Email))
+	learned, err := e.redactJobs(ctx, subs, addr, rep)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.forget(ctx, sub, addr, learned, rep); err != nil {
+		return nil, err
+	}
+	// The verifier's caches are per domain and per mail server (catch-all
+	// verdicts, probe addresses made up by bulkd, politeness): none names
+	// a person (docs/privacy.md).
+	if err := e.Suppress.Add(ctx, subs...); err != nil {
+		return nil, err
+	}
+	rep.Millis = time.Since(start).Milliseconds()
+	for _, h := range rep.Subjects {
+		if err := e.Audit.Record(ctx, Entry{Actor: actor, Action: "erase", Subject: h, Counts: map[string]int64{
+			"jobs_searched": rep.Jobs, "jobs_changed": rep.Touched, "inputs": rep.Inputs, "rows": rep.Rows, "patterns": rep.Patterns}}); err != nil {
+			return nil, err
+		}
+	}
+	if e.Log != nil {
+		e.Log.Info("person erased", "subject", rep.Subjects, "jobs", rep.Jobs, "changed", rep.Touched, "inputs", rep.Inputs,
+			"rows", rep.Rows, "patterns", rep.Patterns, "ms", rep.Millis)
+	}
+	return rep, nil
+}
+
+// learned is what the erased inputs taught the finder: the lookups'
+// found addresses (a pattern each), and whether a verification of the
+// address was erased (its shape was counted).
+type learned struct {
+	forgets []jobs.Erased
+	shapes  bool
+}
+
+// redactJobs erases the inputs naming one of subs (or whose answer holds
+// addr) from every job of every account, counting into rep.
+func (e *Eraser) redactJobs(ctx context.Context, subs []string, addr string, rep *Report) (learned, error) {
 	want := map[string]bool{}
 	for _, s := range subs {
 		want[s] = true
 	}
-	addr := strings.ToLower(strings.TrimSpace(sub.Email))
+	var l learned
 	accts, err := e.Redis.SMembers(ctx, "bulkd:accounts").Result()
 	if err != nil {
-		return nil, fmt.Errorf("erase: accounts: %w", err)
+		return l, fmt.Errorf("erase: accounts: %w", err)
 	}
-	var forgets []jobs.Erased // lookups' found addresses: what the finder learned
-	var shapes bool
 	err = e.Store.AllJobs(ctx, accts, func(j *jobs.Job) error {
 		rep.Jobs++
 		f, ok := e.Families[j.Family]
@@ -131,62 +168,50 @@ func (e *Eraser) Erase(ctx context.Context, sub Subject, actor string) (*Report,
 		rep.Rows += red.Rows
 		for _, x := range red.Erased {
 			if addr != "" && strings.Contains(strings.ToLower(x.Payload), addr) {
-				shapes = true // a verification of the address: its shape was counted
+				l.shapes = true // a verification of the address: its shape was counted
 			}
-			forgets = append(forgets, x)
+			l.forgets = append(l.forgets, x)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("erase: %w", err)
+		return l, fmt.Errorf("erase: %w", err)
 	}
-	// What the finder learned: a pattern from a person's found address,
-	// a shape from a verified one.
-	if e.Patterns != nil {
-		for _, x := range forgets {
-			var p finder.Person
-			var r finder.Result
-			_, data, _ := strings.Cut(x.Answer, "\n")
-			if json.Unmarshal([]byte(x.Payload), &p) != nil || json.Unmarshal([]byte(data), &r) != nil || r.Email == nil || p.FirstName == "" {
-				continue
-			}
-			n, err := e.Patterns.Forget(ctx, p.FirstName, p.LastName, *r.Email)
-			if err != nil {
-				return nil, err
-			}
-			rep.Patterns += int64(n)
+	return l, nil
+}
+
+// forget takes back what the finder learned from the erased inputs: a
+// pattern from a person's found address, a shape from a verified one.
+func (e *Eraser) forget(ctx context.Context, sub Subject, addr string, l learned, rep *Report) error {
+	if e.Patterns == nil {
+		return nil
+	}
+	for _, x := range l.forgets {
+		var p finder.Person
+		var r finder.Result
+		_, data, _ := strings.Cut(x.Answer, "\n")
+		if json.Unmarshal([]byte(x.Payload), &p) != nil || json.Unmarshal([]byte(data), &r) != nil || r.Email == nil || p.FirstName == "" {
+			continue
 		}
-		if sub.First != "" && addr != "" {
-			n, err := e.Patterns.Forget(ctx, sub.First, sub.Last, addr)
-			if err != nil {
-				return nil, err
-			}
-			rep.Patterns += int64(n)
+		n, err := e.Patterns.Forget(ctx, p.FirstName, p.LastName, *r.Email)
+		if err != nil {
+			return err
 		}
-		if shapes {
-			n, err := e.Patterns.ForgetShape(ctx, addr)
-			if err != nil {
-				return nil, err
-			}
-			rep.Patterns += int64(n)
+		rep.Patterns += int64(n)
+	}
+	if sub.First != "" && addr != "" {
+		n, err := e.Patterns.Forget(ctx, sub.First, sub.Last, addr)
+		if err != nil {
+			return err
 		}
+		rep.Patterns += int64(n)
 	}
-	// The verifier's caches are per domain and per mail server (catch-all
-	// verdicts, probe addresses made up by bulkd, politeness): none names
-	// a person (docs/privacy.md).
-	if err := e.Suppress.Add(ctx, subs...); err != nil {
-		return nil, err
-	}
-	rep.Millis = time.Since(start).Milliseconds()
-	for _, h := range rep.Subjects {
-		if err := e.Audit.Record(ctx, Entry{Actor: actor, Action: "erase", Subject: h, Counts: map[string]int64{
-			"jobs_searched": rep.Jobs, "jobs_changed": rep.Touched, "inputs": rep.Inputs, "rows": rep.Rows, "patterns": rep.Patterns}}); err != nil {
-			return nil, err
+	if l.shapes {
+		n, err := e.Patterns.ForgetShape(ctx, addr)
+		if err != nil {
+			return err
 		}
+		rep.Patterns += int64(n)
 	}
-	if e.Log != nil {
-		e.Log.Info("person erased", "subject", rep.Subjects, "jobs", rep.Jobs, "changed", rep.Touched, "inputs", rep.Inputs,
-			"rows", rep.Rows, "patterns", rep.Patterns, "ms", rep.Millis)
-	}
-	return rep, nil
+	return nil
 }

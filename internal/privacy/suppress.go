@@ -75,6 +75,36 @@ func (s *Suppressions) Add(ctx context.Context, subjects ...string) error {
 	return nil
 }
 
+// Any reports whether one of subjects is on the list (a single
+// endpoint's input, apiserver). A nil list, or one without a secret,
+// suppresses nothing; an empty list costs one SCARD.
+func (s *Suppressions) Any(ctx context.Context, subjects ...string) (bool, error) {
+	if s == nil || s.h == nil || len(subjects) == 0 {
+		return false, nil
+	}
+	n, err := s.rdb.SCard(ctx, SuppressedKey).Result()
+	if err != nil {
+		return false, fmt.Errorf("suppression list: %w", err)
+	}
+	if n == 0 {
+		return false, nil
+	}
+	hashes := make([]any, len(subjects))
+	for i, sub := range subjects {
+		hashes[i] = s.h.Hash(sub)
+	}
+	in, err := s.rdb.SMIsMember(ctx, SuppressedKey, hashes...).Result()
+	if err != nil {
+		return false, fmt.Errorf("suppression list: %w", err)
+	}
+	for _, yes := range in {
+		if yes {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // suppressBatch is how many hashes one SMISMEMBER asks about.
 const suppressBatch = 1000
 

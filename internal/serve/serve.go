@@ -172,7 +172,11 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 	eng.Deleted = func(ctx context.Context, d *jobs.Deletion) {
 		wh.JobDeleted(ctx, d) // job.deleted
 		// Who deleted what, and what it cost: no row of it.
-		if err := audit.Record(ctx, privacy.Entry{Actor: "key:bkd_" + d.Job.KeyID, Action: "delete_job", Job: d.Job.ID, Account: d.Job.AccountID,
+		actor := d.By
+		if actor == "" {
+			actor = "key:bkd_" + d.Job.KeyID
+		}
+		if err := audit.Record(ctx, privacy.Entry{Actor: actor, Action: "delete_job", Job: d.Job.ID, Account: d.Job.AccountID,
 			Counts: map[string]int64{"rows": d.Job.TotalRows, "unprocessed": d.Unprocessed, "refunded_milli": int64(d.Refunded), "keys": d.Keys}}); err != nil {
 			log.Error("privacy audit log", "job", d.Job.ID, "err", err)
 		}

@@ -66,6 +66,11 @@ func (f *Family) ParseSingle(req family.SingleRequest) (family.SingleCall, *apie
 		return family.SingleCall{}, e
 	}
 	return family.SingleCall{
+		// An erased address is answered suppressed, unchecked and free;
+		// the answer does not echo it.
+		Subjects: f.Subjects(email),
+		Suppressed: SingleResponse{Result: verify.Result{Status: family.OutcomeSuppressed, Reason: family.OutcomeSuppressed,
+			CheckedAt: time.Now().UTC()}},
 		// The answer must be written within timeout: the check gets a
 		// little less, the rest is for writing it.
 		Timeout: time.Duration(timeout)*time.Second - 250*time.Millisecond,

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/admin"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
@@ -25,6 +23,7 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/mailworld"
 	"github.com/bulkd/bulkd/internal/serve"
+	proof "github.com/bulkd/bulkd/test/privacy"
 )
 
 // The marker person. Their address, name and the domain of their mail.
@@ -74,9 +73,14 @@ func world(t *testing.T) *mailworld.World {
 
 func start(t *testing.T, logs *logBuf, opts ...bulkdtest.Option) *bulkdtest.Env {
 	t.Helper()
+	return startIn(t, logs, world(t), opts...)
+}
+
+// startIn starts bulkd against the mail world w.
+func startIn(t *testing.T, logs *logBuf, w *mailworld.World, opts ...bulkdtest.Option) *bulkdtest.Env {
+	t.Helper()
 	bulkdtest.LogTo = logs
 	t.Cleanup(func() { bulkdtest.LogTo = nil })
-	w := world(t)
 	opts = append([]bulkdtest.Option{bulkdtest.WithMailWorld(w), bulkdtest.WithConfig(func(c *config.Config) {
 		c.PrivacySecret = secret
 		c.VerifyRetryDelays = "" // no greylisting here: answers are final
@@ -89,69 +93,18 @@ func start(t *testing.T, logs *logBuf, opts ...bulkdtest.Option) *bulkdtest.Env 
 // logs, and fails for each marker found.
 func scan(t *testing.T, env *bulkdtest.Env, logs *logBuf, after string) {
 	t.Helper()
-	ctx := context.Background()
-	rdb := env.Redis
-	found := 0
-	check := func(where, s string) {
-		low := strings.ToLower(s)
-		for _, m := range markers {
-			if strings.Contains(low, m) {
-				found++
-				if found < 5 {
-					t.Errorf("after %s: marker %q found in %s", after, m, where)
-				}
-			}
-		}
-	}
-	keys := 0
-	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		keys++
-		check("key "+k, k)
-		for _, v := range values(t, rdb, k) {
-			check("value of "+k, v)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	check("the logs", logs.String())
-	t.Logf("after %s: %d keys and %d bytes of logs scanned, marker found %d times", after, keys, len(logs.String()), found)
-}
-
-// values are every value a key holds, whatever its type.
-func values(t *testing.T, rdb *redis.Client, k string) []string {
-	ctx := context.Background()
-	typ, err := rdb.Type(ctx, k).Result()
+	f := &proof.Finder{Markers: markers}
+	keys, err := proof.ScanRedis(context.Background(), env.Redis, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	switch typ {
-	case "string":
-		v, _ := rdb.Get(ctx, k).Result()
-		out = append(out, v)
-	case "hash":
-		m, _ := rdb.HGetAll(ctx, k).Result()
-		for f, v := range m {
-			out = append(out, f, v)
-		}
-	case "set":
-		out, _ = rdb.SMembers(ctx, k).Result()
-	case "zset":
-		out, _ = rdb.ZRange(ctx, k, 0, -1).Result()
-	case "list":
-		out, _ = rdb.LRange(ctx, k, 0, -1).Result()
-	case "stream":
-		ms, _ := rdb.XRange(ctx, k, "-", "+").Result()
-		for _, m := range ms {
-			for f, v := range m.Values {
-				out = append(out, f, toString(v))
-			}
+	f.Check("the logs", logs.String())
+	for i, where := range f.Found {
+		if i < 5 {
+			t.Errorf("after %s: marker found in %s", after, where)
 		}
 	}
-	return out
+	t.Logf("after %s: %d keys and %d bytes of logs scanned, marker found %d times", after, keys, len(logs.String()), len(f.Found))
 }
 
 func toString(v any) string {

@@ -106,6 +106,28 @@ redis.server.password there, or every render makes a new password.
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding BULKD_PRIVACY_SECRET: privacy.existingSecret or
+the chart's own <fullname>-privacy. */}}
+{{- define "bulkd.privacySecretName" -}}
+{{- .Values.privacy.existingSecret | default (include "bulkd.componentName" (dict "ctx" . "component" "privacy")) }}
+{{- end }}
+
+{{/* The privacy secret's value in the chart's own Secret: privacy.secret,
+else the value of the release's Secret (lookup: helm install and upgrade),
+else a new random one (48 characters). */}}
+{{- define "bulkd.privacySecret" -}}
+{{- if .Values.privacy.secret }}
+{{- .Values.privacy.secret }}
+{{- else }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "bulkd.privacySecretName" .) }}
+{{- if and $old $old.data (index $old.data .Values.privacy.secretKey) }}
+{{- index $old.data .Values.privacy.secretKey | b64dec }}
+{{- else }}
+{{- randAlphaNum 48 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "bulkd.validate" -}}
 {{- if and .Values.redis.server.enabled .Values.redis.existingSecret }}
 {{- fail "redis.server.enabled: the chart's Redis gets its URL and password from the chart's own Secret; unset redis.existingSecret" }}
@@ -161,6 +183,9 @@ affinity:
 checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
 {{- if not .Values.redis.existingSecret }}
 checksum/redis: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- end }}
+{{- if not .Values.privacy.existingSecret }}
+checksum/privacy: {{ include (print .Template.BasePath "/privacy-secret.yaml") . | sha256sum }}
 {{- end }}
 {{- if not .Values.smtpEgress.existingSecret }}
 checksum/smtp-egress: {{ include (print .Template.BasePath "/smtp-egress-secret.yaml") . | sha256sum }}

@@ -50,6 +50,9 @@ type User struct {
 	CreatedAt time.Time
 	// HasPassword: a user made without one signs in with links only.
 	HasPassword bool
+	// Role is RoleOwner or RoleMember: only an owner changes the
+	// account's settings (its retention).
+	Role string
 	// sgen is the user's session generation when the record was read (as
 	// one read with the password hash): a session made for this User is
 	// made under it, so a password change that lands between the
@@ -217,6 +220,18 @@ func validEmail(e string) bool {
 	return at > 0 && at < len(e)-1 && strings.Count(e, "@") == 1 && !strings.ContainsAny(e, " \t\r\n") && len(e) <= 320
 }
 
+// Roles of dashboard users. The first user of an account is its owner,
+// later ones members (SetRole changes it: `bulkd admin user role`). A user
+// made before roles existed has no role field and reads as owner: every
+// user could do everything then.
+const (
+	RoleOwner  = "owner"
+	RoleMember = "member"
+)
+
+// IsOwner reports whether u may change the account's settings.
+func (u *User) IsOwner() bool { return u.Role == RoleOwner }
+
 // Create makes a dashboard user of an account. password may be empty: the
 // user then signs in with a link (NewLink).
 func (s *Store) Create(ctx context.Context, accountID, email, password string) (*User, error) {
@@ -239,7 +254,15 @@ func (s *Store) Create(ctx context.Context, accountID, email, password string) (
 	if !ok {
 		return nil, ErrEmailTaken
 	}
-	fields := []any{"id", u.ID, "account", accountID, "email", email, "created_at", u.CreatedAt.Unix(), "password", ""}
+	n, err := s.rdb.SCard(ctx, accountUsersKey(accountID)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("create user: %w", err)
+	}
+	u.Role = RoleMember
+	if n == 0 {
+		u.Role = RoleOwner
+	}
+	fields := []any{"id", u.ID, "account", accountID, "email", email, "created_at", u.CreatedAt.Unix(), "role", u.Role, "password", ""}
 	if password != "" {
 		h, err := HashPassword(password)
 		if err != nil {
@@ -255,6 +278,20 @@ func (s *Store) Create(ctx context.Context, accountID, email, password string) (
 		return nil, fmt.Errorf("create user: %w", err)
 	}
 	return u, nil
+}
+
+// SetRole makes user id an owner or a member of its account.
+func (s *Store) SetRole(ctx context.Context, id, role string) error {
+	if role != RoleOwner && role != RoleMember {
+		return fmt.Errorf("role %q: owner or member", role)
+	}
+	if _, err := s.Get(ctx, id); err != nil {
+		return err
+	}
+	if err := s.rdb.HSet(ctx, userKey(id), "role", role).Err(); err != nil {
+		return fmt.Errorf("set role: %w", err)
+	}
+	return nil
 }
 
 // ByEmail finds a user by email.
@@ -294,8 +331,12 @@ func userFromMap(m map[string]string) (*User, string) {
 		return nil, ""
 	}
 	ca, _ := strconv.ParseInt(m["created_at"], 10, 64)
+	role := m["role"]
+	if role == "" {
+		role = RoleOwner // made before roles existed (Create)
+	}
 	return &User{ID: m["id"], AccountID: m["account"], Email: m["email"], CreatedAt: time.Unix(ca, 0).UTC(),
-		HasPassword: m["password"] != "", sgen: m["sgen"]}, m["password"]
+		HasPassword: m["password"] != "", Role: role, sgen: m["sgen"]}, m["password"]
 }
 
 // SetPassword replaces a user's password and ends every session the user
