@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -74,19 +75,7 @@ func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []str
 		}
 		return link(u.ID)
 	case "role":
-		pos, err := parse(fs, args[1:], 2)
-		if err != nil {
-			return err
-		}
-		u, _, err := us.ByEmail(ctx, pos[0])
-		if err != nil {
-			return fmt.Errorf("user %s: %w", pos[0], err)
-		}
-		if err := us.SetRole(ctx, u.ID, pos[1]); err != nil {
-			return err
-		}
-		fmt.Fprintln(env.Stdout, u.ID, pos[1])
-		return nil
+		return userRole(ctx, us, env, fs, args[1:])
 	case "link", "password", "revoke-sessions":
 		pos, err := parse(fs, args[1:], 1)
 		if err != nil {
@@ -122,20 +111,42 @@ func userCmd(ctx context.Context, rdb redis.UniversalClient, env Env, args []str
 			return nil
 		}
 	case "list":
-		pos, err := parse(fs, args[1:], 1)
-		if err != nil {
-			return err
-		}
-		us2, err := us.AccountUsers(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		for _, u := range us2 {
-			fmt.Fprintf(env.Stdout, "%s %s\n", u.ID, u.Email)
-		}
-		return nil
+		return userList(ctx, us, env, fs, args[1:])
 	}
 	return fmt.Errorf("unknown command %q; see bulkd admin help", "user "+args[0])
+}
+
+// userRole is `user role EMAIL owner|member`.
+func userRole(ctx context.Context, us *users.Store, env Env, fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args, 2)
+	if err != nil {
+		return err
+	}
+	u, _, err := us.ByEmail(ctx, pos[0])
+	if err != nil {
+		return fmt.Errorf("user %s: %w", pos[0], err)
+	}
+	if err := us.SetRole(ctx, u.ID, pos[1]); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout, u.ID, pos[1])
+	return nil
+}
+
+// userList is `user list ACCOUNT`.
+func userList(ctx context.Context, us *users.Store, env Env, fs *flag.FlagSet, args []string) error {
+	pos, err := parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	us2, err := us.AccountUsers(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	for _, u := range us2 {
+		fmt.Fprintf(env.Stdout, "%s %s\n", u.ID, u.Email)
+	}
+	return nil
 }
 
 // readPassword reads the first line of r (without its line ending).
