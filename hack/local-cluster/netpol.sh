@@ -22,7 +22,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LC_DIR="${LC_DIR:-/tmp/bulkd-local-cluster}"
 NS="${LC_NETNS:-bulkd-lc}"
 MD="${NS}-md"
-NODE=local-node
+NODE=local   # cluster.sh's node name
 POD_CIDR=10.244.0.0/24
 log() { printf 'netpol: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
