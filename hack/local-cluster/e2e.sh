@@ -131,9 +131,9 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
 # the chart's NetworkPolicies): the test world is private, so it is allowed
 # on purpose: the mail world on loopback (hostNetwork pods) and the node
 # address (Redis, spamd, the website proxy, webhook receivers). The
-# NetworkPolicies are installed as in production; this cluster's CNI (the
-# bridge plugin) does not enforce them (docs/e2e.md); the Kubernetes API's
-# address is looked up by helm install.
+# NetworkPolicies are installed as in production and enforced by
+# kube-network-policies (netpol.sh; not for the node's own addresses, see
+# docs/e2e.md); the Kubernetes API's address is looked up by helm install.
 # The processor budget: 6 pods of 100m CPU fit the node's 2 CPUs next to
 # the API and the controller (charts/bulkd/README.md, "Sizing the
 # budget"), and one account may hold all 6, which the fair-share test
