@@ -52,6 +52,9 @@ const (
 	CodeIdempotencyKeyReused = "idempotency_key_reused"
 	// CodeIdempotencyInProgress: a request with the key is still running (409).
 	CodeIdempotencyInProgress = "idempotency_in_progress"
+	// CodeIdempotencyRecordsLimited: the account's stored answers are at
+	// --account-max-idempotency-bytes; a new key is refused (429).
+	CodeIdempotencyRecordsLimited = "idempotency_records_limited"
 
 	idempotencyHeader = "Idempotency-Key"
 	replayedHeader    = "Idempotent-Replayed"
@@ -76,7 +79,7 @@ type idemMetrics struct {
 func newIdemMetrics(reg *prometheus.Registry) *idemMetrics {
 	m := &idemMetrics{outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bulkd_idempotency_requests_total",
-		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (an answer that kept nothing: non-2xx, or a 2xx that charged nothing; not stored), replayed, recovered (a dead process's committed job answered), in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
+		Help: "Requests with an Idempotency-Key by outcome: executed (first request), stored (its 2xx answer kept), released (an answer that kept nothing: non-2xx, or a 2xx that charged nothing; not stored), replayed, recovered (a dead process's committed job answered), limited (429: the account's stored answers at their limit), in_progress (409), reused (422 another request), invalid (422 bad key), error (Redis).",
 	}, []string{"outcome"})}
 	reg.MustRegister(m.outcomes)
 	return m
@@ -155,10 +158,46 @@ func (s *Server) idempotent(next http.Handler) http.Handler {
 			s.replay(w, r, rec)
 			return
 		}
-		s.idem.inc("executed")
 		c := &idemClaim{rk: rk, owner: owner, priorJob: rec.PriorJob, priorFP: rec.PriorFP, priorCharge: rec.PriorCharge}
+		if !s.admitRecord(w, r, c, p.Account.ID) {
+			return
+		}
+		s.idem.inc("executed")
 		s.runClaimed(w, r, next, c)
 	})
+}
+
+// admitRecord refuses a new key when the account's stored answers are at
+// their limit (internal/idempotency, account.go): 429
+// idempotency_records_limited, Retry-After until the oldest expires, the
+// claim released (a dead request's job or charge stays on it for the
+// next retry) and nothing run or charged. A key with a stored answer was
+// replayed before this, and a request without a key never gets here. On
+// false the answer is written.
+func (s *Server) admitRecord(w http.ResponseWriter, r *http.Request, c *idemClaim, accountID string) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), idemRedisTimeout)
+	defer cancel()
+	full, err := s.idemStore.Admit(ctx, accountID)
+	if err == nil && full == nil {
+		return true
+	}
+	if rerr := s.idemStore.Release(ctx, c.rk, c.owner, c.keep()); rerr != nil {
+		s.Logger.Error("idempotency: release failed; the key stays in progress until its lease ends",
+			"request_id", RequestIDFrom(r.Context()), "err", rerr)
+	}
+	if err != nil {
+		s.idem.inc("error")
+		s.internalError(w, r, fmt.Errorf("idempotency: account usage: %w", err))
+		return false
+	}
+	s.idem.inc("limited")
+	e := apierr.WithCode(http.StatusTooManyRequests, CodeIdempotencyRecordsLimited, fmt.Sprintf(
+		"Account limit idempotency_bytes reached: the answers this account's keys stored for their Idempotency-Keys hold %d bytes, and the limit is %d. "+
+			"Nothing was run or charged. Retry after Retry-After, when the oldest stored answers expire (24 hours after their request), "+
+			"or send this request without an Idempotency-Key; a key that already has an answer is still replayed.", full.Used, full.Max))
+	e.RetryAfter = int((full.RetryAfter + time.Second - 1) / time.Second)
+	apierr.Write(w, e)
+	return false
 }
 
 // replay answers a request whose key has a stored answer: the same answer
@@ -232,8 +271,11 @@ func (s *Server) runClaimed(w http.ResponseWriter, r *http.Request, next http.Ha
 			return
 		}
 		fp, _ := hb.drainSum(s.MaxBodyBytes)
-		ok, err := s.idemStore.Save(ctx, rk, owner, fp, rw.status, rw.Header().Get("Content-Type"), rw.buf)
+		ok, err := s.idemStore.Save(ctx, PrincipalFrom(r.Context()).Account.ID, rk, owner, fp, rw.status, rw.Header().Get("Content-Type"), rw.buf)
 		switch {
+		case ok && err != nil:
+			s.Logger.Error("idempotency: answer stored but not counted against the account's limit",
+				"request_id", RequestIDFrom(r.Context()), "err", err)
 		case err != nil:
 			s.Logger.Error("idempotency: storing the answer failed; a retry with this key will run again after the lease",
 				"request_id", RequestIDFrom(r.Context()), "err", err)

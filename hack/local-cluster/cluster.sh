@@ -372,6 +372,7 @@ down() {
   # 6. The namespace: its links (bridges, veths), addresses, iptables chains
   #    and sysctls go with it.
   [[ ! -e "/run/netns/${NS}" ]] || ip netns del "${NS}"
+  [[ ! -e "/run/netns/${NS}-md" ]] || ip netns del "${NS}-md"   # netpol.sh's metadata address
   # 7. Cgroups the kubelet made, in every hierarchy.
   local h
   for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do

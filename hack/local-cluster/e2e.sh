@@ -10,6 +10,9 @@
 #   E2E_KEEP=1            leave the cluster up afterwards (then: hack/local-cluster.sh down)
 #   E2E_KUEUE=1           also build and run Kueue v0.17.0 and TestKueueAdmission (off by
 #                         default: that test has not passed yet, see docs/e2e.md)
+#   E2E_NETPOL=0          do not run kube-network-policies (netpol.sh; on by default): the
+#                         NetworkPolicies are then installed but not enforced, and
+#                         TestNetworkPoliciesEnforced is skipped
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${HERE}/../.." && pwd)"
@@ -50,7 +53,9 @@ cd "${ROOT}"
 HELM="$("${HERE}/build-helm.sh")"
 KUEUE="${E2E_KUEUE:-0}"
 [[ "${KUEUE}" == 0 ]] || "${HERE}/build-kueue.sh" >/dev/null
-mark "k8s binaries + helm + kueue (cached)"
+NETPOL="${E2E_NETPOL:-1}"
+[[ "${NETPOL}" == 0 ]] || "${HERE}/build-knp.sh" >/dev/null
+mark "k8s binaries + helm + kueue + knp (cached)"
 # The image and the test binary.
 make image >&2
 mkdir -p "${LC_DIR%/*}"
@@ -65,6 +70,11 @@ if [[ "${KUEUE}" != 0 ]]; then
   # test/cluster/kueue_test.go makes the queues.
   # Kueue not coming up fails its own test (TestKueueAdmission), not the whole suite.
   if "${HERE}/kueue.sh" up; then mark "kueue up"; else log "Kueue did not come up (${LC_DIR}/logs/kueue.log)"; KUEUE=failed; fi
+fi
+if [[ "${NETPOL}" != 0 ]]; then
+  # NetworkPolicy enforcement (kube-network-policies) before anything is installed; not
+  # coming up fails TestNetworkPoliciesEnforced, not the whole suite.
+  if "${HERE}/netpol.sh" up; then mark "netpol enforcer up"; else log "kube-network-policies did not come up (${LC_DIR}/logs)"; NETPOL=failed; fi
 fi
 BIN="$("${CL}" bin-dir)"
 kc() { "${CL}" exec "${BIN}/kubectl" --kubeconfig "${LC_DIR}/admin.kubeconfig" "$@"; }
@@ -121,9 +131,9 @@ TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' charts/bulkd/C
 # the chart's NetworkPolicies): the test world is private, so it is allowed
 # on purpose: the mail world on loopback (hostNetwork pods) and the node
 # address (Redis, spamd, the website proxy, webhook receivers). The
-# NetworkPolicies are installed as in production; this cluster's CNI (the
-# bridge plugin) does not enforce them (docs/e2e.md); the Kubernetes API's
-# address is looked up by helm install.
+# NetworkPolicies are installed as in production and enforced by
+# kube-network-policies (netpol.sh; not for the node's own addresses, see
+# docs/e2e.md); the Kubernetes API's address is looked up by helm install.
 # The processor budget: 6 pods of 100m CPU fit the node's 2 CPUs next to
 # the API and the controller (charts/bulkd/README.md, "Sizing the
 # budget"), and one account may hold all 6, which the fair-share test
@@ -158,7 +168,7 @@ rc=0
   E2E_VERIFY_CONFIGMAP="${VERIFY_CM}" E2E_LOOKUP_CONFIGMAP="${LOOKUP_CM}" E2E_NODE_IP="${NODE_IP}" \
   E2E_SPAMD_PIDFILE="${LC_DIR}/spamd/spamd.pid" \
   E2E_HELM="${HELM}" E2E_CHART="${ROOT}/charts/bulkd" E2E_IMAGE_TAG="${TAG}" E2E_KUEUE="${KUEUE}" \
-  "${TESTBIN}" -test.v -test.count=1 -test.timeout=70m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
+  E2E_NETPOL="${NETPOL}" "${TESTBIN}" -test.v -test.count=1 -test.timeout=70m ${E2E_RUN:+-test.run "${E2E_RUN}"} || rc=$?
 mark "e2e suite (rc=${rc})"
 if [[ ${rc} -ne 0 ]]; then
   log "suite failed; pods and logs:"

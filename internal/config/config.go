@@ -164,6 +164,10 @@ type Config struct {
 	AccountMaxDraftBytes  int64 // bytes of those uploads
 	AccountMaxKeys        int64 // API keys not revoked
 	AccountRateLimit      int64 // requests per second of all the account's keys together
+	// AccountMaxIdempotencyBytes bounds the bytes of the answers one
+	// account's keys store for their Idempotency-Keys (24 h each); past
+	// it a new key gets 429 idempotency_records_limited. 0: no limit.
+	AccountMaxIdempotencyBytes int64
 }
 
 // AccountLimits are the default per-account limits.
@@ -185,7 +189,7 @@ func (c *Config) RegisterLimits(fs *flag.FlagSet) {
 }
 
 func (c *Config) validateLimits() error {
-	for _, v := range []int64{c.AccountMaxActiveJobs, c.AccountMaxStoredBytes, c.AccountMaxDrafts, c.AccountMaxDraftBytes, c.AccountMaxKeys, c.AccountRateLimit} {
+	for _, v := range []int64{c.AccountMaxActiveJobs, c.AccountMaxStoredBytes, c.AccountMaxDrafts, c.AccountMaxDraftBytes, c.AccountMaxKeys, c.AccountRateLimit, c.AccountMaxIdempotencyBytes} {
 		if v < 0 {
 			return fmt.Errorf("the --account-max-* limits and --account-rate-limit cannot be negative (0: no limit)")
 		}
@@ -247,6 +251,8 @@ func Default() Config {
 		AccountMaxDraftBytes:  32 << 20,
 		AccountMaxKeys:        20,
 		AccountRateLimit:      100,
+
+		AccountMaxIdempotencyBytes: 256 << 20,
 
 		SignInIPv6Prefix: 64,
 	}
@@ -316,6 +322,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SignInIPv6Prefix, "signin-ipv6-prefix", "the sign-in throttle counts an IPv6 client by this prefix of its address (one subscriber's network; 32 to 128)")
 	str(fs, &c.TrustedProxies, "trusted-proxies", "comma-separated CIDR ranges of the proxies in front of bulkd (ingress, load balancer); X-Forwarded-For is believed only from a peer in them, and its right-most address outside them is the client (default: none, the TCP peer is the client)")
 	c.RegisterLimits(fs)
+	num64(fs, &c.AccountMaxIdempotencyBytes, "account-max-idempotency-bytes", "bytes of the answers one account's keys keep for their Idempotency-Keys (each 24 h, counted with 1 KiB of overhead); past it a request with a new key gets 429 idempotency_records_limited, nothing run or charged (0: no limit)")
 }
 
 // TrustedProxyPrefixes parses --trusted-proxies.

@@ -38,6 +38,10 @@ type Options struct {
 	// how long a key stays "in progress" after the process that ran it
 	// died.
 	Lease time.Duration
+	// MaxAccountBytes bounds the bytes one account's stored answers hold
+	// (every API key of the account together; account.go): past it a new
+	// key is refused before its request runs. 0: no limit.
+	MaxAccountBytes int64
 }
 
 // WithDefaults returns o with its zero fields set to the defaults.
@@ -170,7 +174,7 @@ return 1
 // storeScript stores a claim's answer if we still own it; the record
 // then lives until TTL after the first request.
 // KEYS = record. ARGV = owner, fp, code, ct, body, ttl ms, now ms.
-// Returns 1, or 0 when the claim was lost.
+// Returns the first request's time (ms), or 0 when the claim was lost.
 var storeScript = redis.NewScript(`
 local r = redis.call('HMGET', KEYS[1], 'st', 'own', 't0')
 if r[1] ~= 'run' or r[2] ~= ARGV[1] then return 0 end
@@ -179,7 +183,7 @@ if left < 1000 then left = 1000 end
 redis.call('HSET', KEYS[1], 'st', 'done', 'fp', ARGV[2], 'code', ARGV[3], 'ct', ARGV[4], 'body', ARGV[5])
 redis.call('HDEL', KEYS[1], 'lease')
 redis.call('PEXPIRE', KEYS[1], left)
-return 1
+return tonumber(r[3])
 `)
 
 // releaseScript drops a running claim if we own it (a non-2xx answer:
@@ -231,11 +235,19 @@ func (s *Store) Renew(ctx context.Context, rk, owner string) (bool, error) {
 }
 
 // Save stores owner's answer (fingerprint fp, status code, content type
-// and body); false when the claim was lost.
-func (s *Store) Save(ctx context.Context, rk, owner, fp string, code int, contentType string, body []byte) (bool, error) {
-	n, err := storeScript.Run(ctx, s.rdb, []string{rk}, owner, fp, code, contentType, body,
-		s.opts.TTL.Milliseconds(), s.now().UnixMilli()).Int()
-	return n == 1, err
+// and body) and counts it against accountID until it expires
+// (account.go); false when the claim was lost. An error with true: the
+// answer is stored but could not be counted.
+func (s *Store) Save(ctx context.Context, accountID, rk, owner, fp string, code int, contentType string, body []byte) (bool, error) {
+	t0, err := storeScript.Run(ctx, s.rdb, []string{rk}, owner, fp, code, contentType, body,
+		s.opts.TTL.Milliseconds(), s.now().UnixMilli()).Int64()
+	if err != nil || t0 == 0 {
+		return false, err
+	}
+	if err := s.count(ctx, accountID, rk, StoredBytes(contentType, body), t0+s.opts.TTL.Milliseconds()); err != nil {
+		return true, fmt.Errorf("count the stored answer: %w", err)
+	}
+	return true, nil
 }
 
 // Release drops owner's claim; keep ends its lease instead, so that a dead

@@ -101,10 +101,10 @@ func TestClaimSaveReplayExpire(t *testing.T) {
 	if c := e.claim(rk, "b"); c.State != idempotency.StateRun {
 		t.Fatalf("second claim %+v, want run", c)
 	}
-	if ok, err := e.st.Save(e.ctx, rk, "b", "fp", 200, "x/y", []byte("no")); err != nil || ok {
+	if ok, err := e.st.Save(e.ctx, "acct", rk, "b", "fp", 200, "x/y", []byte("no")); err != nil || ok {
 		t.Fatalf("a non-owner stored an answer: %v %v", ok, err)
 	}
-	if ok, err := e.st.Save(e.ctx, rk, "a", "fp1", 201, "application/json", []byte(`{"ok":true}`)); err != nil || !ok {
+	if ok, err := e.st.Save(e.ctx, "acct", rk, "a", "fp1", 201, "application/json", []byte(`{"ok":true}`)); err != nil || !ok {
 		t.Fatalf("save: %v %v", ok, err)
 	}
 	if d := e.ttl(rk); d < 23*time.Hour || d > 24*time.Hour {

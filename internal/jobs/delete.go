@@ -13,6 +13,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/idempotency"
 )
 
 // Deletion is what deleting a job did.
@@ -182,6 +183,13 @@ func (s *Store) Purge(ctx context.Context, j *Job) (int64, error) {
 			return n, fmt.Errorf("purge job %s: idempotency record: %w", j.ID, err)
 		}
 		n += m
+		if m > 0 {
+			// Its bytes no longer count against the account's stored
+			// answers (internal/idempotency, account.go).
+			if _, err := idempotency.Forget(ctx, s.rdb, j.AccountID, idem); err != nil {
+				return n, fmt.Errorf("purge job %s: idempotency usage: %w", j.ID, err)
+			}
+		}
 	}
 	return n, s.releaseUsage(ctx, j.AccountID, j.ID, "gone", -1)
 }

@@ -158,6 +158,7 @@ func BuildWith(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger, o
 		Plans: o.Plans, Now: o.Now, Spam: spam, Webhooks: whPolicy, Suppress: suppress,
 		MaxDecodingBytesPerAccount: cfg.MaxDecodingBytesPerAccount, BodyMinRate: cfg.BodyMinRate, BodyGrace: cfg.BodyGrace,
 		Limits:       cfg.AccountLimits(),
+		Idempotency:  apiserver.IdempotencyOptions{MaxAccountBytes: cfg.AccountMaxIdempotencyBytes},
 		ReadyDetails: func() map[string]any { return map[string]any{"smtp_egress": fams.helo.Results()} }, // serve builds every family
 		Dashboard: func(api *apiserver.Server) http.Handler {
 			dash = newDashboard(cfg, api, log)

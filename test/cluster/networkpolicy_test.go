@@ -14,10 +14,11 @@ import (
 
 // The chart's NetworkPolicies are installed (networkPolicy.enabled is on by
 // default) and select the pods that run: the API, the controller, and the
-// processor pods of the jobs the other tests ran. The local cluster's
-// network plugin (the CNI bridge) does not enforce them (docs/e2e.md), so
-// the jobs of every family the suite runs pass with them installed, and
-// what they allow is proven by test/chart (TestNetworkPolicies).
+// processor pods of the jobs the other tests ran. The jobs of every family
+// the suite runs pass with them installed and, unless E2E_NETPOL=0,
+// enforced (kube-network-policies; TestNetworkPoliciesEnforced); what they
+// allow towards every kind of destination is proven by test/chart
+// (TestNetworkPolicies).
 func TestNetworkPoliciesInstalled(t *testing.T) {
 	ctx := context.Background()
 	nps, err := h.cs.NetworkingV1().NetworkPolicies(h.ns).List(ctx, metav1.ListOptions{})
