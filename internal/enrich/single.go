@@ -10,6 +10,7 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family"
 	"github.com/bulkd/bulkd/internal/jobs"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 )
 
 var _ family.Single = (*CompanyFamily)(nil)
@@ -32,7 +33,7 @@ func (f *CompanyFamily) ParseSingle(req family.SingleRequest) (family.SingleCall
 			continue
 		}
 		val := q.Get(fld.name)
-		if family.OverChars(val, MaxValueLen) {
+		if jsonbody.OverChars(val, MaxValueLen) {
 			v.Add("query."+fld.name, apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxValueLen))
 			continue
 		}

@@ -13,7 +13,6 @@ package family
 
 import (
 	"regexp"
-	"unicode/utf8"
 
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/family/form"
@@ -188,10 +187,4 @@ func (r *Registry) BatchSizes() map[string]int {
 		}
 	}
 	return m
-}
-
-// OverChars reports whether s has more than max characters (not bytes);
-// the byte length answers most calls without counting.
-func OverChars(s string, max int) bool {
-	return len(s) > max && utf8.RuneCountInString(s) > max
 }

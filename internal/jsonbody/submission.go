@@ -235,7 +235,7 @@ func (d *decoder) check(f form.Field, val *string, i int) bool {
 		d.add(apierr.TypeMissing, "Field required", i, d.field(f))
 	case f.MinLen > 0 && utf8.RuneCountInString(*val) < f.MinLen:
 		d.add(apierr.TypeStringTooShort, fmt.Sprintf("String should have at least %d characters", f.MinLen), i, d.field(f))
-	case f.MaxLen > 0 && overChars(*val, f.MaxLen):
+	case f.MaxLen > 0 && OverChars(*val, f.MaxLen):
 		d.add(apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", f.MaxLen), i, d.field(f))
 	default:
 		return true
@@ -286,8 +286,9 @@ func (s *Submission) other() func(key string, dec *json.Decoder) (bool, *apierr.
 	}
 }
 
-// overChars reports whether s has more than max characters (not bytes);
-// the byte length answers most calls without counting.
-func overChars(s string, max int) bool {
+// OverChars reports whether s has more than max characters (not bytes);
+// the byte length answers most calls without counting. The spec's length
+// limits count characters, in bodies and in query parameters alike.
+func OverChars(s string, max int) bool {
 	return len(s) > max && utf8.RuneCountInString(s) > max
 }

@@ -133,7 +133,7 @@ func (row Row) Validate(v *apierr.Validation, max int, loc ...any) bool {
 		switch {
 		case fld.val == nil:
 			typ, msg = apierr.TypeMissing, "Field required"
-		case family.OverChars(*fld.val, MaxFieldLen):
+		case jsonbody.OverChars(*fld.val, MaxFieldLen):
 			typ, msg = apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxFieldLen)
 		default:
 			continue

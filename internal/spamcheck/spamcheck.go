@@ -25,7 +25,7 @@ import (
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/apierr"
-	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 	"github.com/bulkd/bulkd/internal/spamc"
 )
 
@@ -106,7 +106,7 @@ func headerField(v *apierr.Validation, name string, val *string, addr bool) {
 	switch {
 	case addr && strings.TrimSpace(s) == "":
 		v.Add(loc, apierr.TypeStringTooShort, "String should have at least 1 character")
-	case family.OverChars(s, maxHeaderChars):
+	case jsonbody.OverChars(s, maxHeaderChars):
 		v.Add(loc, apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", maxHeaderChars))
 	case !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		v.Add(loc, apierr.TypeValueError, "Must be one line without control characters")

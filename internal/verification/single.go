@@ -10,6 +10,7 @@ import (
 	"github.com/bulkd/bulkd/internal/apierr"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/family"
+	"github.com/bulkd/bulkd/internal/jsonbody"
 	"github.com/bulkd/bulkd/internal/verify"
 )
 
@@ -45,7 +46,7 @@ func (f *Family) ParseSingle(req family.SingleRequest) (family.SingleCall, *apie
 		v.Add("query.email", apierr.TypeMissing, "Field required")
 	case len([]rune(email)) < MinLen:
 		v.Add("query.email", apierr.TypeStringTooShort, fmt.Sprintf("String should have at least %d characters", MinLen))
-	case family.OverChars(email, MaxLen):
+	case jsonbody.OverChars(email, MaxLen):
 		v.Add("query.email", apierr.TypeStringTooLong, fmt.Sprintf("String should have at most %d characters", MaxLen))
 	}
 	timeout := SingleDefaultTimeout

@@ -204,7 +204,7 @@ func (f *Family) SinglePrice() credits.Amount { return Price }
 // ParseSingle implements family.Single: GET /v1/phone-lookup?phone=.
 func (f *Family) ParseSingle(req family.SingleRequest) (family.SingleCall, *apierr.Error) {
 	phone := req.Query.Get("phone")
-	if Digits(phone) == "" || family.OverChars(phone, MaxPhone) {
+	if Digits(phone) == "" || jsonbody.OverChars(phone, MaxPhone) {
 		return family.SingleCall{}, apierr.Unprocessable(apierr.Item{Loc: "query.phone", Type: apierr.TypeValueError, Msg: "A phone number is required"})
 	}
 	return family.SingleCall{Timeout: 5 * time.Second, Answer: func(ctx context.Context, charged credits.Amount) (family.SingleAnswer, error) {
