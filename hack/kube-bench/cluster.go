@@ -109,7 +109,11 @@ func (b *bench) startKWOK(ctx context.Context, kubeconfig string) error {
 // startEngine starts Redis, makes the namespace and its objects, and the
 // engine and stub processor on them; it returns Redis' URL.
 func (b *bench) startEngine(ctx context.Context) (string, error) {
-	rs, err := testredis.StartProcess(filepath.Join(b.o.dir, "redis"))
+	rdir := filepath.Join(b.o.dir, "redis")
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		return "", err
+	}
+	rs, err := testredis.StartProcess(rdir)
 	if err != nil {
 		return "", err
 	}
