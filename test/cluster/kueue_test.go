@@ -197,7 +197,14 @@ func TestKueueAdmission(t *testing.T) {
 	upgradeRelease(t, "admission.maxRunningShards=1", "admission.maxRunningShardsPerAccount=1")
 	const opening = 100_000
 	acctQ, keyQ := account(t, credits.Whole(opening))
-	y1 := a.Submit(keyQ, companyRows("kueue-y1", 20_000))
+	// Y1 has 20 shards, so that its gated pods keep the budget until well
+	// after the switch; Y2 is created a second after it: the admission's
+	// FIFO within an account goes by the BulkJobs' creationTimestamp,
+	// whose resolution is a second (two BulkJobs of one second are
+	// ordered by name, at random: Y2 was admitted by bulkd before the
+	// switch so in a run of 2026-12-02).
+	y1 := a.Submit(keyQ, companyRows("kueue-y1", 40_000))
+	time.Sleep(1100 * time.Millisecond)
 	y2 := a.Submit(keyQ, companyRows("kueue-y2", 2_000))
 	waitFor(t, 2*time.Minute, "Y2 waiting in bulkd's admission", func() bool { return waitingIn(t, y2.JobID) == "bulkd" })
 	y2Admitted := watchKueueAdmission(t, y2.JobID)
@@ -207,11 +214,13 @@ func TestKueueAdmission(t *testing.T) {
 	stY1 := a.Wait(keyQ, y1.JobID, 10*time.Minute)
 	stY2 := a.Wait(keyQ, y2.JobID, 10*time.Minute)
 	if ok, cq := y2Admitted(); !ok || cq != "bulkd-none" {
-		t.Errorf("Y2 (waiting in bulkd's admission at the switch) was not admitted by Kueue: %v %q", ok, cq)
+		job, err := getJob(t, y2.JobID)
+		t.Errorf("Y2 (waiting in bulkd's admission at the switch) was not admitted by Kueue: %v %q; its Job: labels %v suspend %v start %v (%v); Workload %v",
+			ok, cq, job.Labels, job.Spec.Suspend, job.Status.StartTime, err, workloadOf(t, job) != nil)
 	}
 	exactlyOnce(t, y1.JobID, stY1)
 	exactlyOnce(t, y2.JobID, stY2)
-	ledgerBalanced(t, acctQ, credits.Whole(22_000))
+	ledgerBalanced(t, acctQ, credits.Whole(42_000))
 
 	// 2. A job of every family runs to completion through Kueue's
 	// admission (pay as you go: ClusterQueue bulkd-none).
