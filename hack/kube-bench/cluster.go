@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -211,11 +212,38 @@ func (b *bench) createNodes(ctx context.Context) error {
 			}
 		}
 		if ready >= b.o.nodes {
-			return nil
+			return b.untaintNodes(ctx, l.Items)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d KWOK nodes ready after 5 minutes", ready, b.o.nodes)
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// untaintNodes removes the node.kubernetes.io/not-ready taint the API
+// server's TaintNodesByCondition admission puts on every new node: the
+// node lifecycle controller would remove it once the node is Ready, but it
+// does not run here (it would need node leases or heartbeats).
+func (b *bench) untaintNodes(ctx context.Context, nodes []corev1.Node) error {
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"taints":null}}`))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(nodes))
+	sem := make(chan struct{}, 16)
+	for i := range nodes {
+		if len(nodes[i].Spec.Taints) == 0 {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(n *corev1.Node) {
+			defer func() { <-sem; wg.Done() }()
+			if err := b.k8s.Patch(ctx, n, patch); err != nil {
+				errs <- fmt.Errorf("untaint node %s: %w", n.Name, err)
+			}
+		}(&nodes[i])
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
