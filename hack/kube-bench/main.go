@@ -96,8 +96,12 @@ func main() {
 	res, err := run(ctx, o)
 	if res != nil {
 		res.print(os.Stdout)
-		if b, jerr := json.MarshalIndent(res, "", "  "); jerr == nil {
-			_ = os.WriteFile(o.out, append(b, '\n'), 0o644)
+		b, jerr := json.MarshalIndent(res, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(o.out, append(b, '\n'), 0o644)
+		}
+		if jerr != nil {
+			fmt.Fprintln(os.Stderr, "kube-bench: write the figures:", jerr)
 		}
 	}
 	if err != nil {

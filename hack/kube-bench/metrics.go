@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -130,7 +129,9 @@ func (d delta) quantiles(name, label, value string) (p50, p99, count float64) {
 			}
 			prevLe, prevN = bk.le, bk.n
 		}
-		return math.Inf(1) // beyond the last bucket
+		// Beyond the last finite bucket: its bound, a lower bound of the
+		// quantile (+Inf would not go into the JSON).
+		return prevLe
 	}
 	return q(0.5), q(0.99), count
 }
