@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/controllers"
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
 )
@@ -194,7 +197,20 @@ func TestKueueAdmission(t *testing.T) {
 	// Y2 waits behind it (suspended, gated). The controller restarts in
 	// Kueue mode; Y2 is handed to Kueue, which admits it; Y1, already
 	// started, runs on outside Kueue's quota.
+	// helm's --wait returns once the new controller pod is ready, while
+	// the old one may still lead, with the old budget, for a while: Y1 and
+	// Y2 wait until the new pod holds the Lease (in a run of 2026-12-02 the
+	// old leader admitted Y2 and 4 of Y1's pods at once).
+	oldLeader, _, _ := leader(t)
 	upgradeRelease(t, "admission.maxRunningShards=1", "admission.maxRunningShardsPerAccount=1")
+	waitFor(t, 2*time.Minute, "the upgraded controller leading", func() bool {
+		l, err := h.cs.CoordinationV1().Leases(h.ns).Get(ctx, controllers.DefaultLeaderElectionID, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false
+		}
+		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return pod != "" && pod != oldLeader
+	})
 	const opening = 100_000
 	acctQ, keyQ := account(t, credits.Whole(opening))
 	// Y1 has 20 shards, so that its gated pods keep the budget until well
