@@ -8,8 +8,8 @@
 #
 #   E2E_RUN=<regexp>      go test -run filter
 #   E2E_KEEP=1            leave the cluster up afterwards (then: hack/local-cluster.sh down)
-#   E2E_KUEUE=1           also build and run Kueue v0.17.0 and TestKueueAdmission (off by
-#                         default: that test has not passed yet, see docs/e2e.md)
+#   E2E_KUEUE=0           no Kueue: skip building and running Kueue v0.17.0 (on by default;
+#                         TestKueueAdmission then skips)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "${HERE}/../.." && pwd)"
@@ -48,7 +48,7 @@ cd "${ROOT}"
 # Build the binaries and tools first (cold: many minutes).
 "${HERE}/build-k8s.sh" >/dev/null
 HELM="$("${HERE}/build-helm.sh")"
-KUEUE="${E2E_KUEUE:-0}"
+KUEUE="${E2E_KUEUE:-1}"
 [[ "${KUEUE}" == 0 ]] || "${HERE}/build-kueue.sh" >/dev/null
 mark "k8s binaries + helm + kueue (cached)"
 # The image and the test binary.
