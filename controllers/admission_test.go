@@ -711,3 +711,52 @@ func TestSwitchingAdmissionHandsOverWaitingJobs(t *testing.T) {
 		}
 	})
 }
+
+// A Job bulkd started (one shard done, the next pods gated from its
+// template) is not stranded when the controller restarts without its own
+// admission (Kueue mode, or no budget): its gated pods are released
+// although some of its shards have ended (issue 27: TestKueueAdmission's
+// Y1 waited so for ever after the switch to Kueue).
+func TestSwitchingAdmissionReleasesAStartedJobsGatedPods(t *testing.T) {
+	for name, to := range map[string]func(*Options){
+		"to Kueue": func(o *Options) { o.KueueQueueName = "bulkd-{plan}" },
+		"to none":  func(o *Options) { o.MaxRunningShards, o.MaxRunningShardsPerAccount = 0, 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			data := newFakeData(builders.MakeJobData(id).Obj())
+			data.setData(id, func(j *jobs.Job) { j.AccountID = "acct_b" })
+			bj := builders.MakeBulkJob(id, ns).Finalizer().Obj()
+			bj.Labels = map[string]string{v1alpha1.LabelAccount: "acct_b"}
+			s := newScenario(t, data, bj)
+			s.withOptions(func(o *Options) { o.KueueQueueName, o.MaxRunningShards, o.MaxRunningShardsPerAccount = "", 1, 1 })
+			for range 2 {
+				s.mustReconcile()
+			}
+			// bulkd admitted shard 0, which ended; the Job controller made
+			// shard 1's pod from the gated template.
+			job := s.jobs()[0]
+			job.Spec.Suspend = ptr.To(false)
+			if err := s.c.Update(context.Background(), &job); err != nil {
+				t.Fatal(err)
+			}
+			now := metav1.Now()
+			s.reportJob(job.Name, &batchv1.Job{Status: batchv1.JobStatus{StartTime: &now, CompletedIndexes: "0", Succeeded: 1, Active: 1}})
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-1", Namespace: ns, Labels: map[string]string{v1alpha1.LabelJobID: id},
+					Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: "1"}},
+				Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: v1alpha1.AdmissionGate}}},
+			}
+			if err := s.c.Create(context.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+			s.withOptions(to)
+			s.mustReconcile()
+			if err := s.c.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
+				t.Fatal(err)
+			}
+			if admission.HasGate(pod) {
+				t.Fatalf("shard 1's pod still waits for an admission that no longer runs: gates %v", pod.Spec.SchedulingGates)
+			}
+		})
+	}
+}

@@ -148,6 +148,11 @@ func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		// the admission) wakes its BulkJob, which leaves Queued.
 		b = b.WatchesRawSource(source.Channel(r.admission.Woken(), &handler.EnqueueRequestForObject{})).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podBulkJob), builder.WithPredicates(gateRemoved))
+	} else {
+		// Nothing admits (Kueue mode, or no budget): a pod a Job made
+		// while the controller admitted creates from its gated template
+		// wakes its BulkJob, which removes the gate (releaseAdmission).
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podBulkJob), builder.WithPredicates(gatedPod))
 	}
 	if r.Progress != nil {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.BulkJob{}, jobIDField, indexJobID); err != nil {

@@ -66,6 +66,14 @@ var gateRemoved = predicate.Funcs{
 	},
 }
 
+// gatedPod passes the pods created or updated with the admission gate.
+var gatedPod = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { p, ok := e.Object.(*corev1.Pod); return ok && admission.HasGate(p) },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc:  func(e event.UpdateEvent) bool { p, ok := e.ObjectNew.(*corev1.Pod); return ok && admission.HasGate(p) },
+}
+
 // podBulkJob maps a processor pod to its BulkJob (named by the job id).
 func podBulkJob(_ context.Context, o client.Object) []reconcile.Request {
 	id := o.GetLabels()[v1alpha1.LabelJobID]
@@ -125,18 +133,26 @@ func (r *BulkJobReconciler) admissionControl(job *batchv1.Job, bj *v1alpha1.Bulk
 // has never started.
 func (r *BulkJobReconciler) observeAdmission(ctx context.Context, bj *v1alpha1.BulkJob, o *observation) error {
 	job := o.job
-	if batchjob.Finished(job) || len(o.succeeded)+len(o.failed) > 0 {
+	if batchjob.Finished(job) {
 		return nil
 	}
+	// A Job some of whose shards have ended is handed over too: one made
+	// while the controller admitted, still creating gated pods from its
+	// template, has them un-gated once nothing admits them (Kueue mode or
+	// no budget), or it would wait for ever (issue 27: TestKueueAdmission's
+	// Y1 hung so after the switch to Kueue).
 	if err := r.switchAdmission(ctx, bj, job); err != nil {
 		return err
 	}
+	started := len(o.succeeded)+len(o.failed) > 0
 	switch {
 	case r.Options.kueue():
-		o.queued = ptr.Deref(job.Spec.Suspend, false) && job.Status.StartTime == nil
+		o.queued = !started && ptr.Deref(job.Spec.Suspend, false) && job.Status.StartTime == nil
 		return nil
 	case !r.Options.admits():
 		return r.releaseAdmission(ctx, bj, job)
+	case started:
+		return nil
 	}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(bj.Namespace), client.MatchingLabels{v1alpha1.LabelJobID: bj.Spec.JobID}); err != nil {

@@ -8,8 +8,8 @@
 #
 #   E2E_RUN=<regexp>      go test -run filter
 #   E2E_KEEP=1            leave the cluster up afterwards (then: hack/local-cluster.sh down)
-#   E2E_KUEUE=1           also build and run Kueue v0.17.0 and TestKueueAdmission (off by
-#                         default: that test has not passed yet, see docs/e2e.md)
+#   E2E_KUEUE=0           no Kueue: skip building and running Kueue v0.17.0 (on by default;
+#                         TestKueueAdmission then skips)
 #   E2E_NETPOL=0          do not run kube-network-policies (netpol.sh; on by default): the
 #                         NetworkPolicies are then installed but not enforced, and
 #                         TestNetworkPoliciesEnforced is skipped
@@ -51,7 +51,7 @@ cd "${ROOT}"
 # Build the binaries and tools first (cold: many minutes).
 "${HERE}/build-k8s.sh" >/dev/null
 HELM="$("${HERE}/build-helm.sh")"
-KUEUE="${E2E_KUEUE:-0}"
+KUEUE="${E2E_KUEUE:-1}"
 [[ "${KUEUE}" == 0 ]] || "${HERE}/build-kueue.sh" >/dev/null
 NETPOL="${E2E_NETPOL:-1}"
 [[ "${NETPOL}" == 0 ]] || "${HERE}/build-knp.sh" >/dev/null

@@ -6,11 +6,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
+	"github.com/bulkd/bulkd/controllers"
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/credits"
 )
@@ -194,10 +197,30 @@ func TestKueueAdmission(t *testing.T) {
 	// Y2 waits behind it (suspended, gated). The controller restarts in
 	// Kueue mode; Y2 is handed to Kueue, which admits it; Y1, already
 	// started, runs on outside Kueue's quota.
+	// helm's --wait returns once the new controller pod is ready, while
+	// the old one may still lead, with the old budget, for a while: Y1 and
+	// Y2 wait until the new pod holds the Lease (in a run of 2026-12-02 the
+	// old leader admitted Y2 and 4 of Y1's pods at once).
+	oldLeader, _, _ := leader(t)
 	upgradeRelease(t, "admission.maxRunningShards=1", "admission.maxRunningShardsPerAccount=1")
+	waitFor(t, 2*time.Minute, "the upgraded controller leading", func() bool {
+		l, err := h.cs.CoordinationV1().Leases(h.ns).Get(ctx, controllers.DefaultLeaderElectionID, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false
+		}
+		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return pod != "" && pod != oldLeader
+	})
 	const opening = 100_000
 	acctQ, keyQ := account(t, credits.Whole(opening))
-	y1 := a.Submit(keyQ, companyRows("kueue-y1", 20_000))
+	// Y1 has 20 shards, so that its gated pods keep the budget until well
+	// after the switch; Y2 is created a second after it: the admission's
+	// FIFO within an account goes by the BulkJobs' creationTimestamp,
+	// whose resolution is a second (two BulkJobs of one second are
+	// ordered by name, at random: Y2 was admitted by bulkd before the
+	// switch so in a run of 2026-12-02).
+	y1 := a.Submit(keyQ, companyRows("kueue-y1", 40_000))
+	time.Sleep(1100 * time.Millisecond)
 	y2 := a.Submit(keyQ, companyRows("kueue-y2", 2_000))
 	waitFor(t, 2*time.Minute, "Y2 waiting in bulkd's admission", func() bool { return waitingIn(t, y2.JobID) == "bulkd" })
 	y2Admitted := watchKueueAdmission(t, y2.JobID)
@@ -207,11 +230,13 @@ func TestKueueAdmission(t *testing.T) {
 	stY1 := a.Wait(keyQ, y1.JobID, 10*time.Minute)
 	stY2 := a.Wait(keyQ, y2.JobID, 10*time.Minute)
 	if ok, cq := y2Admitted(); !ok || cq != "bulkd-none" {
-		t.Errorf("Y2 (waiting in bulkd's admission at the switch) was not admitted by Kueue: %v %q", ok, cq)
+		job, err := getJob(t, y2.JobID)
+		t.Errorf("Y2 (waiting in bulkd's admission at the switch) was not admitted by Kueue: %v %q; its Job: labels %v suspend %v start %v (%v); Workload %v",
+			ok, cq, job.Labels, job.Spec.Suspend, job.Status.StartTime, err, workloadOf(t, job) != nil)
 	}
 	exactlyOnce(t, y1.JobID, stY1)
 	exactlyOnce(t, y2.JobID, stY2)
-	ledgerBalanced(t, acctQ, credits.Whole(22_000))
+	ledgerBalanced(t, acctQ, credits.Whole(42_000))
 
 	// 2. A job of every family runs to completion through Kueue's
 	// admission (pay as you go: ClusterQueue bulkd-none).

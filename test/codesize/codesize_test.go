@@ -25,25 +25,6 @@ const (
 	wholeWords = "stays whole"
 )
 
-// pending are the directories (relative to the repository, with every
-// directory under them) whose splits other helpers of issue 29 are doing
-// on their branches.
-//
-// TODO(lead): remove once i29a/b/c land (and i27, i28): empty this list at
-// merge; the test must then pass with no entry.
-var pending = []string{
-	"hack/kube-bench", // i27
-}
-
-func isPending(rel string) bool {
-	for _, p := range pending {
-		if rel == p || strings.HasPrefix(rel, p+"/") {
-			return true
-		}
-	}
-	return false
-}
-
 // root is the repository's top directory (the one with go.mod).
 func root(t *testing.T) string {
 	dir, err := filepath.Abs(".")
@@ -153,20 +134,11 @@ func itoa(n int) string {
 // TestSizes fails on any non-test Go file over 800 lines and any non-test
 // function over 100 lines whose doc comment does not say it stays whole.
 func TestSizes(t *testing.T) {
-	var waived int
 	for _, v := range scan(t, root(t)) {
-		if isPending(v.dir) {
-			waived++
-			t.Logf("pending (TODO(lead)): %s: %s is %d lines", v.where, v.what, v.lines)
-			continue
-		}
 		limit := maxFuncLines
 		if v.what == "file" {
 			limit = maxFileLines
 		}
 		t.Errorf("%s: %s is %d lines (at most %d; a longer function's doc comment says why it %q)", v.where, v.what, v.lines, limit, wholeWords)
-	}
-	if waived > 0 {
-		t.Logf("%d violations waived in directories other helpers are splitting (the pending list)", waived)
 	}
 }
