@@ -399,3 +399,13 @@ func (f *Finder) learn(ctx context.Context, ls []learnt) {
 		_ = f.patterns.Learn(ctx, l.domain, l.pattern)
 	}
 }
+
+// Close gives back what the finder's verifier holds (its parked SMTP
+// sessions and their politeness slots, shared with other pods through
+// Redis); a process calls it before it exits. A lookup pod builds no
+// verification family, so nothing else would close its verifier.
+func (f *Finder) Close() {
+	if f != nil && f.v != nil {
+		f.v.Close()
+	}
+}

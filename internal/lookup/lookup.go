@@ -70,6 +70,17 @@ type Family struct {
 
 var _ family.Family = (*Family)(nil)
 
+// Close gives back what the family's finder holds (jobs.Closer): the
+// parked SMTP sessions of its verifier, whose politeness slots are shared
+// with other pods through Redis. A lookup processor pod builds no other
+// family, so without it the slots stayed taken until they expired and the
+// next lookup job's shards waited for them.
+func (f *Family) Close() {
+	if c, ok := f.Finder.(interface{ Close() }); ok {
+		c.Close()
+	}
+}
+
 // New returns the family answering with f.
 func New(f Finder, retryDelays []time.Duration) *Family {
 	return &Family{Finder: f, RetryDelays: retryDelays, Now: time.Now}
