@@ -11,6 +11,7 @@ import (
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/testredis"
+	"github.com/redis/go-redis/v9"
 )
 
 // unknownAnswerer answers every input with the refunded outcome.
@@ -51,19 +52,7 @@ func TestCompletionRefundUsesInjectedClock(t *testing.T) {
 	const fam = "test_refund"
 	c.Processor.Families[fam] = unknownAnswerer{}
 
-	as := accounts.NewStore(rdb, now)
-	a, err := as.CreateAccount(ctx, "refund clock", credits.Whole(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := as.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := payAsYouGo(t, ctx, rdb, now, "refund clock")
 	b := jobs.NewBuilder(fam, 2)
 	b.AddValid("a", "a", "a")
 	b.AddValid("b", "b", "b")
@@ -81,7 +70,7 @@ func TestCompletionRefundUsesInjectedClock(t *testing.T) {
 	if err != nil || got.Status != jobs.StatusCompleted || got.Refunded != 2*price {
 		t.Fatalf("job %+v, %v: want completed with %v refunded", got, err, 2*price)
 	}
-	entries, err := billing.New(rdb, nil).Entries(ctx, a.ID, "", 10)
+	entries, err := billing.New(rdb, nil).Entries(ctx, p.Key.AccountID, "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,4 +89,24 @@ func TestCompletionRefundUsesInjectedClock(t *testing.T) {
 	if refunds != 1 {
 		t.Fatalf("%d refund entries, want 1: %+v", refunds, entries)
 	}
+}
+
+// payAsYouGo makes an account with 100 credits and a pay-as-you-go key,
+// and returns the key's principal.
+func payAsYouGo(t *testing.T, ctx context.Context, rdb redis.UniversalClient, now func() time.Time, name string) *accounts.Principal {
+	t.Helper()
+	as := accounts.NewStore(rdb, now)
+	a, err := as.CreateAccount(ctx, name, credits.Whole(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := as.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

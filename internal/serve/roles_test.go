@@ -8,9 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/config"
-	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/lookup"
@@ -78,19 +76,7 @@ func TestJobProcessorBuildsTheJobsFamily(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	as := accounts.NewStore(rdb, nil)
-	a, err := as.CreateAccount(ctx, "roles", credits.Whole(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := as.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := payAsYouGo(t, ctx, rdb, nil, "roles")
 	b := jobs.NewBuilder(enrich.Family, 2)
 	b.AddValid("a", "a", "a")
 	j, err := c.Engine.Submit(ctx, p, b, jobs.Metering{Price: 1})
