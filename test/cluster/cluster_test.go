@@ -348,6 +348,28 @@ func TestScaleSmoke100k(t *testing.T) {
 	if b := balance(t, acct); b != credits.Whole(200_000-n) {
 		t.Fatalf("balance %s", b)
 	}
+
+	// Issue 28: the 100,000-row job deleted is gone (API 404, BulkJob and
+	// its Job deleted) within 5 s of the DELETE's answer.
+	code, body := a.Do(http.MethodDelete, "/v1/company-enrichment/bulk/"+sub.JobID, key, nil)
+	if code != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", code, body)
+	}
+	answered := time.Now()
+	waitFor(t, 30*time.Second, "the 100k job, its BulkJob and its Job gone", func() bool {
+		code, _ := a.Do(http.MethodGet, "/v1/company-enrichment/bulk/"+sub.JobID, key, nil)
+		_, err := bulkJob(t, sub.JobID)
+		_, jerr := getJob(t, sub.JobID)
+		return code == http.StatusNotFound && apierrors.IsNotFound(err) && apierrors.IsNotFound(jerr)
+	})
+	gone := time.Since(answered)
+	timing(t, "(c) 100k: DELETE answered -> job, BulkJob and Job gone", gone)
+	if gone > 5*time.Second {
+		t.Errorf("the deleted 100k job took %v to be gone (goal 5 s)", gone)
+	}
+	if b := balance(t, acct); b != credits.Whole(200_000-n) {
+		t.Fatalf("balance after deleting a completed job %s (nothing to refund)", b)
+	}
 }
 
 // The API pods fit the Go heap under their container's memory limit
