@@ -15,21 +15,12 @@ type Family struct {
 	// Path is the bulk mount: POST Path, GET Path/{job_id}[/results].
 	Path string
 	// Form is the family's form (internal/family/form, the dashboard's
-	// too): the column names that mean its fields, its limits, and its
-	// body's shape.
+	// too): the column names that mean its fields, its limits (MaxRows),
+	// its body's shape, whether the server answers one row per unique
+	// input (Dedupe: bulkctl drops repeats the same way before
+	// splitting), and its status's TotalField and Final. bulkctl reads
+	// them there, never a copy.
 	Form form.Form
-	// MaxRows is the most rows one submission takes (the form's, which
-	// the API decodes by).
-	MaxRows int
-	// TotalField is the status field with the job's number of result
-	// rows.
-	TotalField string
-	// Final is the status of a finished job.
-	Final string
-	// Dedupe: the server answers one row per unique input (so bulkctl
-	// drops repeats before splitting, the same way), rather than one row
-	// per submitted row.
-	Dedupe bool
 	// Unlimited: the family takes unlimited-plan keys (the others take
 	// pay-as-you-go keys; SPEC 5).
 	Unlimited bool
@@ -48,8 +39,7 @@ func MountsOf(forms []form.Form) []*Family {
 	var out []*Family
 	for _, fm := range forms {
 		for _, m := range fm.Bulk {
-			out = append(out, &Family{Kind: m.Name, Path: m.Path, Form: fm, MaxRows: fm.MaxRows,
-				TotalField: fm.TotalField, Final: fm.Final, Dedupe: fm.Dedupe, Unlimited: m.Unlimited})
+			out = append(out, &Family{Kind: m.Name, Path: m.Path, Form: fm, Unlimited: m.Unlimited})
 		}
 	}
 	return out

@@ -54,7 +54,7 @@ func Submit(ctx context.Context, c *Client, f *Family, in io.Reader, o SubmitOpt
 	if len(p.Items) == 0 {
 		return nil, &UsageError{errEmpty}
 	}
-	maxRows := f.MaxRows
+	maxRows := f.Form.MaxRows
 	if o.ChunkRows > 0 {
 		maxRows = min(maxRows, o.ChunkRows)
 	}
@@ -157,7 +157,7 @@ type JobStatus struct {
 }
 
 // Finished: the job's status is its family's final one.
-func (s *JobStatus) Finished(f *Family) bool { return s.Status == f.Final }
+func (s *JobStatus) Finished(f *Family) bool { return s.Status == f.Form.Final }
 
 // GetStatus reads one job's status.
 func GetStatus(ctx context.Context, c *Client, f *Family, id string) (*JobStatus, error) {
@@ -171,7 +171,7 @@ func GetStatus(ctx context.Context, c *Client, f *Family, id string) (*JobStatus
 	}
 	s := &JobStatus{Raw: json.RawMessage(bytes.TrimSpace(r.Body))}
 	_ = json.Unmarshal(m["status"], &s.Status)
-	_ = json.Unmarshal(m[f.TotalField], &s.Total)
+	_ = json.Unmarshal(m[f.Form.TotalField], &s.Total)
 	_ = json.Unmarshal(m["total_processed"], &s.Processed)
 	return s, nil
 }
@@ -202,7 +202,7 @@ func combine(h Handle, sts []*JobStatus) *Combined {
 		}
 	}
 	if c.Finished {
-		c.Status = h.Family.Final
+		c.Status = h.Family.Form.Final
 	}
 	return c
 }
