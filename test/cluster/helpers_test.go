@@ -5,6 +5,7 @@ package cluster_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/internal/bulkdtest"
 	"github.com/bulkd/bulkd/internal/credits"
+	"github.com/bulkd/bulkd/internal/mailworld"
 	"github.com/bulkd/bulkd/test/companyapi"
 )
 
@@ -165,4 +167,28 @@ func exactlyOnce(t *testing.T, jobID string, st jobStatus) {
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
 	bulkdtest.Eventually(t, d, 200*time.Millisecond, what, ok)
+}
+
+// freshDomains makes the domains of a mail world new to the cluster's
+// Redis: worlds reuse domain names (pioneer-002.test is catch-all in one
+// seed's world and not in another's), and what the verifier and the finder
+// learned about a domain (catch-all verdicts, probes, patterns) is shared
+// through Redis for hours, so an earlier test's world would answer for
+// this one's.
+func freshDomains(t *testing.T, spec mailworld.Spec) {
+	t.Helper()
+	ctx := context.Background()
+	for _, d := range spec.Domains {
+		iter := h.rdb.Scan(ctx, 0, "*"+d.Name+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if k := iter.Val(); !strings.HasPrefix(k, "bulkd:job:") {
+				if err := h.rdb.Del(ctx, k).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

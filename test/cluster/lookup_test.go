@@ -39,6 +39,7 @@ func TestEmailLookupBulk(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	spec, people := mailworld.People(mailworld.PeopleOptions{Domains: 60, PerDomain: 5, RTT: 10 * time.Millisecond, Greylist: time.Second, Seed: 3})
+	freshDomains(t, spec)
 	w, err := mailworld.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

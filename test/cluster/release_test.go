@@ -140,12 +140,15 @@ func startFamilyWorlds(t *testing.T) *familyWorlds {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	vw, err := mailworld.Start(ctx, mailworld.Bench(mailworld.BenchOptions{Domains: 20, PerDomain: 5, RTT: 5 * time.Millisecond, MaxConnsPerHost: 3, Seed: 7}))
+	vspec := mailworld.Bench(mailworld.BenchOptions{Domains: 20, PerDomain: 5, RTT: 5 * time.Millisecond, MaxConnsPerHost: 3, Seed: 7})
+	freshDomains(t, vspec)
+	vw, err := mailworld.Start(ctx, vspec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = vw.Close() })
 	spec, people := mailworld.People(mailworld.PeopleOptions{Domains: 8, PerDomain: 5, RTT: 5 * time.Millisecond, Greylist: time.Second, Seed: 3})
+	freshDomains(t, spec)
 	lw, err := mailworld.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func TestEmailVerificationPoliteAcrossPods(t *testing.T) {
 		sessionsPerHost    = 3
 	)
 	spec := mailworld.Bench(mailworld.BenchOptions{Domains: domains, PerDomain: perDomain, RTT: 20 * time.Millisecond, MaxConnsPerHost: sessionsPerHost, Seed: 1})
+	freshDomains(t, spec)
 	w, err := mailworld.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
