@@ -103,6 +103,9 @@ type BulkJobReconciler struct {
 	// (Options.admits): Reconcile reads a Queued BulkJob's place in line
 	// from it.
 	admission Admission
+	// arrivals orders the passes that create new BulkJobs' Jobs first,
+	// in turn across accounts.
+	arrivals *arrivals
 }
 
 // NewBulkJobReconciler builds a reconciler from d with every default
@@ -117,7 +120,7 @@ func NewBulkJobReconciler(d ReconcilerDeps) *BulkJobReconciler {
 	if d.APIReader == nil {
 		d.APIReader = d.Client
 	}
-	return &BulkJobReconciler{ReconcilerDeps: d,
+	return &BulkJobReconciler{ReconcilerDeps: d, arrivals: newArrivals(),
 		writes: newStatusWrites(d.Options.ProgressInterval, d.Options.ProgressWritesPerSecond)}
 }
 
@@ -134,10 +137,12 @@ func NewBulkJobReconciler(d ReconcilerDeps) *BulkJobReconciler {
 // progress announcements (a source.Channel fed by a runnable that listens
 // to them).
 func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	// The BulkJobs through arrivals' handler (a new one's first pass goes
+	// first), their Jobs as Owns would.
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.BulkJob{}).
-		Owns(&batchv1.Job{}).
 		Named("bulkjob").
+		Watches(&v1alpha1.BulkJob{}, r.arrivals.handler()).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.BulkJob{}, handler.OnlyControllerOwner())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)})
 	if r.Options.admits() {
 		if err := r.setupAdmission(mgr); err != nil {
@@ -167,13 +172,26 @@ func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 	return b.Complete(r)
 }
 
-// Reconcile moves one BulkJob forward, in the shape of jobset's: read it;
+// Reconcile is one pass over a BulkJob (reconcile), served in the queue's
+// order (arrivals: a new BulkJob's first pass first).
+func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.arrivals.firstPassBegins(req.NamespacedName)
+	res, err := r.reconcile(ctx, req)
+	if err == nil {
+		// A pass that comes back comes back as any other: only a
+		// BulkJob's first pass goes first (a failed one keeps its place).
+		res.Priority = new(pastFirstPass)
+	}
+	return res, err
+}
+
+// reconcile moves one BulkJob forward, in the shape of jobset's: read it;
 // end the pass early for a BulkJob being deleted, past its retention,
 // finished, or of a family this build does not know; otherwise create its
 // Jobs and answer the shards that failed for good, compute its status
 // from what that saw (pure: computeStatus), write the status once, and
 // only then emit the pass's events.
-func (r *BulkJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *BulkJobReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var bj v1alpha1.BulkJob
 	if err := r.Client.Get(ctx, req.NamespacedName, &bj); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -134,6 +135,28 @@ func (d delta) quantiles(name, label, value string) (p50, p99, count float64) {
 		return prevLe
 	}
 	return q(0.5), q(0.99), count
+}
+
+// shareAbove is the share of a histogram's observations (series whose
+// label is value) above le, which must be one of its bucket bounds (0
+// when none is).
+func (d delta) shareAbove(name, label, value string, le float64) float64 {
+	var total, below float64
+	for k, s := range d[name] {
+		if !slices.Contains(strings.Split(k, ","), label+"="+value) {
+			continue
+		}
+		total += s.count
+		for _, bk := range s.buckets {
+			if math.Abs(bk.le-le) <= le*1e-9 { // the bounds are products of floats
+				below += bk.n
+			}
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return (total - below) / total
 }
 
 // counterBy sums a counter's series by one label.

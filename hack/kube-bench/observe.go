@@ -36,18 +36,25 @@ func (b *bench) watch(ctx context.Context) error {
 	}
 	onJob := func(o any) {
 		j, ok := o.(*batchv1.Job)
-		if !ok || (j.Spec.Suspend != nil && *j.Spec.Suspend) {
+		if !ok {
 			return
 		}
 		id := j.Labels[v1alpha1.LabelJobID]
 		if _, retry := j.Labels[v1alpha1.LabelRetryRound]; retry || id == "" {
 			return
 		}
+		now := time.Now()
 		b.mu.Lock()
-		if _, ok := b.admitted[id]; !ok {
-			b.admitted[id] = time.Now()
+		defer b.mu.Unlock()
+		if _, ok := b.jobSeen[id]; !ok {
+			b.jobSeen[id] = now
 		}
-		b.mu.Unlock()
+		if j.Spec.Suspend != nil && *j.Spec.Suspend {
+			return
+		}
+		if _, ok := b.admitted[id]; !ok {
+			b.admitted[id] = now
+		}
 	}
 	if _, err := ji.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: onJob, UpdateFunc: func(_, n any) { onJob(n) }}); err != nil {
 		return err
@@ -232,6 +239,13 @@ func (b *bench) admissionFigures(ids []string, res *result) {
 		lat = append(lat, a.Sub(b.created[id]).Seconds())
 	}
 	res.AdmitLatencyP50, res.AdmitLatencyP99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	var made []float64
+	for _, id := range ids {
+		if j, ok := b.jobSeen[id]; ok {
+			made = append(made, j.Sub(b.created[id]).Seconds())
+		}
+	}
+	res.JobLatencyP50, res.JobLatencyP99 = quantile(made, 0.5), quantile(made, 0.99)
 }
 
 func quantile(v []float64, q float64) float64 {

@@ -55,6 +55,8 @@ func (b *bench) mainWave(ctx context.Context, res *result) error {
 	res.ReconcileP50, res.ReconcileP99, res.Reconciles = d.quantiles("controller_runtime_reconcile_time_seconds", "controller", "bulkjob")
 	res.AdmissionPassP50, res.AdmissionPassP99, res.AdmissionPasses = d.quantiles("controller_runtime_reconcile_time_seconds", "controller", "admission")
 	_, res.QueueWaitP99, _ = d.quantiles("workqueue_queue_duration_seconds", "name", "bulkjob")
+	res.QueueWaitsOver1s = d.shareAbove("workqueue_queue_duration_seconds", "name", "bulkjob", 1)
+	res.QueueWaitsOver10s = d.shareAbove("workqueue_queue_duration_seconds", "name", "bulkjob", 10)
 	_, res.AdmissionQueueWaitP99, _ = d.quantiles("workqueue_queue_duration_seconds", "name", "admission")
 	res.APIRequestsByVerb = d.counterBy("rest_client_requests_total", "method")
 	for _, v := range res.APIRequestsByVerb {
@@ -100,6 +102,7 @@ func (b *bench) burst(ctx context.Context, res *result) error {
 	}
 	b.mu.Lock()
 	res.SmallJobAdmitSeconds = b.admitted[sid[0]].Sub(b.created[sid[0]]).Seconds()
+	res.SmallJobJobSeconds = b.jobSeen[sid[0]].Sub(b.created[sid[0]]).Seconds()
 	b.mu.Unlock()
 	b.step("small job admitted %.2fs after it was created; waiting for the burst to complete", res.SmallJobAdmitSeconds)
 	if err := b.waitCompleted(ctx, append(bids, sid...)); err != nil {

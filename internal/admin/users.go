@@ -144,7 +144,7 @@ func userList(ctx context.Context, us *users.Store, env Env, fs *flag.FlagSet, a
 		return err
 	}
 	for _, u := range us2 {
-		fmt.Fprintf(env.Stdout, "%s %s\n", u.ID, u.Email)
+		fmt.Fprintf(env.Stdout, "%s %s %s\n", u.ID, u.Email, u.Role)
 	}
 	return nil
 }

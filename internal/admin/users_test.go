@@ -81,7 +81,7 @@ func TestAdminDashboardUsers(t *testing.T) {
 	if _, err := us.Session(ctx, id); err == nil {
 		t.Fatal("a revoked session still works")
 	}
-	if got := c.run("user", "list", acct); strings.Count(got, "\n") != 2 || !strings.Contains(got, "ann@example.com") {
+	if got := c.run("user", "list", acct); strings.Count(got, "\n") != 2 || !strings.Contains(got, "ann@example.com owner\n") {
 		t.Fatalf("user list printed %q", got)
 	}
 	// An unknown account.

@@ -55,6 +55,9 @@ func TestChartPrivacySecret(t *testing.T) {
 	if n, k := apiPrivacyRef(t, r); n != "bulkd-privacy" || k != "privacy-secret" {
 		t.Errorf("BULKD_PRIVACY_SECRET from %s/%s", n, k)
 	}
+	if !strings.Contains(r.notes, "secret/bulkd-privacy, key privacy-secret") || !strings.Contains(r.notes, "kept on uninstall") {
+		t.Errorf("NOTES.txt does not name the privacy Secret:\n%s", r.notes)
+	}
 	tmpl := nested(t, r.get(t, "Deployment", "bulkd-apiserver"), "spec", "template", "metadata", "annotations")
 	if _, ok := asMap(tmpl)["checksum/privacy"]; !ok {
 		t.Errorf("the API pods do not roll when the privacy secret changes: %v", tmpl)
@@ -84,6 +87,9 @@ func TestChartPrivacySecret(t *testing.T) {
 	}
 	if r.find("Secret", "bulkd-privacy") != nil {
 		t.Error("a privacy Secret rendered although privacy.existingSecret is set")
+	}
+	if !strings.Contains(r.notes, "secret/mine, key key1 (keys the suppression list of erased people; yours") {
+		t.Errorf("NOTES.txt does not name the existing privacy Secret:\n%s", r.notes)
 	}
 	if n, k := apiPrivacyRef(t, r); n != "mine" || k != "key1" {
 		t.Errorf("BULKD_PRIVACY_SECRET from %s/%s, want mine/key1", n, k)
