@@ -4,7 +4,9 @@ package apiserver_test
 // 3; internal/idempotency, account.go), on a real Redis.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/bulkd/bulkd/apiserver"
 	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/admin"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/idempotency"
 )
@@ -160,5 +163,99 @@ func TestDeleteJobRemovesIdempotencyRecord(t *testing.T) {
 	// The key now runs anew: a new job, charged again.
 	if r2 := api.postIdem(path, idemCompanyBody, key, "to-delete"); r2.Status != 200 || replayed(r2) || r2.JSON(t)["job_id"] == id {
 		t.Fatalf("the key after the delete: %d replayed=%v %s", r2.Status, replayed(r2), r2.Body)
+	}
+}
+
+// One account's own limit on stored answers, set with `bulkd admin
+// account limits --idempotency-bytes` (its default from
+// BULKD_ACCOUNT_MAX_IDEMPOTENCY_BYTES, as the servers'): it raises,
+// lowers or (0) lifts the cap for that account only, the JSON view shows
+// it with what the account holds, and "default" drops it.
+func TestIdempotencyLimitOverride(t *testing.T) {
+	const limit = 8 << 10
+	api := newTestAPI(t, withLookup(1000), withIdemLimit(limit))
+	acct, key := api.account(credits.Whole(1000), accounts.PayAsYouGo)
+	acct2, key2 := api.account(credits.Whole(1000), accounts.PayAsYouGo)
+	t.Setenv("BULKD_ACCOUNT_MAX_IDEMPOTENCY_BYTES", strconv.Itoa(limit))
+	limits := func(args ...string) admin.LimitView {
+		t.Helper()
+		var out, errb bytes.Buffer
+		err := admin.Main(context.Background(), append([]string{"--redis-url", "redis://" + api.Redis.Options().Addr, "account", "limits"}, args...),
+			admin.Env{Stdout: &out, Stderr: &errb, Now: api.Clock.Now})
+		if err != nil {
+			t.Fatalf("bulkd admin account limits %v: %v %s", args, err, errb.String())
+		}
+		var v admin.LimitsView
+		if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), `"idempotency_bytes"`) {
+			t.Fatalf("the JSON view lacks idempotency_bytes: %s", out.String())
+		}
+		return v.IdempotencyBytes
+	}
+	n := 0
+	// flood sends new keys until one is refused (at most 100); it returns
+	// how many were stored and the refusal.
+	flood := func(key string) (int, response) {
+		t.Helper()
+		for i := range 100 {
+			n++
+			r := api.postIdem("/v1/email-lookup", lookupFound, key, fmt.Sprint("k-", n))
+			switch r.Status {
+			case http.StatusOK:
+			case http.StatusTooManyRequests:
+				return i, r
+			default:
+				t.Fatalf("request %d: %d %s", n, r.Status, r.Body)
+			}
+		}
+		return 100, response{}
+	}
+	v := limits(acct, "--idempotency-bytes", "16KiB")
+	if v.Limit != 16<<10 || v.Default != limit || v.Override == nil || *v.Override != 16<<10 || v.Used == nil || *v.Used != 0 {
+		t.Fatalf("raised: %+v", v)
+	}
+	// Raised: the account stores about twice the default; the other
+	// account keeps the default.
+	got, r := flood(key)
+	b, _ := idemUsage(t, api, acct)
+	e := r.JSON(t)
+	if r.Status != http.StatusTooManyRequests || e["code"] != "idempotency_records_limited" || r.Header.Get("Retry-After") == "" ||
+		!strings.Contains(e["detail"].(string), "limit is 16384") || b < 16<<10 {
+		t.Fatalf("raised: %d stored, %d bytes, then %d %s", got, b, r.Status, r.Body)
+	}
+	got2, r2 := flood(key2)
+	b2, _ := idemUsage(t, api, acct2)
+	if r2.Status != http.StatusTooManyRequests || !strings.Contains(r2.JSON(t)["detail"].(string), "limit is 8192") ||
+		b2 < limit || b2 >= 16<<10 || got2 >= got {
+		t.Fatalf("the other account: %d stored (%d bytes) against %d, then %d %s", got2, b2, got, r2.Status, r2.Body)
+	}
+	if v := limits(acct); v.Used == nil || *v.Used != b {
+		t.Fatalf("used: %+v, want %d", v, b)
+	}
+	// Lowered below what it holds: refused at once.
+	if v := limits(acct, "--idempotency-bytes", "4096"); v.Limit != 4096 || v.Override == nil || *v.Override != 4096 {
+		t.Fatalf("lowered: %+v", v)
+	}
+	if got, r := flood(key); got != 0 || !strings.Contains(r.JSON(t)["detail"].(string), "limit is 4096") {
+		t.Fatalf("lowered: %d stored, then %d %s", got, r.Status, r.Body)
+	}
+	// 0: no limit for this account; the other keeps its cap.
+	if v := limits(acct, "--idempotency-bytes", "0"); v.Limit != 0 || v.Override == nil || *v.Override != 0 || v.Default != limit {
+		t.Fatalf("no limit: %+v", v)
+	}
+	if got, _ := flood(key); got != 100 {
+		t.Fatalf("no limit: refused after %d", got)
+	}
+	if got, _ := flood(key2); got != 0 {
+		t.Fatalf("the other account under another's 0: %d stored", got)
+	}
+	// "default" drops the override: the default cap again.
+	if v := limits(acct, "--idempotency-bytes", "default"); v.Limit != limit || v.Override != nil || v.Used == nil || *v.Used <= limit {
+		t.Fatalf("default: %+v", v)
+	}
+	if got, r := flood(key); got != 0 || !strings.Contains(r.JSON(t)["detail"].(string), "limit is 8192") {
+		t.Fatalf("default: %d stored, then %d %s", got, r.Status, r.Body)
 	}
 }

@@ -298,7 +298,7 @@ func TestAdminAccountLimitsTakeEffect(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		err := admin.Main(context.Background(), append([]string{"--redis-url", redisURL, "--account-max-active-jobs", "5"}, args...),
+		err := admin.Main(context.Background(), append([]string{"--redis-url", redisURL, "--account-max-active-jobs", "5", "--account-max-idempotency-bytes", "1048576"}, args...),
 			admin.Env{Stdout: &out, Stderr: &errb})
 		if err != nil {
 			t.Fatalf("bulkd admin %v: %v %s", args, err, errb.String())
@@ -310,7 +310,9 @@ func TestAdminAccountLimitsTakeEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.ActiveJobs.Limit != 1 || v.ActiveJobs.Default != 5 || v.ActiveJobs.Override == nil || *v.ActiveJobs.Override != 1 ||
-		v.StoredBytes.Limit != 1<<30 || v.Keys.Override != nil || v.Keys.Used == nil || *v.Keys.Used != 1 {
+		v.StoredBytes.Limit != 1<<30 || v.Keys.Override != nil || v.Keys.Used == nil || *v.Keys.Used != 1 ||
+		v.IdempotencyBytes.Limit != 1<<20 || v.IdempotencyBytes.Default != 1<<20 || v.IdempotencyBytes.Override != nil ||
+		v.IdempotencyBytes.Used == nil || *v.IdempotencyBytes.Used != 0 {
 		t.Fatalf("limits view %+v", v)
 	}
 	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {

@@ -38,10 +38,13 @@ const (
 	// LimitRequestRate: requests per second of all the account's keys
 	// together, on top of each key's own limit.
 	LimitRequestRate = "request_rate"
+	// LimitIdempotencyBytes: bytes of the answers the account's keys keep
+	// for their Idempotency-Keys (internal/idempotency, account.go).
+	LimitIdempotencyBytes = "idempotency_bytes"
 )
 
 // LimitNames lists every limit, in the order they are shown.
-var LimitNames = []string{LimitActiveJobs, LimitStoredBytes, LimitDrafts, LimitDraftBytes, LimitKeys, LimitRequestRate}
+var LimitNames = []string{LimitActiveJobs, LimitStoredBytes, LimitDrafts, LimitDraftBytes, LimitKeys, LimitRequestRate, LimitIdempotencyBytes}
 
 // Limits are the per-account limits; 0 means no limit.
 type Limits struct {
@@ -51,6 +54,9 @@ type Limits struct {
 	DraftBytes  int64
 	Keys        int64
 	RequestRate int64
+	// IdempotencyBytes: the default is the servers'
+	// --account-max-idempotency-bytes.
+	IdempotencyBytes int64
 }
 
 func (l *Limits) field(name string) *int64 {
@@ -67,6 +73,8 @@ func (l *Limits) field(name string) *int64 {
 		return &l.Keys
 	case LimitRequestRate:
 		return &l.RequestRate
+	case LimitIdempotencyBytes:
+		return &l.IdempotencyBytes
 	}
 	return nil
 }
@@ -175,7 +183,7 @@ type LimitError struct {
 
 func (e *LimitError) Error() string {
 	switch e.Limit {
-	case LimitStoredBytes, LimitDraftBytes:
+	case LimitStoredBytes, LimitDraftBytes, LimitIdempotencyBytes:
 		return fmt.Sprintf("account limit %s reached: %d of %d bytes held, %d more requested", e.Limit, e.Used, e.Max, e.Requested)
 	}
 	return fmt.Sprintf("account limit %s reached: %d of %d in use", e.Limit, e.Used, e.Max)

@@ -108,3 +108,49 @@ func TestAdminRoundTrip(t *testing.T) {
 		t.Fatal("unknown command accepted")
 	}
 }
+
+// `account limits --idempotency-bytes`: the default comes from
+// BULKD_ACCOUNT_MAX_IDEMPOTENCY_BYTES (or the flag) as the servers', an
+// override is stored in the account's hash, shown, and dropped by
+// "default"; another account keeps the default.
+func TestAccountLimitsIdempotencyBytes(t *testing.T) {
+	rdb, srv := testredis.Client(t)
+	t.Setenv("BULKD_ACCOUNT_MAX_IDEMPOTENCY_BYTES", "4096")
+	c := &cli{t: t, url: srv.URL, now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	acct := strings.TrimSpace(c.run("account", "create", "--name", "A"))
+	other := strings.TrimSpace(c.run("account", "create", "--name", "B"))
+	view := func(args ...string) admin.LimitView {
+		t.Helper()
+		out := c.run(append([]string{"account", "limits"}, args...)...)
+		var v admin.LimitsView
+		if err := json.Unmarshal([]byte(out), &v); err != nil || !strings.Contains(out, `"idempotency_bytes"`) {
+			t.Fatalf("%s: %v", out, err)
+		}
+		return v.IdempotencyBytes
+	}
+	if v := view(acct, "--idempotency-bytes", "2MiB"); v.Limit != 2<<20 || v.Default != 4096 || v.Override == nil || *v.Override != 2<<20 ||
+		v.Used == nil || *v.Used != 0 {
+		t.Fatalf("set: %+v", v)
+	}
+	if f := rdb.HGet(context.Background(), accounts.AccountKey(acct), accounts.LimitField(accounts.LimitIdempotencyBytes)).Val(); f != "2097152" {
+		t.Fatalf("stored override %q", f)
+	}
+	if v := view(other); v.Limit != 4096 || v.Override != nil {
+		t.Fatalf("other account: %+v", v)
+	}
+	if v := view(acct, "--idempotency-bytes", "0"); v.Limit != 0 || v.Override == nil || *v.Override != 0 {
+		t.Fatalf("no limit: %+v", v)
+	}
+	if v := view(acct, "--idempotency-bytes", "default"); v.Limit != 4096 || v.Override != nil {
+		t.Fatalf("default: %+v", v)
+	}
+	if _, err := c.try("account", "limits", acct, "--idempotency-bytes", "-1"); err == nil {
+		t.Fatal("a negative limit was accepted")
+	}
+	// The flag wins over the variable.
+	var v admin.LimitsView
+	if err := json.Unmarshal([]byte(c.run("--account-max-idempotency-bytes", "8192", "account", "limits", acct)), &v); err != nil ||
+		v.IdempotencyBytes.Default != 8192 || v.IdempotencyBytes.Limit != 8192 {
+		t.Fatalf("flag default: %+v %v", v.IdempotencyBytes, err)
+	}
+}

@@ -16,11 +16,13 @@ import (
 
 	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/dashboard"
+	"github.com/bulkd/bulkd/internal/idempotency"
 	"github.com/bulkd/bulkd/internal/jobs"
 )
 
 // LimitsUsage documents the limits command.
 const LimitsUsage = `  account limits ACCOUNT [--active-jobs V] [--stored-bytes V] [--drafts V] [--draft-bytes V] [--keys V] [--request-rate V]
+                 [--idempotency-bytes V]
                                                    set one account's limits (V: a number, bytes may end in KiB, MiB
                                                    or GiB; 0 is no limit; "default" drops the override) and print
                                                    its effective limits, defaults, overrides and usage as JSON.
@@ -46,6 +48,9 @@ type LimitsView struct {
 	DraftBytes  LimitView `json:"draft_bytes"`
 	Keys        LimitView `json:"keys"`
 	RequestRate LimitView `json:"request_rate"`
+	// IdempotencyBytes: Used is what the account's stored Idempotency-Key
+	// answers are counted for (internal/idempotency).
+	IdempotencyBytes LimitView `json:"idempotency_bytes"`
 }
 
 func (v *LimitsView) entry(name string) *LimitView {
@@ -60,6 +65,8 @@ func (v *LimitsView) entry(name string) *LimitView {
 		return &v.DraftBytes
 	case accounts.LimitKeys:
 		return &v.Keys
+	case accounts.LimitIdempotencyBytes:
+		return &v.IdempotencyBytes
 	}
 	return &v.RequestRate
 }
@@ -72,6 +79,7 @@ var limitFlags = []struct{ flag, name string }{
 	{"draft-bytes", accounts.LimitDraftBytes},
 	{"keys", accounts.LimitKeys},
 	{"request-rate", accounts.LimitRequestRate},
+	{"idempotency-bytes", accounts.LimitIdempotencyBytes},
 }
 
 func accountLimits(ctx context.Context, rdb redis.UniversalClient, st *accounts.Store, env Env, args []string) error {
@@ -151,8 +159,13 @@ func limitsView(ctx context.Context, rdb redis.UniversalClient, st *accounts.Sto
 	if err != nil {
 		return nil, err
 	}
+	idemBytes, _, err := idempotency.AccountUsage(ctx, rdb, id, now)
+	if err != nil {
+		return nil, err
+	}
 	v.ActiveJobs.Used, v.StoredBytes.Used = &u.ActiveJobs, &u.StoredBytes
 	v.Drafts.Used, v.DraftBytes.Used, v.Keys.Used = &drafts, &draftBytes, &keys
+	v.IdempotencyBytes.Used = &idemBytes
 	return v, nil
 }
 

@@ -173,7 +173,8 @@ type Config struct {
 // AccountLimits are the default per-account limits.
 func (c *Config) AccountLimits() accounts.Limits {
 	return accounts.Limits{ActiveJobs: c.AccountMaxActiveJobs, StoredBytes: c.AccountMaxStoredBytes, Drafts: c.AccountMaxDrafts,
-		DraftBytes: c.AccountMaxDraftBytes, Keys: c.AccountMaxKeys, RequestRate: c.AccountRateLimit}
+		DraftBytes: c.AccountMaxDraftBytes, Keys: c.AccountMaxKeys, RequestRate: c.AccountRateLimit,
+		IdempotencyBytes: c.AccountMaxIdempotencyBytes}
 }
 
 // RegisterLimits adds the per-account limit flags (`bulkd serve`,
@@ -185,6 +186,7 @@ func (c *Config) RegisterLimits(fs *flag.FlagSet) {
 	num64(fs, &c.AccountMaxDrafts, "account-max-drafts", "dashboard uploads of one account waiting between their steps (0: no limit)")
 	num64(fs, &c.AccountMaxDraftBytes, "account-max-draft-bytes", "bytes of one account's waiting dashboard uploads (0: no limit)")
 	num64(fs, &c.AccountMaxKeys, "account-max-keys", "API keys of one account that are not revoked (0: no limit)")
+	num64(fs, &c.AccountMaxIdempotencyBytes, "account-max-idempotency-bytes", "bytes of the answers one account's keys keep for their Idempotency-Keys (each 24 h, counted with 1 KiB of overhead); past it a request with a new key gets 429 idempotency_records_limited, nothing run or charged (0: no limit)")
 	num64(fs, &c.AccountRateLimit, "account-rate-limit", "requests per second of all one account's keys together, on top of --rate-limit per key; past it 429 rate_limited (0: no limit)")
 }
 
@@ -322,7 +324,6 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	num(fs, &c.SignInIPv6Prefix, "signin-ipv6-prefix", "the sign-in throttle counts an IPv6 client by this prefix of its address (one subscriber's network; 32 to 128)")
 	str(fs, &c.TrustedProxies, "trusted-proxies", "comma-separated CIDR ranges of the proxies in front of bulkd (ingress, load balancer); X-Forwarded-For is believed only from a peer in them, and its right-most address outside them is the client (default: none, the TCP peer is the client)")
 	c.RegisterLimits(fs)
-	num64(fs, &c.AccountMaxIdempotencyBytes, "account-max-idempotency-bytes", "bytes of the answers one account's keys keep for their Idempotency-Keys (each 24 h, counted with 1 KiB of overhead); past it a request with a new key gets 429 idempotency_records_limited, nothing run or charged (0: no limit)")
 }
 
 // TrustedProxyPrefixes parses --trusted-proxies.

@@ -5,10 +5,14 @@ package idempotency
 // quota unit or a job), but a paying account could still fill a
 // noeviction Redis with them: 20 requests a second, each with a new key,
 // keep 1.7 million answers for 24 h. So every stored answer is counted
-// against its account, and past Options.MaxAccountBytes a new key is
-// refused (the API answers 429 idempotency_records_limited) until enough
-// of the account's answers expire; a key that already has an answer is
-// still replayed, and a request without a key is not affected.
+// against its account, and past the account's limit a new key is refused
+// (the API answers 429 idempotency_records_limited) until enough of the
+// account's answers expire; a key that already has an answer is still
+// replayed, and a request without a key is not affected. The limit is
+// Options.MaxAccountBytes unless the account overrides it (`bulkd admin
+// account limits ACCOUNT --idempotency-bytes V`: the field
+// limit:idempotency_bytes of the account's hash, internal/accounts), read
+// by the check in the same step as the usage, on the account's slot.
 //
 // The records live on their API key's slot ({key id}); the account's
 // usage lives on the account's ({account id}): two keys,
@@ -27,9 +31,12 @@ package idempotency
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bulkd/bulkd/internal/accounts"
 )
 
 // RecordOverhead is what a stored answer is counted for beyond its body
@@ -63,15 +70,27 @@ local function prune(z, h, now)
 end
 `
 
-// admitScript: KEYS = zset, hash. ARGV = now ms, max bytes.
-// Returns {1, used, 0} (room), or {0, used, oldest expiry ms} (full).
+// admitScript: KEYS = zset, hash, the account's hash (its override).
+// ARGV = now ms, the default max bytes. Returns {1, used, 0, max} (room),
+// or {0, used, oldest expiry ms, max} (full); max is the account's
+// effective limit (0: none).
 var admitScript = redis.NewScript(pruneLua + `
 prune(KEYS[1], KEYS[2], ARGV[1])
 local used = tonumber(redis.call('HGET', KEYS[2], 'total') or '0')
-local max = tonumber(ARGV[2])
-if max <= 0 or used < max then return {1, used, 0} end
+local max = tonumber(redis.call('HGET', KEYS[3], '` + overrideField + `') or ARGV[2]) or 0
+if max <= 0 or used < max then return {1, used, 0, max} end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, used, tonumber(first[2] or ARGV[1])}
+return {0, used, tonumber(first[2] or ARGV[1]), max}
+`)
+
+// overrideField is the account hash's field that overrides the limit.
+var overrideField = accounts.LimitField(accounts.LimitIdempotencyBytes)
+
+// usageScript prunes and returns the usage. KEYS = zset, hash. ARGV = now
+// ms. Returns {bytes, records}.
+var usageScript = redis.NewScript(pruneLua + `
+prune(KEYS[1], KEYS[2], ARGV[1])
+return {tonumber(redis.call('HGET', KEYS[2], 'total') or '0'), redis.call('ZCARD', KEYS[1])}
 `)
 
 // countScript counts (or recounts) a stored answer.
@@ -103,21 +122,21 @@ type Full struct {
 	RetryAfter time.Duration
 }
 
-// Admit says whether accountID has room for another stored answer: nil,
-// or what holds it up. With no limit it does not touch Redis.
+// Admit says whether accountID has room for another stored answer under
+// its effective limit (its override, else Options.MaxAccountBytes): nil,
+// or what holds it up. It reads Redis even when the default is no limit,
+// since one account's override may set one.
 func (s *Store) Admit(ctx context.Context, accountID string) (*Full, error) {
-	if s.opts.MaxAccountBytes <= 0 {
-		return nil, nil
-	}
 	now := s.now().UnixMilli()
-	res, err := admitScript.Run(ctx, s.rdb, usageKeys(accountID), now, s.opts.MaxAccountBytes).Int64Slice()
+	keys := append(usageKeys(accountID), accounts.AccountKey(accountID))
+	res, err := admitScript.Run(ctx, s.rdb, keys, now, s.opts.MaxAccountBytes).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != 3 || res[0] == 1 {
+	if len(res) != 4 || res[0] == 1 {
 		return nil, nil
 	}
-	return &Full{Used: res[1], Max: s.opts.MaxAccountBytes, RetryAfter: time.Duration(max(res[2]-now, 1000)) * time.Millisecond}, nil
+	return &Full{Used: res[1], Max: res[3], RetryAfter: time.Duration(max(res[2]-now, 1000)) * time.Millisecond}, nil
 }
 
 // StoredBytes is what a stored answer of body and content type ct is
@@ -137,12 +156,18 @@ func (s *Store) count(ctx context.Context, accountID, rk string, bytes, expiresM
 // Usage is the bytes accountID's stored answers are counted for, and how
 // many there are (expired ones pruned first, by the store's clock).
 func (s *Store) Usage(ctx context.Context, accountID string) (bytes, records int64, err error) {
-	res, err := admitScript.Run(ctx, s.rdb, usageKeys(accountID), s.now().UnixMilli(), 0).Int64Slice()
+	return AccountUsage(ctx, s.rdb, accountID, s.now())
+}
+
+// AccountUsage is Usage without a Store (`bulkd admin account limits`):
+// the bytes accountID's stored answers are counted for and how many there
+// are, the ones expired by now pruned first.
+func AccountUsage(ctx context.Context, rdb redis.UniversalClient, accountID string, now time.Time) (bytes, records int64, err error) {
+	res, err := usageScript.Run(ctx, rdb, usageKeys(accountID), now.UnixMilli()).Int64Slice()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("read the idempotency usage of account %s: %w", accountID, err)
 	}
-	n, err := s.rdb.ZCard(ctx, usageKeys(accountID)[0]).Result()
-	return res[1], n, err
+	return res[0], res[1], nil
 }
 
 // Forget stops counting record rk against accountID (the record was

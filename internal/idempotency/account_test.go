@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkd/bulkd/internal/accounts"
 	"github.com/bulkd/bulkd/internal/idempotency"
 )
 
@@ -100,5 +101,71 @@ func TestAccountNoLimit(t *testing.T) {
 	}
 	if b, n := e.usage(e.st, "a"); n != 5 || b != 5*(116+idempotency.RecordOverhead) {
 		t.Fatalf("usage %d %d", b, n)
+	}
+}
+
+// An account's own limit (the field limit:idempotency_bytes of its hash,
+// as `bulkd admin account limits --idempotency-bytes` sets it) takes the
+// place of the default for that account only: it raises, lowers or (0)
+// lifts the cap, and dropping it brings the default back. With no default
+// an override still sets a cap.
+func TestAccountLimitOverride(t *testing.T) {
+	e := newEnv(t)
+	const one = 1000 + 16 + idempotency.RecordOverhead
+	setOverride := func(acct string, v int64) {
+		t.Helper()
+		if err := e.rdb.HSet(e.ctx, accounts.AccountKey(acct), accounts.LimitField(accounts.LimitIdempotencyBytes), v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// fill stores answers until Admit refuses (at most 20); it returns how
+	// many were admitted and the refusal.
+	fill := func(st *idempotency.Store, acct string) (int, *idempotency.Full) {
+		t.Helper()
+		for i := range 20 {
+			f, err := st.Admit(e.ctx, acct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f != nil {
+				return i, f
+			}
+			e.store(st, acct, "k-"+acct, fmt.Sprint("x", i), 1000)
+		}
+		return 20, nil
+	}
+	st := idempotency.New(e.rdb, idempotency.Options{MaxAccountBytes: 4 * one}, e.clk.Now)
+	setOverride("raised", 8*one)
+	setOverride("lowered", 2*one)
+	setOverride("unlimited", 0)
+	for _, tc := range []struct {
+		acct string
+		n    int
+		max  int64
+	}{{"default", 4, 4 * one}, {"raised", 8, 8 * one}, {"lowered", 2, 2 * one}, {"unlimited", 20, 0}} {
+		n, f := fill(st, tc.acct)
+		if n != tc.n || (f == nil) != (tc.max == 0) || (f != nil && (f.Max != tc.max || f.Used != tc.max)) {
+			t.Fatalf("%s: %d answers admitted, refusal %+v; want %d, limit %d", tc.acct, n, f, tc.n, tc.max)
+		}
+	}
+	// Dropping the override: the default again (the account holds 8, past it).
+	if err := e.rdb.HDel(e.ctx, accounts.AccountKey("raised"), accounts.LimitField(accounts.LimitIdempotencyBytes)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := st.Admit(e.ctx, "raised"); err != nil || f == nil || f.Max != 4*one || f.Used != 8*one {
+		t.Fatalf("after the override was dropped: %+v %v", f, err)
+	}
+	// No default: only the account with an override is capped.
+	free := idempotency.New(e.rdb, idempotency.Options{}, e.clk.Now)
+	if n, f := fill(free, "default2"); n != 20 || f != nil {
+		t.Fatalf("no default: %d admitted, %+v", n, f)
+	}
+	setOverride("capped", 3*one)
+	if n, f := fill(free, "capped"); n != 3 || f == nil || f.Max != 3*one {
+		t.Fatalf("no default, override 3 answers: %d admitted, %+v", n, f)
+	}
+	// AccountUsage (what `bulkd admin account limits` shows) is Usage.
+	if b, n, err := idempotency.AccountUsage(e.ctx, e.rdb, "capped", e.clk.Now()); err != nil || b != 3*one || n != 3 {
+		t.Fatalf("AccountUsage: %d bytes, %d records, %v", b, n, err)
 	}
 }

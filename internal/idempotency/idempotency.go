@@ -40,7 +40,9 @@ type Options struct {
 	Lease time.Duration
 	// MaxAccountBytes bounds the bytes one account's stored answers hold
 	// (every API key of the account together; account.go): past it a new
-	// key is refused before its request runs. 0: no limit.
+	// key is refused before its request runs. 0: no limit. It is the
+	// default: an account's own override (accounts.LimitIdempotencyBytes)
+	// takes its place for that account.
 	MaxAccountBytes int64
 }
 
