@@ -47,7 +47,7 @@ type admissionScene struct {
 }
 
 func newAdmissionScene(t *testing.T, global, perAccount int32) *admissionScene {
-	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).
+	c := fake.NewClientBuilder().WithScheme(v1alpha1.NewScheme()).WithIndex(&corev1.Pod{}, podJobIDField, indexPodJobID).
 		WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}, &corev1.Pod{}).Build()
 	opts := DefaultOptions().withDefaults()
 	opts.MaxRunningShards, opts.MaxRunningShardsPerAccount = global, perAccount

@@ -144,6 +144,9 @@ func (r *BulkJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) 
 		Watches(&v1alpha1.BulkJob{}, r.arrivals.handler()).
 		Watches(&batchv1.Job{}, handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.BulkJob{}, handler.OnlyControllerOwner())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(concurrency, 1)})
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podJobIDField, indexPodJobID); err != nil {
+		return fmt.Errorf("index pods by job id: %w", err)
+	}
 	if r.Options.admits() {
 		if err := r.setupAdmission(mgr); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -134,7 +135,7 @@ type scenario struct {
 
 func newScenario(t *testing.T, data *fakeData, objs ...client.Object) *scenario {
 	scheme := v1alpha1.NewScheme()
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithIndex(&corev1.Pod{}, podJobIDField, indexPodJobID).WithStatusSubresource(&v1alpha1.BulkJob{}, &batchv1.Job{}).Build()
 	s := &scenario{t: t, c: c, data: data, rec: events.NewFakeRecorder(100), now: time.Now()}
 	// Without budgets: Jobs start as they are created (admission has tests
 	// of its own).

@@ -28,6 +28,8 @@ type ManagerOptions struct {
 	// addresses; "0" turns one off.
 	MetricsAddr string
 	HealthAddr  string
+	// PprofAddr serves Go's profiles (/debug/pprof/); "" or "0" is off.
+	PprofAddr string
 	// LeaderElect makes replicas elect one active controller (a Lease
 	// named LeaderElectionID in Namespace).
 	LeaderElect      bool
@@ -95,6 +97,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Cache:                         cacheOpts,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:        o.HealthAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,

@@ -170,6 +170,7 @@ func runController(ctx context.Context, args []string) error {
 		Namespace:   kc.Namespace,
 		MetricsAddr: kc.MetricsAddr,
 		HealthAddr:  kc.HealthAddr,
+		PprofAddr:   kc.PprofAddr,
 		LeaderElect: kc.LeaderElect,
 		Concurrency: kc.Concurrency,
 		Reconciler:  controllers.OptionsFrom(kc, cfg.Retention, resources),

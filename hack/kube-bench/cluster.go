@@ -60,6 +60,9 @@ func (b *bench) startControlPlane() (string, error) {
 	if err := os.WriteFile(kubeconfig, kcBytes, 0o600); err != nil {
 		return "", err
 	}
+	if o.admissionOnly {
+		return kubeconfig, nil
+	}
 	b.step("starting kube-controller-manager (Job controller) and kube-scheduler")
 	if err := b.procs.start(o.dir, "kube-controller-manager", filepath.Join(o.clusterBins, "kube-controller-manager"),
 		"--kubeconfig", kubeconfig, "--controllers", "job-controller", "--leader-elect=false", "--secure-port=0",

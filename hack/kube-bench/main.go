@@ -37,6 +37,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +67,7 @@ type options struct {
 	stages                    string
 	timeout                   time.Duration
 	keepLogs                  bool
+	admissionOnly             bool
 }
 
 func main() {
@@ -86,6 +89,8 @@ func main() {
 	flag.StringVar(&o.crds, "crds", "config/crd/bases", "BulkJob CRD directory")
 	flag.StringVar(&o.stages, "stages", "hack/kube-bench/stages.yaml", "KWOK stages")
 	flag.DurationVar(&o.timeout, "timeout", 45*time.Minute, "give up after this long")
+	flag.BoolVar(&o.admissionOnly, "admission-only", false, "no Job controller nor scheduler: Jobs are admitted (un-suspended) but make no pods, "+
+		"so the figures are the controller's admission with the API server doing nothing else (the ceiling bulkd's own work sets)")
 	flag.Parse()
 	if o.out == "" {
 		o.out = filepath.Join(o.dir, fmt.Sprintf("result-%d.json", o.bulkJobs))
@@ -111,6 +116,7 @@ func main() {
 
 // result holds the figures.
 type result struct {
+	AdmissionOnly                               bool // no pods were made (--admission-only)
 	BulkJobs, Accounts, Nodes, MaxRunningShards int
 	PodSeconds                                  float64
 	Pods                                        int     // processor pods of the main wave
@@ -130,6 +136,7 @@ type result struct {
 	APIRequests                                 float64
 	APIRequestsPerBulkJob                       float64
 	APIRequestsByVerb                           map[string]float64
+	CPUByCommand                                []string // CPU seconds each command spent over the main wave
 	RSSBytesPeak                                int64
 	RSSBytesAtPeakPods                          int64
 	PeakPods                                    int
@@ -145,6 +152,9 @@ type result struct {
 
 func (r *result) print(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, "bench-kube: "+format+"\n", a...) }
+	if r.AdmissionOnly {
+		p("admission only: no Job controller nor scheduler, Jobs make no pods; the figures are the controller's admission alone")
+	}
 	p("workload: %d BulkJobs from %d accounts, %d processor pods, %d KWOK nodes, --max-running-shards %d, pods run %.1fs",
 		r.BulkJobs, r.Accounts, r.Pods, r.Nodes, r.MaxRunningShards, r.PodSeconds)
 	p("BulkJobs created: %.1f/s (%.1fs for all)", r.CreatedPerSecond, r.CreateSeconds)
@@ -156,6 +166,7 @@ func (r *result) print(w io.Writer) {
 		r.ReconcileP50, r.ReconcileP99, r.Reconciles, r.QueueWaitP99, 100*r.QueueWaitsOver1s, 100*r.QueueWaitsOver10s)
 	p("admission pass: p50 %.3fs p99 %.3fs over %.0f passes; workqueue wait p99 %.3fs", r.AdmissionPassP50, r.AdmissionPassP99, r.AdmissionPasses, r.AdmissionQueueWaitP99)
 	p("API requests: %.0f, %.1f per BulkJob (client-go rest_client_requests_total) %v", r.APIRequests, r.APIRequestsPerBulkJob, r.APIRequestsByVerb)
+	p("CPU over the main wave (user+system, by command; the machine has %d cores): %s", runtime.NumCPU(), strings.Join(r.CPUByCommand, ", "))
 	p("controller RSS: peak %.0f MiB; %.0f MiB with %d processor pods; idle %.0f MiB; %.1f KiB per pod (goal <= 1 GiB at 10,000 pods)",
 		mib(r.RSSBytesPeak), mib(r.RSSBytesAtPeakPods), r.PeakPods, mib(r.RSSBytesIdle), r.RSSBytesPerPod/1024)
 	if r.BurstBulkJobs > 0 {
@@ -247,7 +258,7 @@ func run(ctx context.Context, o options) (*result, error) {
 	if err := b.startController(ctx, kubeconfig, redisURL); err != nil {
 		return nil, err
 	}
-	res := &result{BulkJobs: o.bulkJobs, Accounts: o.accounts, Nodes: o.nodes, MaxRunningShards: o.maxRunning, PodSeconds: o.podSeconds}
+	res := &result{AdmissionOnly: o.admissionOnly, BulkJobs: o.bulkJobs, Accounts: o.accounts, Nodes: o.nodes, MaxRunningShards: o.maxRunning, PodSeconds: o.podSeconds}
 	res.RSSBytesIdle = rss(b.ctrlPID)
 	rssStop := b.sampleRSS(ctx, res)
 	defer rssStop()

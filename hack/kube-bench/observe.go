@@ -175,6 +175,20 @@ func (b *bench) waitCompleted(ctx context.Context, ids []string) error {
 	}
 }
 
+// waitDone waits for the BulkJobs to complete, or with --admission-only
+// (no pods: nothing completes) to be admitted.
+func (b *bench) waitDone(ctx context.Context, ids []string) error {
+	if !b.o.admissionOnly {
+		return b.waitCompleted(ctx, ids)
+	}
+	for _, id := range ids {
+		if err := b.waitAdmitted(ctx, id, 10*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (b *bench) waitAdmitted(ctx context.Context, id string, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {

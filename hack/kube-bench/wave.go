@@ -33,7 +33,7 @@ func (b *bench) mainWave(ctx context.Context, res *result) error {
 		wave = append(wave, submission{p: principals[rng.Intn(len(principals))], shards: shards})
 		res.Pods += shards
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuByCommand()
 	ids, err := b.submitAll(ctx, wave)
 	if err != nil {
 		return err
@@ -41,7 +41,7 @@ func (b *bench) mainWave(ctx context.Context, res *result) error {
 	res.CreateSeconds = time.Since(t0).Seconds()
 	res.CreatedPerSecond = float64(len(ids)) / res.CreateSeconds
 	b.step("created %d BulkJobs in %.1fs; waiting for them to complete", len(ids), res.CreateSeconds)
-	if err := b.waitCompleted(ctx, ids); err != nil {
+	if err := b.waitDone(ctx, ids); err != nil {
 		return err
 	}
 	res.WaveSeconds = time.Since(t0).Seconds()
@@ -59,6 +59,7 @@ func (b *bench) mainWave(ctx context.Context, res *result) error {
 	res.QueueWaitsOver10s = d.shareAbove("workqueue_queue_duration_seconds", "name", "bulkjob", 10)
 	_, res.AdmissionQueueWaitP99, _ = d.quantiles("workqueue_queue_duration_seconds", "name", "admission")
 	res.APIRequestsByVerb = d.counterBy("rest_client_requests_total", "method")
+	res.CPUByCommand = cpuSpent(cpu0, cpuByCommand())
 	for _, v := range res.APIRequestsByVerb {
 		res.APIRequests += v
 	}
@@ -105,7 +106,7 @@ func (b *bench) burst(ctx context.Context, res *result) error {
 	res.SmallJobJobSeconds = b.jobSeen[sid[0]].Sub(b.created[sid[0]]).Seconds()
 	b.mu.Unlock()
 	b.step("small job admitted %.2fs after it was created; waiting for the burst to complete", res.SmallJobAdmitSeconds)
-	if err := b.waitCompleted(ctx, append(bids, sid...)); err != nil {
+	if err := b.waitDone(ctx, append(bids, sid...)); err != nil {
 		return err
 	}
 	b.mu.Lock()

@@ -518,6 +518,7 @@ type Kube struct {
 	// controller.
 	MetricsAddr          string
 	HealthAddr           string
+	PprofAddr            string
 	LeaderElect          bool
 	Concurrency          int
 	ParallelismCap       int
@@ -598,6 +599,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	k.registerCommon(fs)
 	str(fs, &k.MetricsAddr, "metrics-bind-address", `metrics listen address ("0" turns metrics off)`)
 	str(fs, &k.HealthAddr, "health-probe-bind-address", `health probe listen address: /healthz, /readyz ("0" turns probes off)`)
+	str(fs, &k.PprofAddr, "pprof-bind-address", `Go profiling (/debug/pprof/) listen address, for profiling the controller at scale; off by default: bind it to loopback ("" or "0" turns it off)`)
 	boolean(fs, &k.LeaderElect, "leader-elect", "elect one active controller among the replicas (a Lease in the namespace)")
 	num(fs, &k.Concurrency, "concurrency", "BulkJobs reconciled at once")
 	num(fs, &k.ParallelismCap, "parallelism-cap", "most processor pods one BulkJob runs at once (0: no cap)")
