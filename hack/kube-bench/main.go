@@ -266,6 +266,10 @@ func run(ctx context.Context, o options) (*result, error) {
 		return res, err
 	}
 	if o.burst > 0 {
+		// The main wave's figures now: at full size the burst takes tens of
+		// minutes more, and a run cut short would otherwise print nothing.
+		fmt.Println("bench-kube: the main wave's figures (the burst follows; all figures again at the end):")
+		res.print(os.Stdout)
 		if err := b.burst(ctx, res); err != nil {
 			return res, err
 		}
