@@ -47,6 +47,8 @@ ensure_packages() {
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v openssl >/dev/null || missing+=(openssl)
   command -v redis-server >/dev/null || missing+=(redis-server)
+  # kube-network-policies (netpol.sh, E2E_NETPOL) programs nftables.
+  command -v nft >/dev/null || missing+=(nftables)
   if ((${#missing[@]})); then
     log "apt-get install ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2
