@@ -94,13 +94,6 @@ func (a *arrivals) firstPassBegins(key types.NamespacedName) {
 	}
 }
 
-// waiting is how many BulkJobs wait for their first pass.
-func (a *arrivals) waiting() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.tags)
-}
-
 // handler is the BulkJob watch's event handler: a BulkJob that has had no
 // pass yet (no phase) is enqueued by arrivals' priority, any other event
 // as controller-runtime's own handler would (a resync or the start's list

@@ -76,7 +76,7 @@ func TestNewBulkJobsFirstInTurnAcrossAccounts(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("served %v, want %v (new BulkJobs first, accounts in turn, FIFO within one)", got, want)
 	}
-	if n := s.a.waiting(); n != 0 {
+	if n := len(s.a.tags); n != 0 {
 		t.Fatalf("%d BulkJobs still waiting for a first pass", n)
 	}
 }

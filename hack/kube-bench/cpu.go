@@ -22,17 +22,17 @@ func cpuByCommand() map[string]float64 {
 			continue
 		}
 		s := string(b)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
+		lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if lp < 0 || rp < lp {
 			continue
 		}
-		f := strings.Fields(s[close+1:])
+		f := strings.Fields(s[rp+1:])
 		if len(f) < 13 { // state is field 3; utime, stime are 14, 15
 			continue
 		}
 		u, _ := strconv.ParseFloat(f[11], 64)
 		st, _ := strconv.ParseFloat(f[12], 64)
-		out[s[open+1:close]] += (u + st) / 100 // USER_HZ is 100 on Linux
+		out[s[lp+1:rp]] += (u + st) / 100 // USER_HZ is 100 on Linux
 	}
 	return out
 }

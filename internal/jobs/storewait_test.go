@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/accounts/accountstest"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/testredis"
@@ -24,20 +24,8 @@ func newEnvOn(t *testing.T, rdb redis.UniversalClient) *env {
 	ex := &recExecutor{}
 	eng := NewEngine(st, bl, ex, discard)
 	eng.ShardSize = 10
-	as := accounts.NewStore(rdb, nil)
 	bal := credits.Whole(100_000)
-	a, err := as.CreateAccount(ctx, "jobs test", bal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := as.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := accountstest.PayAsYouGo(t, rdb, nil, "jobs test", bal)
 	return &env{t: t, ctx: ctx, rdb: rdb, st: st, bl: bl, eng: eng, exec: ex, p: p, balance: bal}
 }
 

@@ -5,13 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/accounts/accountstest"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/config"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/testredis"
-	"github.com/redis/go-redis/v9"
 )
 
 // unknownAnswerer answers every input with the refunded outcome.
@@ -52,7 +51,7 @@ func TestCompletionRefundUsesInjectedClock(t *testing.T) {
 	const fam = "test_refund"
 	c.Processor.Families[fam] = unknownAnswerer{}
 
-	p := payAsYouGo(t, ctx, rdb, now, "refund clock")
+	p := accountstest.PayAsYouGo(t, rdb, now, "refund clock", credits.Whole(100))
 	b := jobs.NewBuilder(fam, 2)
 	b.AddValid("a", "a", "a")
 	b.AddValid("b", "b", "b")
@@ -89,24 +88,4 @@ func TestCompletionRefundUsesInjectedClock(t *testing.T) {
 	if refunds != 1 {
 		t.Fatalf("%d refund entries, want 1: %+v", refunds, entries)
 	}
-}
-
-// payAsYouGo makes an account with 100 credits and a pay-as-you-go key,
-// and returns the key's principal.
-func payAsYouGo(t *testing.T, ctx context.Context, rdb redis.UniversalClient, now func() time.Time, name string) *accounts.Principal {
-	t.Helper()
-	as := accounts.NewStore(rdb, now)
-	a, err := as.CreateAccount(ctx, name, credits.Whole(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := as.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

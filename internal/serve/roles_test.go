@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulkd/bulkd/internal/accounts/accountstest"
 	"github.com/bulkd/bulkd/internal/config"
+	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/enrich"
 	"github.com/bulkd/bulkd/internal/jobs"
 	"github.com/bulkd/bulkd/internal/lookup"
@@ -76,7 +78,7 @@ func TestJobProcessorBuildsTheJobsFamily(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := payAsYouGo(t, ctx, rdb, nil, "roles")
+	p := accountstest.PayAsYouGo(t, rdb, nil, "roles", credits.Whole(100))
 	b := jobs.NewBuilder(enrich.Family, 2)
 	b.AddValid("a", "a", "a")
 	j, err := c.Engine.Submit(ctx, p, b, jobs.Metering{Price: 1})

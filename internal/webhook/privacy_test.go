@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/accounts/accountstest"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/company/normalize"
 	"github.com/bulkd/bulkd/internal/credits"
@@ -21,19 +21,7 @@ import (
 func TestExpiringAndDeletedEvents(t *testing.T) {
 	rdb := testredis.Universal(t)
 	ctx := context.Background()
-	as := accounts.NewStore(rdb, nil)
-	a, err := as.CreateAccount(ctx, "t", credits.Whole(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := as.CreateKey(ctx, a.ID, accounts.PayAsYouGo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := as.Authenticate(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := accountstest.PayAsYouGo(t, rdb, nil, "t", credits.Whole(10))
 	bl := billing.New(rdb, nil)
 	eng := jobs.NewEngine(jobs.NewStore(rdb, bl), bl, nopExecutor{}, quietLog())
 	eng.Retention = 12 * time.Hour
