@@ -38,6 +38,9 @@ func (b *bench) startControlPlane() (string, error) {
 	o := b.o
 	b.step("starting kube-apiserver and etcd (%s)", o.assets)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{o.crds}, ErrorIfCRDPathMissing: true, BinaryAssetsDirectory: o.assets}
+	if o.apiserverProfile > 0 {
+		env.ControlPlane.GetAPIServer().Configure().Set("profiling", "true")
+	}
 	admin, err := env.Start()
 	if err != nil {
 		return "", fmt.Errorf("envtest: %w", err)

@@ -68,6 +68,7 @@ type options struct {
 	timeout                   time.Duration
 	keepLogs                  bool
 	admissionOnly             bool
+	apiserverProfile          time.Duration
 }
 
 func main() {
@@ -91,6 +92,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 45*time.Minute, "give up after this long")
 	flag.BoolVar(&o.admissionOnly, "admission-only", false, "no Job controller nor scheduler: Jobs are admitted (un-suspended) but make no pods, "+
 		"so the figures are the controller's admission with the API server doing nothing else (the ceiling bulkd's own work sets)")
+	flag.DurationVar(&o.apiserverProfile, "apiserver-profile", 0, "take a CPU profile of kube-apiserver over this long from the main wave's start (<dir>/kube-apiserver.pprof; 0: none)")
 	flag.Parse()
 	if o.out == "" {
 		o.out = filepath.Join(o.dir, fmt.Sprintf("result-%d.json", o.bulkJobs))

@@ -34,6 +34,9 @@ func (b *bench) mainWave(ctx context.Context, res *result) error {
 		res.Pods += shards
 	}
 	t0, cpu0 := time.Now(), cpuByCommand()
+	if o.apiserverProfile > 0 {
+		defer b.profileAPIServer(ctx, o.apiserverProfile)()
+	}
 	ids, err := b.submitAll(ctx, wave)
 	if err != nil {
 		return err
