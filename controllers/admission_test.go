@@ -260,6 +260,58 @@ func TestAdmissionSmallJobOfAnotherAccountGoesBeforeTheBigOnesRemainingShards(t 
 	}
 }
 
+// With slots kept for newcomers, one account's burst fills the budget but
+// for them: B, an account with nothing running, starts at once instead of
+// waiting for one of A's shards to end (shards run minutes); then B waits
+// its turn like A, and the kept slots stay free for the next newcomer.
+func TestAdmissionNewcomerSlotsLetANewAccountStartAtOnce(t *testing.T) {
+	s := newAdmissionScene(t, 6, 0)
+	s.opts.NewcomerSlots = 2
+	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
+	for _, name := range []string{jobA1, jobA2, jobA3} {
+		s.submit(name, "acct_a", 10, 6)
+	}
+	for range 3 {
+		s.pass()
+	}
+	if got := s.running("acct_a"); got != 4 {
+		t.Fatalf("A runs %d shards, want the budget less the newcomers' slots (6-2); admitted %v", got, s.order)
+	}
+	s.submit(jobB1, "acct_b", 3, 3)
+	for range 2 {
+		s.pass()
+	}
+	if s.running("acct_b") != 1 || s.running("acct_a") != 4 {
+		t.Fatalf("B runs %d, A %d: B must start one shard at once, no more", s.running("acct_b"), s.running("acct_a"))
+	}
+	s.submit(jobC1, "acct_c", 1, 1)
+	for range 2 {
+		s.pass()
+	}
+	if s.running("acct_c") != 1 || s.running("") != 6 {
+		t.Fatalf("C runs %d, all %d: the second newcomer takes the last kept slot", s.running("acct_c"), s.running(""))
+	}
+	// The established accounts share the budget less the kept slots: the
+	// slot A frees refills the newcomers' part, which the next newcomer
+	// takes at once.
+	first := s.order[0]
+	s.finish(first[:strings.IndexByte(first, '/')], 0, corev1.PodSucceeded)
+	for range 3 {
+		s.pass()
+	}
+	if s.running("acct_b") != 1 || s.running("acct_a") != 3 {
+		t.Fatalf("after one of A's shards ended: B runs %d, A %d; admitted %v", s.running("acct_b"), s.running("acct_a"), s.order)
+	}
+	const jobD1 = "d1d1d1d1-0000-4000-8000-000000000001"
+	s.submit(jobD1, "acct_d", 1, 1)
+	for range 2 {
+		s.pass()
+	}
+	if s.running("acct_d") != 1 || s.most > 6 {
+		t.Fatalf("D runs %d, most at once %d: the next newcomer starts at once, within the budget", s.running("acct_d"), s.most)
+	}
+}
+
 // A's shards take turns across A's jobs in FIFO order (its oldest job
 // first), and one account never holds more than its own budget: with 2
 // per account out of 4, B starts at once although A has 30 shards queued.

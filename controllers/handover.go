@@ -51,7 +51,7 @@ func (r *BulkJobReconciler) setupAdmission(mgr ctrl.Manager) error {
 // admissionConfig is the admission pass's share of the Options.
 func admissionConfig(o Options) admission.Config {
 	return admission.Config{MaxRunningShards: o.MaxRunningShards, MaxRunningShardsPerAccount: o.MaxRunningShardsPerAccount,
-		PlanWeights: o.PlanWeights}
+		NewcomerSlots: o.NewcomerSlots, PlanWeights: o.PlanWeights}
 }
 
 // gateRemoved passes the pod updates that remove the admission gate.

@@ -84,6 +84,9 @@ type Options struct {
 	// their pods carry the admission scheduling gate.
 	MaxRunningShards           int32
 	MaxRunningShardsPerAccount int32
+	// NewcomerSlots is the part of the global budget only an account with
+	// no shard running may take (internal/admission).
+	NewcomerSlots int32
 	// PlanWeights weighs an account's turn by its plan (--fair-weights, by
 	// plan name; "payg" for a Job without LabelPlan): how many times more
 	// rows per turn it gets than an account of weight 1. A plan without a
@@ -143,7 +146,14 @@ func OptionsFrom(kc config.Kube, retention time.Duration, resources corev1.Resou
 
 		MaxRunningShards:           int32(kc.MaxRunningShards),
 		MaxRunningShardsPerAccount: int32(kc.MaxRunningShardsPerAccount),
+		NewcomerSlots:              int32(kc.NewcomerSlots),
 		KueueQueueName:             kc.KueueQueueName,
+	}
+	if o.NewcomerSlots < 0 {
+		// 1% of the budget: 50 of 5,000 slots let 50 new accounts start at
+		// once behind a budget one account filled; under 100 slots, none
+		// (a small cluster's per-account share does that job).
+		o.NewcomerSlots = o.MaxRunningShards / 100
 	}
 	if o.PlanWeights, err = fairshare.ParseWeights(kc.FairWeights, FairPlans, nil); err != nil && o.err == nil {
 		o.err = fmt.Errorf("--fair-weights: %w", err)

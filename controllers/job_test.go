@@ -363,3 +363,29 @@ func TestDecideRetry(t *testing.T) {
 		})
 	}
 }
+
+// --newcomer-slots: -1 keeps 1% of the budget (none under 100 slots), a
+// number keeps that many, and a number that leaves no budget is refused.
+func TestNewcomerSlots(t *testing.T) {
+	for _, c := range []struct{ budget, flag, want int }{
+		{5000, -1, 50}, {99, -1, 0}, {16, -1, 0}, {0, -1, 0}, {5000, 0, 0}, {5000, 7, 7},
+	} {
+		kc := config.DefaultKube()
+		kc.MaxRunningShards, kc.NewcomerSlots = c.budget, c.flag
+		if got := OptionsFrom(kc, time.Hour, corev1.ResourceRequirements{}).NewcomerSlots; got != int32(c.want) {
+			t.Errorf("budget %d, --newcomer-slots %d: %d slots kept, want %d", c.budget, c.flag, got, c.want)
+		}
+	}
+	kc := config.DefaultKube()
+	kc.Namespace, kc.Image, kc.RedisSecretName, kc.RedisSecretKey = "bulkd", "bulkd:test", "redis", "url"
+	for _, n := range []int{-2, 16, 17} {
+		kc.NewcomerSlots = n
+		if err := kc.Validate(); err == nil || !strings.Contains(err.Error(), "--newcomer-slots") {
+			t.Errorf("--newcomer-slots %d with a budget of 16: %v, want refused", n, err)
+		}
+	}
+	kc.NewcomerSlots = 15
+	if err := kc.Validate(); err != nil {
+		t.Errorf("--newcomer-slots 15 with a budget of 16: %v", err)
+	}
+}

@@ -68,6 +68,12 @@ type Config struct {
 	// one account's (0: the global one).
 	MaxRunningShards           int32
 	MaxRunningShardsPerAccount int32
+	// NewcomerSlots is the part of the global budget only an account with
+	// no slot may take: when one account's burst fills the budget, a new
+	// account's job starts at once instead of waiting for a shard to end
+	// (shards run minutes). Fair share already serves a newcomer first;
+	// this keeps a free slot for it to take.
+	NewcomerSlots int32
 	// PlanWeights weighs an account's turn by its plan ("payg" for a Job
 	// without LabelPlan); a plan without a weight weighs 1.
 	PlanWeights map[string]int
@@ -551,6 +557,13 @@ func (a *Admitter) admit(ps *pass) {
 			a.sched.Requeue(t.Key)
 			break
 		}
+		if a.newcomersOnly() && a.slotsOf(t.Account) > 0 {
+			// The slots left are the newcomers'. The scheduler serves an
+			// account that was idle before anyone else, so the task it
+			// gives here is not a newcomer's: none is waiting.
+			a.sched.Requeue(t.Key)
+			break
+		}
 		kind, rest, _ := strings.Cut(t.Key, "/")
 		switch kind {
 		case "start":
@@ -616,20 +629,30 @@ func (a *Admitter) room() bool {
 	return a.cfg.MaxRunningShards <= 0 || len(a.slots) < int(a.cfg.MaxRunningShards)
 }
 
+// newcomersOnly reports whether the free slots of the global budget are
+// only the newcomers' (Config.NewcomerSlots).
+func (a *Admitter) newcomersOnly() bool {
+	return a.cfg.MaxRunningShards > 0 && a.cfg.NewcomerSlots > 0 &&
+		int(a.cfg.MaxRunningShards)-len(a.slots) <= int(a.cfg.NewcomerSlots)
+}
+
 // overAccount reports whether an account holds its whole budget, counting
 // the pods found running beyond it (the scheduler counts the others).
 func (a *Admitter) overAccount(acct string) bool {
 	per := int(a.cfg.MaxRunningShardsPerAccount)
-	if per <= 0 {
-		return false
-	}
+	return per > 0 && a.slotsOf(acct) >= per
+}
+
+// slotsOf counts the slots an account holds (pods found running beyond
+// its budget included).
+func (a *Admitter) slotsOf(acct string) int {
 	n := 0
 	for _, sl := range a.slots {
 		if sl.account == acct {
 			n++
 		}
 	}
-	return n >= per
+	return n
 }
 
 // release ends a slot.

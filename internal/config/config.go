@@ -551,7 +551,10 @@ type Kube struct {
 	// set, hands admission to Kueue instead (docs/architecture.md).
 	MaxRunningShards           int
 	MaxRunningShardsPerAccount int
-	KueueQueueName             string
+	// NewcomerSlots is the part of the global budget only an account with
+	// no shard running may take (-1: 1% of MaxRunningShards).
+	NewcomerSlots  int
+	KueueQueueName string
 	// FairWeights weighs accounts' turns by plan, as in standalone mode
 	// (the same BULKD_FAIR_WEIGHTS): "payg=1,professional=4".
 	FairWeights string
@@ -580,6 +583,7 @@ func DefaultKube() Kube {
 		// for one account leaves the other half to everyone else.
 		MaxRunningShards:           16,
 		MaxRunningShardsPerAccount: 8,
+		NewcomerSlots:              -1,
 	}
 }
 
@@ -621,6 +625,7 @@ func (k *Kube) RegisterController(fs *flag.FlagSet) {
 	num(fs, &k.ProgressWrites, "progress-writes", "status writes that only report progress, per second over all BulkJobs (0: no cap)")
 	num(fs, &k.MaxRunningShards, "max-running-shards", "processor pods running at once over all BulkJobs: shards are admitted against it across accounts in turn (0: no global budget; with --max-running-shards-per-account 0 too there is no admission and pods start as their Job allows)")
 	num(fs, &k.MaxRunningShardsPerAccount, "max-running-shards-per-account", "processor pods of one account running at once (0: --max-running-shards)")
+	num(fs, &k.NewcomerSlots, "newcomer-slots", "slots of --max-running-shards kept for accounts with no shard running, so that a new account's job starts at once when others fill the budget (-1: 1% of --max-running-shards, none under 100; 0: none)")
 	str(fs, &k.FairWeights, "fair-weights", "shares of the processor budget by plan when accounts compete, e.g. payg=1,starter=1,standard=2,professional=4 (rows per turn; every plan 1 unless given; payg: no active unlimited plan)")
 	str(fs, &k.KueueQueueName, "kueue-queue-name", "hand admission to Kueue: Jobs are created suspended with label kueue.x-k8s.io/queue-name set to this, where {account}, {plan} and {family} are replaced (bulkd-{plan}); the budgets above are then Kueue's to enforce (default: bulkd admits)")
 }
@@ -669,6 +674,9 @@ func (k *Kube) Validate() error {
 	}
 	if k.MaxRunningShards < 0 || k.MaxRunningShards > 100_000 || k.MaxRunningShardsPerAccount < 0 || k.MaxRunningShardsPerAccount > 100_000 {
 		return fmt.Errorf("--max-running-shards and --max-running-shards-per-account must be 0..100000")
+	}
+	if k.NewcomerSlots < -1 || k.NewcomerSlots > 0 && k.NewcomerSlots >= k.MaxRunningShards {
+		return fmt.Errorf("--newcomer-slots must be -1 (1%% of --max-running-shards), 0, or less than --max-running-shards")
 	}
 	return nil
 }
