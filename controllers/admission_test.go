@@ -312,6 +312,55 @@ func TestAdmissionNewcomerSlotsLetANewAccountStartAtOnce(t *testing.T) {
 	}
 }
 
+// One account's burst gives a pass thousands of pods to admit; a pass
+// admits a few hundred at most and the next follows at once, so a Job of
+// another account created meanwhile starts at the next pass instead of
+// waiting for the whole burst's patches; and nothing of the burst is lost.
+func TestAdmissionPassesAreBoundedSoANewJobIsServedNext(t *testing.T) {
+	s := newAdmissionScene(t, 1000, 0)
+	s.opts.NewcomerSlots = 0
+	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
+	for i := range 65 {
+		s.submit(fmt.Sprintf("%08x-0000-4000-8000-%012x", 0xa0000000+i, i), "acct_a", 8, 8)
+	}
+	const most = 512 // what one pass may un-suspend and un-gate
+	res, err := s.a.Reconcile(context.Background(), ctrl.Request{})
+	if err != nil || res.RequeueAfter > time.Second {
+		t.Fatalf("the first pass of a burst: %v, next pass after %v, want at once", err, res.RequeueAfter)
+	}
+	s.record()
+	s.jobController() // 520 gated pods
+	started := func() int {
+		n := 0
+		for _, j := range s.jobs() {
+			if !ptr.Deref(j.Spec.Suspend, false) {
+				n++
+			}
+		}
+		return n
+	}
+	before := len(s.seen)
+	s.pass()
+	if got := len(s.seen) - before; got == 0 || got > most {
+		t.Fatalf("one pass un-gated %d of the burst's pods, want some and at most %d", got, most)
+	}
+	s.submit(jobB1, "acct_b", 1, 1)
+	startedBefore := started()
+	s.pass()
+	if s.suspended(jobB1) {
+		t.Fatalf("B's Job still waits after the next pass (%d Jobs started before it)", startedBefore)
+	}
+	for i := 0; i < 5 && s.running("acct_a") < 520; i++ {
+		s.pass()
+	}
+	if got := s.running("acct_a"); got != 520 {
+		t.Fatalf("A runs %d of its 520 shards after the passes, want all (budget 1,000)", got)
+	}
+	if s.running("acct_b") != 1 || s.most > 1000 {
+		t.Fatalf("B runs %d; most at once %d", s.running("acct_b"), s.most)
+	}
+}
+
 // A's shards take turns across A's jobs in FIFO order (its oldest job
 // first), and one account never holds more than its own budget: with 2
 // per account out of 4, B starts at once although A has 30 shards queued.
