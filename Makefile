@@ -65,7 +65,7 @@ bench: deps build ## benchmarks and load scripts; numbers go to docs/benchmarks.
 # kube-scheduler, KWOK running 1,000 fake nodes, the real `bulkd controller` with its admission,
 # 5,000 BulkJobs from 500 accounts, then one account's 1,000 and another's one. All binaries are
 # built from the Go module proxy into the tools cache. Not in `make test` nor CI: it takes tens of
-# minutes on 2 cores (44 on an idle 2-core machine). Smaller: make bench-kube BENCH_KUBE_ARGS='--nodes 300 --bulkjobs 1000 --accounts 100 --burst 200'
+# minutes on 2 cores (22 on an idle 2-core machine since the places fix, 44 before). Smaller: make bench-kube BENCH_KUBE_ARGS='--nodes 300 --bulkjobs 1000 --accounts 100 --burst 200'
 # (about 4 minutes idle); --admission-only runs no Job controller (Jobs make no pods): the
 # controller's admission alone. BULKD_CONCURRENCY=16 (and any BULKD_*) reaches the controller.
 BENCH_KUBE_ARGS ?=

@@ -312,24 +312,24 @@ func TestAdmissionNewcomerSlotsLetANewAccountStartAtOnce(t *testing.T) {
 	}
 }
 
-// One account's burst gives a pass thousands of pods to admit; a pass
-// admits a few hundred at most and the next follows at once, so a Job of
+// One account's burst gives a pass hundreds of pods to admit; a pass
+// sends 128 patches at most and the next follows at once, so a Job of
 // another account created meanwhile starts at the next pass instead of
 // waiting for the whole burst's patches; and nothing of the burst is lost.
 func TestAdmissionPassesAreBoundedSoANewJobIsServedNext(t *testing.T) {
 	s := newAdmissionScene(t, 1000, 0)
 	s.opts.NewcomerSlots = 0
 	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
-	for i := range 65 {
-		s.submit(fmt.Sprintf("%08x-0000-4000-8000-%012x", 0xa0000000+i, i), "acct_a", 8, 8)
+	for i := range 70 {
+		s.submit(fmt.Sprintf("%08x-0000-4000-8000-%012x", 0xa0000000+i, i), "acct_a", 4, 4)
 	}
-	const most = 512 // what one pass may un-suspend and un-gate
+	const most = 128 // what one pass may un-suspend and un-gate
 	res, err := s.a.Reconcile(context.Background(), ctrl.Request{})
 	if err != nil || res.RequeueAfter > time.Second {
 		t.Fatalf("the first pass of a burst: %v, next pass after %v, want at once", err, res.RequeueAfter)
 	}
 	s.record()
-	s.jobController() // 520 gated pods
+	s.jobController() // 280 gated pods
 	started := func() int {
 		n := 0
 		for _, j := range s.jobs() {
@@ -350,11 +350,11 @@ func TestAdmissionPassesAreBoundedSoANewJobIsServedNext(t *testing.T) {
 	if s.suspended(jobB1) {
 		t.Fatalf("B's Job still waits after the next pass (%d Jobs started before it)", startedBefore)
 	}
-	for i := 0; i < 5 && s.running("acct_a") < 520; i++ {
+	for i := 0; i < 12 && s.running("acct_a") < 280; i++ {
 		s.pass()
 	}
-	if got := s.running("acct_a"); got != 520 {
-		t.Fatalf("A runs %d of its 520 shards after the passes, want all (budget 1,000)", got)
+	if got := s.running("acct_a"); got != 280 {
+		t.Fatalf("A runs %d of its 280 shards after the passes, want all (budget 1,000)", got)
 	}
 	if s.running("acct_b") != 1 || s.most > 1000 {
 		t.Fatalf("B runs %d; most at once %d", s.running("acct_b"), s.most)

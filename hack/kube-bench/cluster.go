@@ -161,7 +161,7 @@ func (b *bench) startController(ctx context.Context, kubeconfig, redisURL string
 		"--redis-secret-name", "bulkd-redis", "--redis-secret-key", "redis-url", "--metrics-bind-address", b.metricsAddr,
 		"--health-probe-bind-address", "0", "--max-running-shards", strconv.Itoa(o.maxRunning),
 		"--max-running-shards-per-account", strconv.Itoa(o.perAccount), "--fair-weights", "payg=1,starter=1,standard=2,professional=4",
-		"--log-level", "warn"); err != nil {
+		"--log-level", o.controllerLogLevel); err != nil {
 		return err
 	}
 	b.ctrlPID = b.procs.pid("bulkd-controller")

@@ -69,6 +69,7 @@ type options struct {
 	keepLogs                  bool
 	admissionOnly             bool
 	apiserverProfile          time.Duration
+	controllerLogLevel        string
 }
 
 func main() {
@@ -93,6 +94,7 @@ func main() {
 	flag.BoolVar(&o.admissionOnly, "admission-only", false, "no Job controller nor scheduler: Jobs are admitted (un-suspended) but make no pods, "+
 		"so the figures are the controller's admission with the API server doing nothing else (the ceiling bulkd's own work sets)")
 	flag.DurationVar(&o.apiserverProfile, "apiserver-profile", 0, "take a CPU profile of kube-apiserver over this long from the main wave's start (<dir>/kube-apiserver.pprof; 0: none)")
+	flag.StringVar(&o.controllerLogLevel, "controller-log-level", "warn", "the controller's --log-level (debug: every admission pass and admission, in <dir>/bulkd-controller.log)")
 	flag.Parse()
 	if o.out == "" {
 		o.out = filepath.Join(o.dir, fmt.Sprintf("result-%d.json", o.bulkJobs))

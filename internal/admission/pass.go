@@ -88,17 +88,19 @@ const (
 	startGrace = time.Minute
 	// admissionResync is the pass's safety net: every change wakes it.
 	admissionResync = 30 * time.Second
-	// bindsPerPass and admitsPerPass bound what one pass does: pods it
-	// un-gates for reservations, tasks it admits. A pass runs alone, so
-	// a Job created while one applies thousands of patches (one account's
-	// burst of 1,000 BulkJobs: 8,000 pods to un-gate, 16 patches at a
-	// time) waited for all of them: 7-10 s for a new account's first shard
-	// in the KWOK bench. Bounded, a pass sends at most a few hundred
-	// patches (about a second there) and the next follows at once
-	// (continueAfter), serving whatever arrived in the meantime first.
-	bindsPerPass  = 256
-	admitsPerPass = 256
-	continueAfter = 10 * time.Millisecond
+	// bindsPerPass and admitPatchesPerPass bound the patches of one pass:
+	// pods it un-gates for reservations, and Jobs it un-suspends or pods
+	// it un-gates for what it admits (a reservation needs no patch). A
+	// pass runs alone, so a Job created while one applies thousands of
+	// patches (one account's burst of 1,000 BulkJobs: 8,000 pods to
+	// un-gate, 16 patches at a time) waited for all of them: 7-10 s for a
+	// new account's first shard in the KWOK bench, where a patch took
+	// 100-300 ms with the API server saturated. Bounded, a pass takes
+	// about a second there, and the next follows at once (continueAfter),
+	// serving first whatever arrived in the meantime.
+	bindsPerPass        = 64
+	admitPatchesPerPass = 64
+	continueAfter       = 10 * time.Millisecond
 )
 
 // Admitter runs the admission passes.
@@ -406,6 +408,7 @@ type pass struct {
 // date (enqueue), and tasks are admitted while the budgets allow (admit);
 // then the cluster is patched (apply) and the BulkJobs told (publish).
 func (a *Admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	began := time.Now()
 	v, err := a.read(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -419,7 +422,11 @@ func (a *Admitter) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, 
 		a.release(key)
 	}
 	a.admit(ps)
+	decided := time.Since(began)
 	err = a.apply(ctx, ps.act, v)
+	ctrl.LoggerFrom(ctx).V(1).Info("admission pass", "jobs", len(v.jobs), "pods", len(v.pods), "slots", len(a.slots),
+		"unsuspend", len(ps.act.unsuspend), "ungate", len(ps.act.ungate), "cut", ps.cut,
+		"decided", decided.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 	touched := map[types.NamespacedName]bool{}
 	for _, jv := range ps.admitted {
 		if jv != nil {
@@ -577,8 +584,9 @@ func (a *Admitter) admit(ps *pass) {
 			ps.admitted[ref.UID] = v.jobs[ref.UID]
 		}
 	}
-	for n := 0; a.room(); n++ {
-		if n == admitsPerPass {
+	bound := len(ps.act.ungate)
+	for a.room() {
+		if len(ps.act.unsuspend)+len(ps.act.ungate)-bound >= admitPatchesPerPass {
 			ps.cut = true
 			break
 		}
