@@ -56,6 +56,13 @@ func newAdmissionScene(t *testing.T, global, perAccount int32) *admissionScene {
 	return s
 }
 
+// keepNewcomerSlots restarts the admission with n slots of the global
+// budget kept for accounts with nothing running.
+func (s *admissionScene) keepNewcomerSlots(n int32) {
+	s.opts.NewcomerSlots = n
+	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
+}
+
 // submit makes a BulkJob of account acct with shards shards and
 // parallelism par, and its shard Job as the controller creates it.
 func (s *admissionScene) submit(name, acct string, shards, par int32) *v1alpha1.BulkJob {
@@ -266,8 +273,7 @@ func TestAdmissionSmallJobOfAnotherAccountGoesBeforeTheBigOnesRemainingShards(t 
 // its turn like A, and the kept slots stay free for the next newcomer.
 func TestAdmissionNewcomerSlotsLetANewAccountStartAtOnce(t *testing.T) {
 	s := newAdmissionScene(t, 6, 0)
-	s.opts.NewcomerSlots = 2
-	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
+	s.keepNewcomerSlots(2)
 	for _, name := range []string{jobA1, jobA2, jobA3} {
 		s.submit(name, "acct_a", 10, 6)
 	}
@@ -318,8 +324,7 @@ func TestAdmissionNewcomerSlotsLetANewAccountStartAtOnce(t *testing.T) {
 // waiting for the whole burst's patches; and nothing of the burst is lost.
 func TestAdmissionPassesAreBoundedSoANewJobIsServedNext(t *testing.T) {
 	s := newAdmissionScene(t, 1000, 0)
-	s.opts.NewcomerSlots = 0
-	s.a = admission.New(s.c, admissionConfig(s.opts), func() time.Time { return s.now })
+	s.keepNewcomerSlots(0)
 	for i := range 70 {
 		s.submit(fmt.Sprintf("%08x-0000-4000-8000-%012x", 0xa0000000+i, i), "acct_a", 4, 4)
 	}

@@ -47,7 +47,7 @@ import (
 
 	"github.com/bulkd/bulkd/api/v1alpha1"
 	"github.com/bulkd/bulkd/controllers"
-	"github.com/bulkd/bulkd/internal/accounts"
+	"github.com/bulkd/bulkd/internal/accounts/accountstest"
 	"github.com/bulkd/bulkd/internal/billing"
 	"github.com/bulkd/bulkd/internal/credits"
 	"github.com/bulkd/bulkd/internal/jobs"
@@ -200,7 +200,6 @@ func runStatusWrites(b *testing.B, assets string) {
 	// each accepted job's BulkJob, as kube.Executor does.
 	bl := billing.New(rdb, nil)
 	store := jobs.NewStore(rdb, bl)
-	accts := accounts.NewStore(rdb, nil)
 	engine := jobs.NewEngine(store, bl, bulkJobMaker{k8s}, log)
 	engine.ShardSize = benchShardSize
 	proc := jobs.NewProcessor(store, map[string]jobs.Answerer{"company_enrichment": slowAnswerer{benchBatchDelay}}, log)
@@ -227,18 +226,7 @@ func runStatusWrites(b *testing.B, assets string) {
 	defer func() { stopMgr(); <-mdone }()
 
 	// 1,000 submissions of 40 distinct inputs, 16 at a time.
-	acct, err := accts.CreateAccount(ctx, "bench", credits.Whole(1_000_000))
-	if err != nil {
-		b.Fatal(err)
-	}
-	keyValue, _, err := accts.CreateKey(ctx, acct.ID, accounts.PayAsYouGo)
-	if err != nil {
-		b.Fatal(err)
-	}
-	principal, err := accts.Authenticate(ctx, keyValue)
-	if err != nil {
-		b.Fatal(err)
-	}
+	principal := accountstest.PayAsYouGo(b, rdb, nil, "bench", credits.Whole(1_000_000))
 	counter.begin()
 	setupStart := time.Now()
 	ids := make([]string, benchJobs)

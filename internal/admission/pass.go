@@ -397,8 +397,8 @@ type pass struct {
 	reserved map[types.UID][]string
 	// admitted: the Jobs this pass admitted a task of.
 	admitted map[types.UID]*jobView
-	// cut: the pass stopped at bindsPerPass or admitsPerPass with work
-	// left; the next pass follows at once.
+	// cut: the pass stopped at bindsPerPass or admitPatchesPerPass with
+	// work left; the next pass follows at once.
 	cut bool
 }
 
